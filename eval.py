@@ -1,0 +1,17 @@
+"""Evaluate a checkpoint: `python eval.py ckpt_path=<run>/checkpoints/last.ckpt` (see `python eval.py --help`)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from litforge import cli
+
+
+@hydra.main(config_path="conf", config_name="eval", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from litforge.eval import evaluate
+
+    cli.print_summary("eval", cli.run_job(evaluate, cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Predict a checkpoint: `python predict.py ckpt_path=<run>/checkpoints/last.ckpt` (see `python predict.py --help`)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from litforge import cli
+
+
+@hydra.main(config_path="conf", config_name="predict", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from litforge.predict import predict
+
+    cli.print_summary("predict", cli.run_job(predict, cfg))
+
+
+if __name__ == "__main__":
+    main()

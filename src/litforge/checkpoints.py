@@ -1,0 +1,50 @@
+"""Opening checkpoints safely, with an error a user can act on for every way a path can be wrong.
+
+Every load uses `weights_only=True`: a checkpoint that would need arbitrary unpickling (and so could run code) is
+refused, never executed. `mmap=True` keeps the check cheap even for large files.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from litforge.errors import CheckpointError
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """`torch.load` with `weights_only=True`, translating each failure into a CheckpointError that says what to do."""
+    import torch
+
+    file = Path(path).expanduser()
+    if not file.exists():
+        hint = ""
+        parent = file.parent
+        if parent.is_dir():
+            found = sorted(p.name for p in parent.glob("*.ckpt"))[:5]
+            hint = f" Checkpoints in {parent}: {', '.join(found)}." if found else f" {parent} holds no .ckpt files."
+        raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
+    if file.is_dir():
+        raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
+    if file.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
+                              "use an earlier checkpoint of that run")
+    try:
+        checkpoint = torch.load(file, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"refusing to load {file}: it needs arbitrary unpickling, which could run code ({first_line}). "
+            "litforge only loads checkpoints that hold plain tensors and data (torch.load weights_only=True)"
+        ) from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        raise CheckpointError(
+            f"{file} is not a readable PyTorch checkpoint (truncated or corrupt: {str(exc).splitlines()[0]}). "
+            "Use another checkpoint of the run, e.g. last.ckpt or the best epoch*.ckpt"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
+                              "pass a .ckpt written by `python train.py`")
+    return checkpoint

@@ -1,0 +1,24 @@
+"""User-facing errors.
+
+Anything a user can fix by changing a config value, a path or a file raises :class:`LitforgeError`. The CLI
+entry points catch it and print only its message (no traceback), so the message must name the problem *and* the
+fix. Library bugs keep raising ordinary exceptions so their tracebacks stay visible.
+"""
+
+from __future__ import annotations
+
+
+class LitforgeError(Exception):
+    """A mistake in the user's config, data or files; the message says how to fix it."""
+
+
+class ConfigError(LitforgeError):
+    """An option, value or combination of options that cannot work."""
+
+
+class DataError(LitforgeError):
+    """Data that is missing, empty or malformed."""
+
+
+class CheckpointError(LitforgeError):
+    """A checkpoint path that does not exist, or a file that is not a usable litforge checkpoint."""

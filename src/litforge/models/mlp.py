@@ -1,0 +1,37 @@
+"""A multilayer perceptron on flattened pixels: the fastest baseline, useful to check the data and training loop."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+
+class MLP(nn.Module):
+    """Linear → ReLU → Dropout blocks on the flattened image, then a linear head.
+
+    It ignores spatial structure on purpose: if it cannot beat chance, the bug is in the data, not the architecture.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: tuple[int, int],
+        num_classes: int,
+        hidden_dims: Sequence[int] = (256, 256),
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_channels * math.prod(image_size)
+        for hidden in hidden_dims:
+            layers += [nn.Linear(width, hidden), nn.ReLU(inplace=True)]
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)

@@ -1,0 +1,65 @@
+"""The prediction job: run a checkpoint on new images (a file or a folder) or on its test split; write a CSV."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.errors import DataError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+
+
+def find_images(path: Path) -> list[Path]:
+    if not path.exists():
+        raise DataError(f"input {path} does not exist: pass input=<an image file or a folder of images>")
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise DataError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {path}")
+    return files
+
+
+def predict(cfg: DictConfig) -> dict[str, Any]:
+    import torch
+
+    from litforge.eval import load_for_inference
+
+    task, datamodule, _ = load_for_inference(cfg)
+    rows: list[dict[str, Any]] = []
+    if cfg.get("input"):
+        files = find_images(Path(str(cfg.input)))
+        channels, height, width = datamodule.input_shape
+        from litforge.data.image_folder import load_image_tensor
+
+        datamodule.ensure_stats()
+        names = [str(f) for f in files]
+        images = torch.stack([load_image_tensor(f, channels, (height, width)) for f in files])
+        labels = None
+    else:
+        images, labels = datamodule.split_arrays("test")
+        names = [f"test[{i}]" for i in range(len(images))]
+    class_names = task.class_names
+    with torch.inference_mode():
+        for start in range(0, len(images), int(cfg.batch_size)):
+            batch = datamodule.normalize(images[start : start + int(cfg.batch_size)])
+            out = task.predict_step(batch, 0)
+            for offset, (pred, conf) in enumerate(zip(out["predicted"].tolist(), out["confidence"].tolist())):
+                index = start + offset
+                row = {"input": names[index], "predicted": pred, "class_name": class_names[pred],
+                       "confidence": round(conf, 6)}
+                if labels is not None:
+                    row["label"] = int(labels[index])
+                rows.append(row)
+    output = Path(str(cfg.output)) if cfg.get("output") else Path(cfg.paths.output_dir) / "predictions.csv"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    metrics: dict[str, float] = {"predictions": float(len(rows))}
+    if labels is not None:
+        metrics["accuracy"] = sum(r["predicted"] == r["label"] for r in rows) / len(rows)
+    return {"metrics": metrics, "written": str(output), "output_dir": str(cfg.paths.output_dir)}

@@ -1,0 +1,116 @@
+"""Multirun bookkeeping: each job records its result, and the sweep folder keeps a ranked summary of all of them.
+
+Written as a Hydra callback (`hydra.callbacks.sweep_summary`), so it works with every launcher and sweeper. Each
+job writes `result.json` into its own folder when it ends (completed or failed), then the summary is rebuilt from
+all `result.json` files; a job that fails therefore never hides the results of the others, and parallel launchers
+(joblib, submitit) never write the same file at once except through an atomic rename.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+RESULT_FILE = "result.json"
+
+
+class SweepSummary(Callback):
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            return
+        job_dir = Path(hydra_cfg.runtime.output_dir)
+        record = job_record(job_dir, list(job_return.overrides or []), job_return.status.name,
+                            _error_text(job_return))
+        atomic_write(job_dir / RESULT_FILE, json.dumps(record, indent=2))
+        write_summary(Path(hydra_cfg.sweep.dir))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir():
+            write_summary(sweep_dir)
+
+
+def job_record(job_dir: Path, overrides: list[str], status: str, error: str | None) -> dict[str, Any]:
+    metrics_file = job_dir / "metrics.json"
+    result: dict[str, Any] = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
+    return {
+        "job": job_dir.name,
+        "overrides": overrides,
+        "status": status,
+        "error": error,
+        "objective": result.get("objective"),
+        "metrics": result.get("metrics", {}),
+        "best_checkpoint": result.get("best_checkpoint"),
+    }
+
+
+def collect(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every job's record under a sweep folder (one level or nested), best objective first, failures last."""
+    records = [json.loads(p.read_text()) for p in sorted(sweep_dir.rglob(RESULT_FILE))]
+
+    def rank(record: dict[str, Any]) -> tuple[int, float]:
+        objective = record.get("objective") or {}
+        value = objective.get("value")
+        if record.get("status") != "COMPLETED" or value is None:
+            return (1, 0.0)
+        return (0, -value if objective.get("mode", "max") == "max" else value)
+
+    return sorted(records, key=rank)
+
+
+def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
+    records = collect(sweep_dir)
+    if not records:
+        return records
+    metric_names = sorted({name for r in records for name in r.get("metrics", {})})
+    header = ["job", "status", "overrides", *metric_names, "error"]
+    rows = [[r["job"], r["status"], " ".join(r["overrides"]),
+             *[_fmt(r.get("metrics", {}).get(m)) for m in metric_names], (r.get("error") or "")[:200]]
+            for r in records]
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([header, *rows])
+    atomic_write(sweep_dir / "summary.csv", buffer.getvalue())
+    objective = next((r["objective"] for r in records if r.get("objective")), None)
+    title = f"Sweep summary, best first by {objective['metric']} ({objective['mode']})" if objective else "Sweep summary"
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    atomic_write(sweep_dir / "summary.md", "\n".join(lines) + "\n")
+    return records
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fmt(value: Any) -> str:
+    return "" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _error_text(job_return: Any) -> str | None:
+    value = getattr(job_return, "_return_value", None)
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    return None

@@ -1,0 +1,142 @@
+"""What every litforge LightningModule shares.
+
+The one rule that keeps checkpoints loadable under torch's `weights_only=True` default: hyperparameters are plain
+data (dicts of `_target_` configs, numbers, strings, lists). The net, optimizer, scheduler and loss are built
+*from* those configs inside the module, never passed in as objects. `load_from_checkpoint(path)` therefore needs
+nothing but the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from litforge.errors import CheckpointError, ConfigError
+
+CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
+
+
+def call_partial(cfg: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """Build a `_partial_: true` config (optimizer, scheduler, net) with the arguments only the task knows."""
+    return instantiate({k: v for k, v in cfg.items() if k != "_partial_"}, *args, **kwargs, _convert_="all")
+
+
+def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
+    """Instantiate a `_partial_` net config, completing it with the data's shape (in_channels, num_classes, ...)."""
+    try:
+        return call_partial(net_cfg, **shape)
+    except Exception as exc:  # hydra wraps constructor errors; surface a user error as itself
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise
+
+
+def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+class LitforgeTask(pl.LightningModule):
+    """Optimizer and LR scheduler from configs, checkpoint metadata, and RNG state for exact resume."""
+
+    #: what `datamodule.kind` this task consumes; checked before training so a wrong pair fails early
+    data_kind: str = "image"
+
+    def __init__(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None = None,
+                 run_config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.optimizer_cfg = optimizer
+        self.scheduler_cfg = scheduler or None
+        # the composed run config, stored in checkpoints so eval/predict/export need only the checkpoint path
+        self.run_config = run_config
+
+    # ---- optimisation ---------------------------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        params = trainable_parameters(self)
+        if not params:
+            raise ConfigError("the model has no trainable parameters: check the freezing options of the task")
+        optimizer = call_partial(self.optimizer_cfg, params)
+        if not self.scheduler_cfg:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": self._build_scheduler(optimizer)}
+
+    def _build_scheduler(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Build the scheduler, filling the lengths the config leaves as null from the trainer's run length."""
+        cfg = dict(self.scheduler_cfg or {})
+        interval = cfg.pop("interval", "epoch")
+        monitor = cfg.pop("monitor", None)
+        frequency = cfg.pop("frequency", 1)
+        sched_cfg = dict(cfg.pop("scheduler"))
+        total = self._schedule_length(interval)
+        for key in ("T_max", "total_steps"):  # cosine, onecycle
+            if key in sched_cfg and sched_cfg[key] is None:
+                sched_cfg[key] = total
+        if "max_lr" in sched_cfg and sched_cfg["max_lr"] is None:  # onecycle: peak at the configured lr
+            sched_cfg["max_lr"] = [group["lr"] for group in optimizer.param_groups]
+        scheduler = call_partial(sched_cfg, optimizer)
+        out: dict[str, Any] = {"scheduler": scheduler, "interval": interval, "frequency": frequency}
+        if monitor:
+            out["monitor"] = monitor
+        return out
+
+    def _schedule_length(self, interval: str) -> int:
+        trainer = self.trainer
+        if interval == "step":
+            return max(1, int(trainer.estimated_stepping_batches))
+        if trainer.max_epochs is None or trainer.max_epochs < 0:
+            raise ConfigError("an epoch-based LR schedule needs trainer.max_epochs (or set the schedule length)")
+        return max(1, trainer.max_epochs)
+
+    # ---- checkpoints ----------------------------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        cls = type(self)
+        checkpoint[CHECKPOINT_KEY] = {
+            "task_class": f"{cls.__module__}.{cls.__qualname__}",
+            "run_config": self.run_config,
+            # global RNG state: dropout and augmentation draw from it, so an exact resume needs it back
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get(CHECKPOINT_KEY, {}).get("rng")
+        if rng and self._trainer is not None and self.trainer.state.fn == "fit":
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[LitforgeTask]:
+    """The task class recorded in a checkpoint; only litforge task classes are accepted."""
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict) or "task_class" not in meta:
+        raise CheckpointError(f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
+                              "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)")
+    module_name, _, class_name = meta["task_class"].rpartition(".")
+    if not module_name.startswith("litforge.tasks"):
+        raise CheckpointError(f"{path} names task class {meta['task_class']!r}, which is not a litforge task")
+    cls = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LitforgeTask)):
+        raise CheckpointError(f"{path} names task class {meta['task_class']!r}, which is not a litforge task")
+    return cls
+
+
+def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
+    """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights."""
+    cls = task_class_from_checkpoint(checkpoint, path)
+    hparams = dict(checkpoint.get("hyper_parameters", {}))
+    try:
+        task = cls(**hparams)
+    except TypeError as exc:
+        raise CheckpointError(f"{path} does not match this version of {cls.__name__}: {exc}") from None
+    task.on_load_checkpoint(checkpoint)
+    missing, unexpected = task.load_state_dict(checkpoint["state_dict"], strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: weights do not fit {cls.__name__} (missing: {missing[:3]}, unexpected: "
+                              f"{unexpected[:3]}); was it written by another version of the model?")
+    return task.eval()

@@ -1,0 +1,74 @@
+"""Image classification: any image net × any image datamodule, with torchmetrics accuracy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from litforge.tasks.base import LitforgeTask, build_net
+
+
+class ClassificationTask(LitforgeTask):
+    """Trains `net` on (image, label) batches; logs `{train,val,test}/{loss,acc}`.
+
+    `input_shape`, `num_classes` and `class_names` come from the datamodule (filled in by the training job), so a
+    net config never repeats numbers that the data already knows.
+    """
+
+    def __init__(
+        self,
+        net: dict[str, Any],
+        optimizer: dict[str, Any],
+        input_shape: list[int],
+        num_classes: int,
+        class_names: list[str] | None = None,
+        scheduler: dict[str, Any] | None = None,
+        loss: dict[str, Any] | None = None,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
+        self.save_hyperparameters(ignore=["run_config"])
+        channels, height, width = input_shape
+        self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
+        self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.CrossEntropyLoss()
+        self.class_names = class_names or [str(i) for i in range(num_classes)]
+        self.train_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.net(images)
+
+    def _shared_step(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        images, labels = batch
+        logits = self(images)
+        return self.loss_fn(logits, labels), logits, labels
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        loss, logits, labels = self._shared_step(batch)
+        self.train_acc.update(logits.detach(), labels)
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=len(labels))
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        loss, logits, labels = self._shared_step(batch)
+        self.val_acc.update(logits, labels)
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(labels))
+        self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        loss, logits, labels = self._shared_step(batch)
+        self.test_acc.update(logits, labels)
+        self.log("test/loss", loss, on_epoch=True, batch_size=len(labels))
+        self.log("test/acc", self.test_acc, on_epoch=True)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
+        images = batch[0] if isinstance(batch, (tuple, list)) else batch
+        probs = torch.softmax(self(images).float(), dim=-1)
+        confidence, predicted = probs.max(dim=-1)
+        return {"predicted": predicted, "confidence": confidence}

@@ -1,0 +1,186 @@
+"""The real command line, end to end: train → checkpoint → resume → eval → predict, sweeps, bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY, make_image_folder, read_metrics, run_cli, run_dirs, single_run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> tuple[Path, float, object]:
+    """`python train.py` exactly as the README says, once for the module."""
+    log_dir = tmp_path_factory.mktemp("default") / "logs"
+    start = time.perf_counter()
+    result = run_cli("train.py", log_dir=log_dir)
+    wall = time.perf_counter() - start
+    assert result.returncode == 0, result.output[-3000:]
+    return single_run(log_dir), wall, result
+
+
+def test_default_run_reaches_97_percent_in_under_a_minute(default_run):
+    run_dir, wall, result = default_run
+    metrics = read_metrics(run_dir)["metrics"]
+    assert metrics["test/acc"] >= 0.97, metrics
+    assert wall < 60, f"python train.py took {wall:.1f} s"
+    assert "test/acc" in result.stdout and "tensorboard --logdir" in result.stdout
+
+
+def test_default_run_folder_holds_config_events_checkpoints_and_log(default_run):
+    run_dir, _, _ = default_run
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    assert (run_dir / "train.log").stat().st_size > 0
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt"))
+    assert "last.ckpt" in ckpts and any(name.startswith("epoch") for name in ckpts), ckpts
+    events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set(EventAccumulator(str(run_dir / "tensorboard")).Reload().Tags()["scalars"])  # every events file
+    assert {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc"} <= tags, tags
+    assert any(tag.startswith("lr-") for tag in tags), tags
+
+
+def test_checkpoints_load_with_weights_only_and_hold_plain_hparams(default_run):
+    run_dir, _, _ = default_run
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["hyper_parameters"]["net"]["_target_"] == "litforge.models.mlp.MLP"
+    assert ckpt["litforge"]["run_config"]["model"]["_target_"] == "litforge.models.mlp.MLP"
+
+
+def test_eval_reports_the_training_runs_test_accuracy(default_run, tmp_path):
+    run_dir, _, _ = default_run
+    best = read_metrics(run_dir)["best_checkpoint"]
+    result = run_cli("eval.py", f"ckpt_path={best}", log_dir=tmp_path / "logs")
+    assert result.returncode == 0, result.output[-3000:]
+    evaluated = read_metrics(single_run(tmp_path / "logs", "eval"))["metrics"]
+    assert evaluated["test/acc"] == pytest.approx(read_metrics(run_dir)["metrics"]["test/acc"], abs=1e-6)
+
+
+def test_predict_writes_predictions_for_the_test_split_and_for_image_files(default_run, tmp_path):
+    run_dir, _, _ = default_run
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    out = tmp_path / "test_split.csv"
+    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"output={out}", log_dir=tmp_path / "logs")
+    assert result.returncode == 0, result.output[-3000:]
+    lines = out.read_text().splitlines()
+    assert lines[0] == "input,predicted,class_name,confidence,label" and len(lines) == 1 + 359
+    correct = sum(row.split(",")[1] == row.split(",")[4] for row in lines[1:])
+    assert correct / 359 >= 0.95
+
+    images = make_image_folder(tmp_path / "new", classes=("a",), per_class=3, size=(16, 16))
+    out = tmp_path / "images.csv"
+    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"input={images}", f"output={out}",
+                     log_dir=tmp_path / "logs")
+    assert result.returncode == 0, result.output[-3000:]
+    rows = out.read_text().splitlines()
+    assert len(rows) == 4 and rows[1].startswith(str(images / "a" / "000.png"))
+
+
+def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+def test_resume_after_epoch_k_ends_with_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    common = [*TINY, "trainer.max_epochs=4", "callbacks.early_stopping=null", "trainer.limit_train_batches=6"]
+    full = run_cli("train.py", *common, log_dir=tmp_path / "full")
+    assert full.returncode == 0, full.output[-3000:]
+    # "interrupted" after epoch 2: the same config (same LR schedule), stopped by a step limit
+    part = run_cli("train.py", *common, "trainer.max_steps=12", log_dir=tmp_path / "part")
+    assert part.returncode == 0, part.output[-3000:]
+    last = single_run(tmp_path / "part") / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+    resumed = run_cli("train.py", *common, f"ckpt_path={last}", log_dir=tmp_path / "resumed")
+    assert resumed.returncode == 0, resumed.output[-3000:]
+
+    expected, got = _final_weights(single_run(tmp_path / "full")), _final_weights(single_run(tmp_path / "resumed"))
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    full_ckpt = torch.load(single_run(tmp_path / "full") / "checkpoints" / "last.ckpt", weights_only=True)
+    resumed_ckpt = torch.load(single_run(tmp_path / "resumed") / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (full_ckpt["epoch"], full_ckpt["global_step"]) == (resumed_ckpt["epoch"], resumed_ckpt["global_step"])
+    assert full_ckpt["lr_schedulers"] == resumed_ckpt["lr_schedulers"]
+    assert full_ckpt["optimizer_states"][0]["state"][0]["exp_avg"].equal(
+        resumed_ckpt["optimizer_states"][0]["state"][0]["exp_avg"])
+
+
+def test_same_seed_gives_bit_identical_runs(tmp_path):
+    args = [*TINY, "trainer.deterministic=true", "seed=7"]
+    for name in ("a", "b"):
+        assert run_cli("train.py", *args, log_dir=tmp_path / name).returncode == 0
+    a, b = _final_weights(single_run(tmp_path / "a")), _final_weights(single_run(tmp_path / "b"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    c_dir = tmp_path / "c"
+    assert run_cli("train.py", *TINY, "trainer.deterministic=true", "seed=8", log_dir=c_dir).returncode == 0
+    c = _final_weights(single_run(c_dir))
+    assert not all(torch.equal(a[k], c[k]) for k in a), "a different seed must change the result"
+
+
+def test_multirun_writes_one_folder_per_job_and_a_ranked_summary(tmp_path):
+    log_dir = tmp_path / "logs"
+    result = run_cli("train.py", *TINY, "optimizer.lr=0.01,0.001", "model=mlp,cnn", log_dir=log_dir,
+                     extra_args=("-m",))
+    assert result.returncode == 0, result.output[-3000:]
+    sweeps = list((log_dir / "train" / "multiruns").glob("*"))
+    assert len(sweeps) == 1
+    jobs = sorted(p for p in sweeps[0].iterdir() if p.is_dir() and p.name.isdigit())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    assert all((job / "metrics.json").exists() and (job / "checkpoints" / "last.ckpt").exists() for job in jobs)
+    summary = (sweeps[0] / "summary.csv").read_text().splitlines()
+    assert len(summary) == 5 and "val/acc" in summary[0]
+    col = summary[0].split(",").index("val/acc")
+    values = [float(line.split(",")[col]) for line in summary[1:]]
+    assert values == sorted(values, reverse=True), "best first"
+    overrides = {" ".join(line.split(",")[2].split()[-2:]) for line in summary[1:]}
+    assert overrides == {f"optimizer.lr={lr} model={m}" for lr in ("0.01", "0.001") for m in ("mlp", "cnn")}
+    assert (sweeps[0] / "summary.md").read_text().startswith("# Sweep summary")
+
+
+def test_runs_started_in_the_same_second_get_different_folders(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    cmd = [sys.executable, str(ROOT / "train.py"), f"paths.log_dir={tmp_path}", "debug=fdr", "print_config=false",
+           "task_name=train"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    assert len(run_dirs(tmp_path)) == 2
+
+
+@pytest.mark.parametrize(("algorithm", "clip"), [("norm", 0.01), ("value", 0.001)])
+def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, clip: float, compose_cfg):
+    """Plain SGD at lr=1 makes the first update equal to the (clipped) gradient, so clipping shows in the weights."""
+    import pytorch_lightning as pl
+    from hydra.utils import instantiate
+
+    from litforge.builders import build_task
+    from litforge.train import train
+
+    def update(*overrides: str) -> torch.Tensor:
+        cfg = compose_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0", "optimizer.nesterov=false",
+                          "optimizer.weight_decay=0", "scheduler=none", "model.dropout=0", "trainer.max_steps=1",
+                          "trainer.limit_val_batches=0", "callbacks.early_stopping=null",
+                          "callbacks.progress_bar=null", "logger=[]", "test_after_training=false", *overrides)
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)
+        before = build_task(cfg, instantiate(cfg.data).describe()).state_dict()
+        after = torch.load(train(cfg)["last_checkpoint"], weights_only=True)["state_dict"]
+        return torch.cat([(after[k] - before[k]).flatten() for k in before if k.startswith("net.")])
+
+    free = update()
+    clipped = update(f"trainer.gradient_clip_val={clip}", f"trainer.gradient_clip_algorithm={algorithm}")
+    if algorithm == "norm":
+        assert free.norm() > 10 * clip
+        assert clipped.norm() == pytest.approx(clip, rel=1e-3)
+    else:
+        assert free.abs().max() > 10 * clip
+        assert clipped.abs().max() == pytest.approx(clip, rel=1e-4)

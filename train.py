@@ -1,0 +1,19 @@
+"""Train a model: `python train.py [group=option ...] [key=value ...]` (see `python train.py --help`)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from litforge import cli
+
+
+@hydra.main(config_path="conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from litforge.train import train
+
+    result = cli.run_job(train, cfg)
+    cli.print_summary("train: final metrics", result)
+    return result["objective"]["value"]  # what a sweeper (Optuna) optimises
+
+
+if __name__ == "__main__":
+    main()
