@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 
@@ -15,21 +16,26 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory) -> tuple[Path, float, object]:
-    """`python train.py` exactly as the README says, once for the module."""
+def default_run(tmp_path_factory) -> tuple[Path, tuple[float, float], object]:
+    """`python train.py` exactly as the README says, once for the module; returns (run dir, (wall, cpu) s, result)."""
     log_dir = tmp_path_factory.mktemp("default") / "logs"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = run_cli("train.py", log_dir=log_dir)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert result.returncode == 0, result.output[-3000:]
-    return single_run(log_dir), wall, result
+    return single_run(log_dir), (wall, cpu), result
 
 
 def test_default_run_reaches_97_percent_in_under_a_minute(default_run):
-    run_dir, wall, result = default_run
+    run_dir, (wall, cpu), result = default_run
     metrics = read_metrics(run_dir)["metrics"]
     assert metrics["test/acc"] >= 0.97, metrics
-    assert wall < 60, f"python train.py took {wall:.1f} s"
+    # CPU seconds (all threads, startup included) bound the wall time on an idle 2-core machine, and unlike wall
+    # time they do not grow when other work shares the machine (measured idle: 7-8 s wall, ~9 s CPU)
+    assert cpu < 60, f"python train.py used {cpu:.1f} s of CPU ({wall:.1f} s wall)"
     assert "test/acc" in result.stdout and "tensorboard --logdir" in result.stdout
 
 
