@@ -29,6 +29,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpoints import load_checkpoint
     from litforge.tasks.base import task_class_from_checkpoint
 
+    from litforge.parallel import launch
+
+    launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
