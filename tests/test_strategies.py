@@ -131,8 +131,8 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_inside_a_multirun_keeps_one_folder_per_job(tmp_path: Path):
-    result = run_cli("train.py", "-m", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2",
-                     "seed=1,2", log_dir=tmp_path, timeout=400)
+    result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2", "seed=1,2",
+                     log_dir=tmp_path, timeout=400, extra_args=("-m",))
     assert result.returncode == 0, result.output[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()  # the ranks started no sweep of their own
     assert not (tmp_path / "train" / "runs").exists()
@@ -245,8 +245,8 @@ def test_two_nodes_with_torchrun_share_one_run(tmp_path: Path):
 
 @pytest.mark.slow
 def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
-    result = run_cli("train.py", "-m", "hydra/launcher=local", *TINY, *QUIET, "trainer.max_epochs=1", "seed=1,2",
-                     log_dir=tmp_path, timeout=300)
+    result = run_cli("train.py", "hydra/launcher=local", *TINY, *QUIET, "trainer.max_epochs=1", "seed=1,2",
+                     log_dir=tmp_path, timeout=300, extra_args=("-m",))
     assert result.returncode == 0, result.output[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     for job in ("0", "1"):
