@@ -96,6 +96,14 @@ def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
         build_trainer(instantiate_group("trainer", cfg.trainer), strategy=build_strategy(cfg.strategy), logger=False)
 
 
+def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
+    from litforge.errors import ConfigError
+    from litforge.train import build_trainer
+
+    with pytest.raises(ConfigError, match="sync_batchnorm"):
+        build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
+
+
 def test_slurm_trainer_requeues_and_launcher_configs_compose(compose_cfg):
     from hydra.utils import instantiate
     from lightning_fabric.plugins.environments import SLURMEnvironment

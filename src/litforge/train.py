@@ -80,7 +80,7 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
     try:
-        return pl.Trainer(**trainer_kwargs, **kwargs)
+        trainer = pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
         raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
                           "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
@@ -88,6 +88,11 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid trainer settings: {exc}") from None
+    if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
+        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
+        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
+                          "drop it for CPU runs")
+    return trainer
 
 
 def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:
