@@ -27,9 +27,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
 
     from litforge.checkpoints import load_checkpoint
-    from litforge.tasks.base import task_class_from_checkpoint
-
     from litforge.parallel import launch
+    from litforge.tasks.base import task_class_from_checkpoint
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
