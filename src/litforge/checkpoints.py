@@ -27,7 +27,15 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
             hint = f" Checkpoints in {parent}: {', '.join(found)}." if found else f" {parent} holds no .ckpt files."
         raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
     if file.is_dir():
-        raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
+        from litforge.parallel.consolidate import consolidate, consolidated_path, is_distributed_checkpoint
+
+        if is_distributed_checkpoint(file):  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
+            merged = consolidated_path(file)
+            if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
+                consolidate(file, merged)
+            file = merged
+        else:
+            raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
     if file.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
                               "use an earlier checkpoint of that run")

@@ -26,6 +26,12 @@ def _register_resolvers() -> None:
     # DDP ranks) sees the same value.
     if not OmegaConf.has_resolver("uid"):
         OmegaConf.register_new_resolver("uid", lambda: secrets.token_hex(3), use_cache=True)
+    # Only rank 0 writes the run's log file and .hydra/ folder; other ranks of a DDP/FSDP job get the null device /
+    # no folder (hydra/default.yaml), so several processes never write the same files.
+    if not OmegaConf.has_resolver("rank_zero_path"):
+        OmegaConf.register_new_resolver("rank_zero_path", lambda path: path if is_rank_zero() else os.devnull)
+    if not OmegaConf.has_resolver("rank_zero_only"):
+        OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
 
 
 _register_resolvers()
@@ -33,10 +39,11 @@ _register_resolvers()
 
 def is_rank_zero() -> bool:
     """Rank as set by torchrun/SLURM/Lightning's launcher, known before any process group exists."""
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+    for var in ("RANK", "SLURM_PROCID"):
         if var in os.environ:
             return int(os.environ[var]) == 0
-    return True
+    # Lightning's own launcher sets only the local rank (and the node rank on multi-node runs)
+    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
 
 
 def in_multirun() -> bool:
@@ -53,11 +60,14 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
     """
     from omegaconf.errors import OmegaConfBaseException
 
+    from litforge.parallel.launch import launched_ranks_cleaned_up
+
     quiet_library_chatter()
     try:
         if cfg.get("print_config", False) and is_rank_zero():
             print_config(cfg)
-        return job(cfg)
+        with launched_ranks_cleaned_up():
+            return job(cfg)
     except (LitforgeError, OmegaConfBaseException) as exc:
         if in_multirun():
             raise

@@ -27,8 +27,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
 
     from litforge.checkpoints import load_checkpoint
+    from litforge.parallel import launch
     from litforge.tasks.base import task_class_from_checkpoint
 
+    launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
@@ -77,7 +79,7 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
     try:
-        return pl.Trainer(**trainer_kwargs, **kwargs)
+        trainer = pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
         raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
                           "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
@@ -85,6 +87,11 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid trainer settings: {exc}") from None
+    if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
+        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
+        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
+                          "drop it for CPU runs")
+    return trainer
 
 
 def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:

@@ -94,14 +94,16 @@ class ImageDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> InMemoryLoader:
         trainer = self.trainer
+        # the data-parallel replicas, not all processes: tensor-parallel ranks of one replica must see the same batch
+        replicas = trainer.distributed_sampler_kwargs if trainer is not None else None
         return InMemoryLoader(
             self._splits[split],
             batch_size=self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             drop_last=False,
             seed=self.shuffle_seed,
-            rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1,
+            rank=replicas["rank"] if replicas else 0,
+            world_size=replicas["num_replicas"] if replicas else 1,
         )
 
     def train_dataloader(self) -> InMemoryLoader:

@@ -42,5 +42,9 @@ class CNN(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(c_in, num_classes)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units (litforge.parallel): each conv-BN-ReLU block."""
+        return [block for block in self.features if isinstance(block, nn.Sequential)]
+
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.dropout(self.pool(self.features(x))))

@@ -33,5 +33,9 @@ class MLP(nn.Module):
         layers.append(nn.Linear(width, num_classes))
         self.net = nn.Sequential(*layers)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units (litforge.parallel): each Linear layer."""
+        return [layer for layer in self.net if isinstance(layer, nn.Linear)]
+
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)

@@ -99,5 +99,9 @@ class ResNet(nn.Module):
         head = {id(p) for p in self.head_parameters()}
         return (p for p in self.parameters() if id(p) not in head)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units (litforge.parallel): the four residual stages."""
+        return [self.net.layer1, self.net.layer2, self.net.layer3, self.net.layer4]
+
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)

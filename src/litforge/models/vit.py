@@ -118,6 +118,10 @@ class VisionTransformer(nn.Module):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units (litforge.parallel): the transformer blocks."""
+        return list(self.blocks)
+
     def forward(self, x: Tensor) -> Tensor:
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, num_patches, dim)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)

@@ -41,6 +41,26 @@ def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
+LR_SCALING = ("none", "linear", "sqrt")
+
+
+def scale_learning_rate(optimizer: torch.optim.Optimizer, scaling: str, replicas: int) -> None:
+    """Multiply every group's lr by the number of data-parallel replicas (`linear`) or its square root (`sqrt`).
+
+    N replicas average gradients over an N-times larger global batch; the linear rule (Goyal et al. 2017, and
+    Horovod's `lr * hvd.size()`) keeps the per-sample step size. `sqrt` keeps the gradient noise scale (Krizhevsky 2014);
+    it suits adaptive optimizers better.
+    """
+    if scaling not in LR_SCALING:
+        raise ConfigError(f"optimizer.lr_scaling={scaling!r} is not one of {', '.join(LR_SCALING)}")
+    factor = {"none": 1.0, "linear": float(replicas), "sqrt": float(replicas) ** 0.5}[scaling]
+    if factor != 1.0:
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+            if "initial_lr" in group:
+                group["initial_lr"] *= factor
+
+
 class LitforgeTask(pl.LightningModule):
     """Optimizer and LR scheduler from configs, checkpoint metadata, and RNG state for exact resume."""
 
@@ -60,10 +80,33 @@ class LitforgeTask(pl.LightningModule):
         params = trainable_parameters(self)
         if not params:
             raise ConfigError("the model has no trainable parameters: check the freezing options of the task")
-        optimizer = call_partial(self.optimizer_cfg, params)
+        optimizer_cfg = dict(self.optimizer_cfg)
+        scaling = optimizer_cfg.pop("lr_scaling", None) or "none"
+        optimizer = call_partial(optimizer_cfg, params)
+        scale_learning_rate(optimizer, scaling, self._data_parallel_size())
         if not self.scheduler_cfg:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self._build_scheduler(optimizer)}
+
+    def _data_parallel_size(self) -> int:
+        """Model replicas that each see different data (DDP ranks; the data-parallel part of an FSDP/TP mesh)."""
+        trainer = self._trainer
+        sampler = trainer.distributed_sampler_kwargs if trainer is not None else None
+        return int(sampler["num_replicas"]) if sampler else 1
+
+    def configure_model(self) -> None:
+        """Shard the net over the device mesh (only under ModelParallelStrategy: strategy=fsdp, tp, fsdp_tp).
+
+        Lightning calls this hook before building optimizers, and also from `load_from_checkpoint` with no mesh.
+        """
+        if self.device_mesh is None:
+            return
+        net = getattr(self, "net", None)
+        if not isinstance(net, nn.Module):
+            raise ConfigError(f"{type(self).__name__} keeps no `net` to shard: use strategy=ddp for this task")
+        from litforge.parallel.plans import shard
+
+        shard(net, self.device_mesh)
 
     def _build_scheduler(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Build the scheduler, filling the lengths the config leaves as null from the trainer's run length."""

@@ -58,13 +58,13 @@ class ClassificationTask(LitforgeTask):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         loss, logits, labels = self._shared_step(batch)
         self.val_acc.update(logits, labels)
-        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(labels))
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(labels), sync_dist=True)
         self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         loss, logits, labels = self._shared_step(batch)
         self.test_acc.update(logits, labels)
-        self.log("test/loss", loss, on_epoch=True, batch_size=len(labels))
+        self.log("test/loss", loss, on_epoch=True, batch_size=len(labels), sync_dist=True)
         self.log("test/acc", self.test_acc, on_epoch=True)
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:

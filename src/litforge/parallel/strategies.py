@@ -1,0 +1,65 @@
+"""Two small subclasses of Lightning strategies, each fixing one thing the stock class cannot do here.
+
+- :class:`ModelParallel`: Lightning's `ModelParallelStrategy` reads `data_parallel_size: auto` as "the number of
+  nodes", so FSDP over 2 processes on one machine would need the size spelled out. Here `auto` fills whatever the
+  other dimension leaves of the world size, so `strategy=fsdp trainer.devices=N` works for any N.
+- :class:`LocalSGD`: post-local SGD (Lin et al. 2020, "Don't use large mini-batches, use local SGD"): synchronous
+  DDP for `warmup_steps`, then every rank steps on its own gradients and the models are averaged every `period`
+  steps. Lightning's `DDPStrategy` supports this only on CUDA: it registers DDP communication hooks only for CUDA
+  devices (silently dropping them otherwise) and torch's default post-local state builds per-node subgroups from
+  the CUDA device count. This subclass registers the hook on any device and makes the post-warm-up steps purely
+  local, which is what lets it run (and be tested) on CPU with gloo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
+
+
+class ModelParallel(ModelParallelStrategy):
+    """`ModelParallelStrategy` whose `auto` sizes fill the world: dp = world / tp, tp = world / dp."""
+
+    strategy_name = "litforge_model_parallel"
+
+    def setup_environment(self) -> None:
+        world = self.num_processes * self.num_nodes
+        dp, tp = self._data_parallel_size, self._tensor_parallel_size
+        if dp == "auto" and tp != "auto":
+            self._data_parallel_size = max(1, world // int(tp))
+        elif tp == "auto" and dp != "auto":
+            self._tensor_parallel_size = max(1, world // int(dp))
+        super().setup_environment()
+
+
+class LocalSGD(DDPStrategy):
+    """DDP with post-local-SGD model averaging every `period` optimizer steps, after `warmup_steps` synchronous ones."""
+
+    strategy_name = "litforge_local_sgd"
+
+    def __init__(self, period: int = 4, warmup_steps: int = 0, **kwargs: Any) -> None:
+        if period < 1:
+            raise ValueError(f"strategy.period must be >= 1 (optimizer steps between model averages), got {period}")
+        super().__init__(model_averaging_period=period, **kwargs)
+        self.warmup_steps = warmup_steps
+
+    def setup_distributed(self) -> None:
+        super().setup_distributed()
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
+            PostLocalSGDState,
+            post_localSGD_hook,
+        )
+
+        # post_local_gradient_allreduce=False: after warm-up each rank uses its own gradients (no per-node subgroup,
+        # which torch would size from the CUDA device count); the averager below is then the only communication.
+        self._ddp_comm_state = PostLocalSGDState(process_group=None, subgroup=None,
+                                                 start_localSGD_iter=self.warmup_steps,
+                                                 post_local_gradient_allreduce=False)
+        self._ddp_comm_hook = post_localSGD_hook
+
+    def _register_ddp_hooks(self) -> None:
+        from pytorch_lightning.overrides.distributed import _register_ddp_comm_hook
+
+        _register_ddp_comm_hook(model=self.model, ddp_comm_state=self._ddp_comm_state,
+                                ddp_comm_hook=self._ddp_comm_hook, ddp_comm_wrapper=self._ddp_comm_wrapper)

@@ -1,0 +1,262 @@
+"""Strategies (conf/strategy/): unit tests of the plans and options, and real multi-process runs on CPU with gloo.
+
+The multi-process tests run the real CLI (Lightning re-launches the script per rank) on tiny models; probes from
+tests/dist_probes.py record what each rank saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY, read_metrics, run_cli, run_dirs, single_run
+
+TINY_VIT = ["model=vit", "model.dim=32", "model.depth=2", "model.heads=2", "model.patch_size=4"]
+QUIET = ["trainer=cpu", "callbacks.model_summary=null", "logger=csv"]
+
+
+def _probe(out: Path) -> list[str]:
+    return ["+callbacks.probe._target_=tests.dist_probes.Record", f"+callbacks.probe.out={out}"]
+
+
+def _ranks(out: Path, n: int) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- fast: no extra processes -------------------------------------------------------------------------------------
+def test_lr_scaling_by_data_parallel_replicas():
+    from litforge.errors import ConfigError
+    from litforge.tasks.base import scale_learning_rate
+
+    for scaling, expected in (("none", 0.1), ("linear", 0.4), ("sqrt", 0.2)):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        scale_learning_rate(opt, scaling, replicas=4)
+        assert opt.param_groups[0]["lr"] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="lr_scaling"):
+        scale_learning_rate(opt, "quadratic", replicas=4)
+
+
+def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
+    from litforge.errors import ConfigError
+    from litforge.models.cnn import CNN
+    from litforge.models.mlp import MLP
+    from litforge.models.resnet import ResNet
+    from litforge.models.vit import VisionTransformer
+    from litforge.parallel.plans import apply_tensor_parallel, sharding_units, transformer_blocks
+
+    shape = {"in_channels": 1, "image_size": (8, 8), "num_classes": 10}
+    nets = {"mlp": MLP(**shape), "cnn": CNN(**shape), "resnet": ResNet(**shape), "vit": VisionTransformer(**shape)}
+    expected_units = {"mlp": 3, "cnn": 4, "resnet": 4, "vit": 4}
+    for name, net in nets.items():
+        units = sharding_units(net)
+        assert len(units) == expected_units[name], name
+        assert all(any(True for _ in u.parameters()) for u in units)
+    assert len(transformer_blocks(nets["vit"])) == 4
+    with pytest.raises(ConfigError, match="transformer"):
+        apply_tensor_parallel(nets["mlp"], mesh=None)
+
+
+def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
+    from litforge.cli import is_rank_zero
+    from litforge.parallel.launch import config_flags
+
+    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert is_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("NODE_RANK", "1")  # Lightning's launcher on the second node
+    assert not is_rank_zero()
+    monkeypatch.setenv("RANK", "0")  # torchrun's global rank wins
+    assert is_rank_zero()
+    assert config_flags(["-m", "--config-name", "x", "seed=1", "-cp=conf"]) == ["--config-name", "x", "-cp=conf"]
+
+
+def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
+    from litforge.builders import build_strategy, instantiate_group
+    from litforge.errors import ConfigError
+    from litforge.train import build_trainer
+
+    cfg = compose_cfg("strategy=tpu")
+    assert cfg.trainer.accelerator == "tpu" and cfg.trainer.devices == 8 and cfg.strategy.name == "xla"
+    with pytest.raises(ConfigError, match="torch_xla"):
+        build_trainer(instantiate_group("trainer", cfg.trainer), strategy=build_strategy(cfg.strategy), logger=False)
+
+
+def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
+    from litforge.errors import ConfigError
+    from litforge.train import build_trainer
+
+    with pytest.raises(ConfigError, match="sync_batchnorm"):
+        build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
+
+
+def test_slurm_trainer_requeues_and_launcher_configs_compose(compose_cfg):
+    from hydra.utils import instantiate
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
+    cfg = compose_cfg("trainer=slurm")
+    (plugin,) = instantiate(cfg.trainer.plugins)
+    assert isinstance(plugin, SLURMEnvironment) and plugin.auto_requeue
+
+
+# ---- multi-process runs -------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path):
+    """Real `strategy=ddp`: one run folder, one set of checkpoints, rank-0-only files, and DDP's weights == 1 process."""
+    common = [*TINY, *QUIET, "model.dropout=0.0", "callbacks.early_stopping=null", "trainer.max_epochs=1"]
+    single = run_cli("train.py", *common, "data.batch_size=32", log_dir=tmp_path / "one", timeout=300)
+    assert single.returncode == 0, single.output[-3000:]
+    ddp = run_cli("train.py", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=16",
+                  log_dir=tmp_path / "ddp", timeout=300)
+    assert ddp.returncode == 0, ddp.output[-3000:]
+
+    run = single_run(tmp_path / "ddp")  # exactly one run folder
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", "checkpoints", "csv", "metrics.json", "train.log"]
+    assert len(list((run / "checkpoints").glob("epoch*.ckpt"))) == 1 and (run / "checkpoints" / "last.ckpt").is_file()
+    assert "test/acc" in read_metrics(run)["metrics"]
+    weights = [torch.load(single_run(tmp_path / d) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+               for d in ("one", "ddp")]
+    assert weights[0].keys() == weights[1].keys()
+    for key in weights[0]:
+        torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ddp_inside_a_multirun_keeps_one_folder_per_job(tmp_path: Path):
+    result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2", "seed=1,2",
+                     log_dir=tmp_path, timeout=400, extra_args=("-m",))
+    assert result.returncode == 0, result.output[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()  # the ranks started no sweep of their own
+    assert not (tmp_path / "train" / "runs").exists()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    for job in ("0", "1"):
+        assert "test/acc" in read_metrics(sweep / job)["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_rank_that_raises_ends_the_whole_job_quickly(tmp_path: Path):
+    start = time.time()
+    result = run_cli("train.py", *TINY, *QUIET, "strategy=ddp", "trainer.devices=2",
+                     "+callbacks.fault._target_=tests.dist_probes.RaiseOnRank", f"+callbacks.fault.out={tmp_path}",
+                     log_dir=tmp_path / "logs", timeout=300)
+    ended = time.time()
+    assert result.returncode != 0
+    raised_at = float((tmp_path / "raised_at").read_text())
+    assert start < raised_at < ended and ended - raised_at < 60, f"job ended {ended - raised_at:.0f} s after the error"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path: Path):
+    """FSDP2 over 2 ranks: each holds ~half the elements, loss falls, the merged file predicts like the sharded model;
+    the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load)."""
+    from litforge.checkpoints import load_checkpoint
+    from litforge.tasks.base import restore_task
+
+    common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
+    fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",
+                   log_dir=tmp_path / "logs", timeout=300)
+    assert fsdp.returncode == 0, fsdp.output[-3000:]
+    ranks = _ranks(tmp_path / "fsdp", 2)
+    for rank in ranks:
+        assert 0.4 < rank["local_numel"] / rank["total_numel"] < 0.6
+    losses = ranks[0]["losses"]
+    assert sum(losses[-3:]) < sum(losses[:3]), losses
+
+    run = single_run(tmp_path / "logs")
+    last = run / "checkpoints" / "last.ckpt"
+    assert (last / ".metadata").is_file()  # a sharded folder, one file per rank
+    task = restore_task(load_checkpoint(last), str(last))  # what eval/predict do: merge the shards, load
+    assert (run / "checkpoints" / "last.consolidated.ckpt").is_file()
+    inputs = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(task(inputs), torch.tensor(ranks[0]["logits"]), atol=1e-5, rtol=1e-5)
+
+    tp = run_cli("train.py", *common, "strategy=tp", f"ckpt_path={last}", "trainer.max_epochs=3",
+                 *_probe(tmp_path / "tp"), log_dir=tmp_path / "resumed", timeout=300)
+    assert tp.returncode == 0, tp.output[-3000:]
+    resumed = _ranks(tmp_path / "tp", 2)
+    assert len(resumed[0]["losses"]) == 6  # only the third epoch ran: epochs 1-2 came from the checkpoint
+    assert resumed[0]["local_numel"] < resumed[0]["total_numel"]  # attention/MLP weights split across the 2 ranks
+    assert resumed[0]["losses"] == pytest.approx(resumed[1]["losses"])  # TP ranks compute one model on one batch
+    assert "test/acc" in read_metrics(single_run(tmp_path / "resumed"))["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_2d_data_and_tensor_parallel_on_4_processes(tmp_path: Path):
+    result = run_cli("train.py", *TINY, *QUIET, *TINY_VIT, "strategy=fsdp_tp", "trainer.devices=4",
+                     "trainer.max_epochs=1", *_probe(tmp_path / "probe"), log_dir=tmp_path / "logs", timeout=400)
+    assert result.returncode == 0, result.output[-3000:]
+    ranks = _ranks(tmp_path / "probe", 4)
+    for rank in ranks:  # ~1/4 of the blocks (split 2 ways by TP, then 2 ways by FSDP), embeddings/head 1/2 by FSDP
+        assert rank["local_numel"] / rank["total_numel"] < 0.35
+    # ranks 0,1 form one tensor-parallel group (same batch), 2,3 the other (the other half of the global batch)
+    assert ranks[0]["losses"] == pytest.approx(ranks[1]["losses"]) and ranks[2]["losses"] == pytest.approx(ranks[3]["losses"])
+    assert ranks[0]["losses"] != pytest.approx(ranks[2]["losses"])
+    assert "test/acc" in read_metrics(single_run(tmp_path / "logs"))["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_local_sgd_ranks_drift_between_averages_and_meet_at_each(tmp_path: Path):
+    period = 3
+    result = run_cli("train.py", *TINY, *QUIET, "strategy=local_sgd", f"strategy.period={period}", "trainer.devices=2",
+                     "trainer.max_epochs=1", "trainer.limit_train_batches=7", "model.dropout=0.0",
+                     *_probe(tmp_path / "probe"), log_dir=tmp_path / "logs", timeout=300)
+    assert result.returncode == 0, result.output[-3000:]
+    a, b = (rank["fingerprints"] for rank in _ranks(tmp_path / "probe", 2))
+    assert len(a) == 7
+    for step, (x, y) in enumerate(zip(a, b)):
+        averaged = step % period == 0  # torch's PeriodicModelAverager averages at its steps 0, period, 2*period, ...
+        assert (abs(x - y) < 1e-6 * max(1.0, abs(x))) == averaged, (step, x, y)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_nodes_with_torchrun_share_one_run(tmp_path: Path):
+    """Two torchrun launchers (one per simulated node) on the loopback address; the run folder is given explicitly."""
+    port = _free_port()
+    run_dir = tmp_path / "logs" / "train" / "runs" / "two-nodes"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
+         "--master-addr=127.0.0.1", f"--master-port={port}", str(ROOT / "train.py"), *TINY, *QUIET,
+         "trainer.max_epochs=1", "strategy=ddp", "trainer.num_nodes=2", "trainer.devices=1",
+         f"paths.log_dir={tmp_path / 'logs'}", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert run_dirs(tmp_path / "logs") == [run_dir]
+    metrics = read_metrics(run_dir)
+    assert "test/acc" in metrics["metrics"]
+    assert "world_size" not in metrics  # sanity: metrics.json written once, by global rank 0
+    assert sorted(p.name for p in run_dir.iterdir()) == [".hydra", "checkpoints", "csv", "metrics.json", "train.log"]
+
+
+@pytest.mark.slow
+def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
+    result = run_cli("train.py", "hydra/launcher=local", *TINY, *QUIET, "trainer.max_epochs=1", "seed=1",
+                     log_dir=tmp_path, timeout=300, extra_args=("-m",))
+    assert result.returncode == 0, result.output[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    assert "test/acc" in read_metrics(sweep / "0")["metrics"]
+    assert list(sweep.glob(".submitit/*/*_result.pkl"))  # the job really went through submitit
+    assert (sweep / "summary.csv").is_file()
