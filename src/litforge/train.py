@@ -17,7 +17,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, to_plain
-from litforge.errors import ConfigError
+from litforge.errors import ConfigError, TrainingStopped
+from litforge.preflight import check_folder
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +31,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.tasks.base import task_class_from_checkpoint
 
     output_dir = Path(cfg.paths.output_dir)
+    check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate_group("data", cfg.data)
     task = build_task(cfg, datamodule.describe())
     check_compatible(task, datamodule, cfg)
 
-    ckpt_path = cfg.get("ckpt_path")
+    ckpt_path = starting_checkpoint(cfg)
     if ckpt_path:
         checkpoint = load_checkpoint(ckpt_path)
         check_resumable(checkpoint, ckpt_path, type(task), task_class_from_checkpoint(checkpoint, ckpt_path), cfg)
@@ -49,7 +51,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = build_trainer(trainer_kwargs, strategy=build_strategy(cfg.get("strategy")), callbacks=callbacks,
                             logger=loggers or False)
 
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
@@ -69,6 +71,42 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def starting_checkpoint(cfg: DictConfig) -> str | None:
+    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.resume)."""
+    from litforge import resume
+    from litforge.cli import in_multirun
+
+    value = cfg.get("resume") or ("auto" if cfg.get("ckpt_path") == "last" else None)
+    if not value:
+        return cfg.get("ckpt_path")
+    if cfg.get("ckpt_path") not in (None, "last"):
+        raise ConfigError(f"pass either resume={value} or ckpt_path=<file>, not both")
+    if in_multirun():
+        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead")
+    found = resume.resolve(str(value), cfg.paths.log_dir, str(cfg.task_name))
+    if found is None:
+        log.info("resume=%s: no interrupted run found, starting a new one", value)
+        return None
+    return str(found[1])
+
+
+def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None, output_dir: Path) -> None:
+    """`trainer.fit`; SIGTERM (after the on-signal checkpoint is saved) ends the run with how to resume it."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException:
+        saved = next((cb.saved_path for cb in trainer.callbacks if getattr(cb, "saved_path", None)), None)
+        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+        raise TrainingStopped(
+            f"stopped by SIGTERM {where}; "
+            + (f"saved {saved}. Continue with: python train.py resume={output_dir}" if saved else
+               "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
+            exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
+        ) from None
 
 
 def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
