@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 from pytorch_lightning.callbacks import Callback
@@ -21,6 +22,7 @@ class SignalAt(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
+            print(f"FAULT {self.signal} rank {trainer.global_rank} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), getattr(signal, self.signal))
 
 

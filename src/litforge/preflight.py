@@ -62,10 +62,14 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides  # Hydra reports syntax errors itself
     if any(o.is_sweep_override() for o in parsed):
         return overrides
-    cfg = _compose(conf_dir, config_name, [o.input_line for o in parsed if not _is_hydra(o)])
+    # one composition with the group choices (the defaults of every key), then the key=value overrides on a copy
+    groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
+    values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
+    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
+    cfg = _apply(baseline, values) if baseline is not None else None
     if cfg is None:
         return overrides  # an unknown option or key: Hydra's message names it and the available choices
-    check_value_types(conf_dir, config_name, parsed, cfg)
+    check_value_types(baseline, cfg, values)
     paths = cfg.get("paths") or {}
     if paths.get("log_dir"):
         check_folder(Path(str(paths.log_dir)), float(paths.get("min_free_mb") or 0), key="paths.log_dir")
@@ -75,17 +79,11 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
 
 
 # ---- value types ---------------------------------------------------------------------------------------------------
-def check_value_types(conf_dir: Path, config_name: str, parsed: list[Any], cfg: DictConfig) -> None:
+def check_value_types(baseline: DictConfig, cfg: DictConfig, values: list[Any]) -> None:
     """`key=value` must keep a numeric key numeric: compare with the default the chosen group options give it."""
-    groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
-    values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)
-              and not o.is_delete() and not o.is_add()]
-    if not values:
-        return
-    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
-    if baseline is None:
-        return
     for override in values:
+        if override.is_delete() or override.is_add():
+            continue
         key = override.key_or_group
         default = _select(baseline, key)
         value = _select(cfg, key)
@@ -200,6 +198,18 @@ def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> DictConf
 def _quote(path: Path) -> str:
     """A path as a quoted Hydra override value (paths may hold characters the override grammar reserves)."""
     return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _apply(baseline: DictConfig, values: list[Any]) -> DictConfig | None:
+    """`baseline` with the key=value overrides applied exactly as Hydra applies them (None if one does not fit)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    cfg = baseline.copy()
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+    except Exception:
+        return None
+    return cfg
 
 
 def _is_hydra(override: Any) -> bool:

@@ -114,15 +114,33 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     import pytorch_lightning as pl
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
+    check_cpu_processes(trainer_kwargs)
     try:
         return pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
         raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
                           "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}") from None
+        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid trainer settings: {exc}") from None
+
+
+def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:
+    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
+    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
+    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
+    import os
+
+    import torch
+
+    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
+        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
+                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
 
 
 def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:
