@@ -40,8 +40,12 @@ _OTHER_FLAGS = {"--multirun", "-m", "--config-path", "-cp", "--config-name", "-c
 
 def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str] | None = None) -> None:
     """Validate the command line in `argv` (default `sys.argv`) and rewrite it in place for `resume=`."""
+    from litforge.cli import is_rank_zero
+
     argv = sys.argv if argv is None else argv
     args = argv[1:]
+    if not is_rank_zero():  # a DDP rank Lightning launched: rank 0 already checked (and rewrote) this command line
+        return
     if any(a.split("=")[0] in _NO_JOB_FLAGS | _OTHER_FLAGS for a in args if a.startswith("-")):
         return
     try:

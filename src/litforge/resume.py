@@ -4,7 +4,7 @@ A run is *interrupted* when its folder has a checkpoint but no `metrics.json` (w
 `resume=auto` picks the newest interrupted run of the same `task_name` under `paths.log_dir`, or starts a new run when
 there is none, so one command line serves both the first start and every restart of a pre-emptible job.
 
-The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM/Ctrl+C at
+The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
 the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Torch-free: used before Hydra starts.
 """
 

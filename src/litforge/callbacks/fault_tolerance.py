@@ -3,9 +3,11 @@
 - :class:`StopOnNonFiniteLoss`: a NaN/inf training loss stops the run with the step it happened at, before any
   checkpoint can be written from the poisoned weights (EarlyStopping's `check_finite` only sees the monitored
   validation metric, once per validation).
-- :class:`CheckpointOnSignal`: SIGTERM (a scheduler's pre-emption, `kill`, Kubernetes) or Ctrl+C saves `last.ckpt`
-  at the current step, mid-epoch included, before the process exits. Lightning already turns SIGTERM into a
+- :class:`CheckpointOnSignal`: SIGTERM (a scheduler's pre-emption, `kill`, Kubernetes) saves `last.ckpt` at the
+  current step, mid-epoch included, before the process exits. Lightning already turns SIGTERM into a
   `SIGTERMException` at the next batch boundary (all ranks together under DDP); this callback adds the save.
+  Ctrl+C is deliberately not saved: a KeyboardInterrupt can land between the optimizer step and the loop's step
+  counter, and a checkpoint from there would resume one step off. `last.ckpt` from the last epoch end stays.
   On SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves `hpc_ckpt_<n>.ckpt` and requeues the job;
   `resume=auto` finds either file.
 """
@@ -86,7 +88,7 @@ class StopOnNonFiniteLoss(Callback):
 
 
 class CheckpointOnSignal(Callback):
-    """On SIGTERM or Ctrl+C, save the full training state (mid-epoch included) as `last.ckpt`, then let the run end.
+    """On SIGTERM, save the full training state (mid-epoch included) as `last.ckpt`, then let the run end.
 
     Resuming from it (`resume=<run folder>` or `resume=auto`) continues from the interrupted step: Lightning restores
     the loop position and our in-memory loader skips the batches already trained on.
@@ -98,7 +100,7 @@ class CheckpointOnSignal(Callback):
         self.saved_path: str | None = None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or trainer.state.fn != "fit":
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         if trainer.sanity_checking or trainer.global_step == 0:
             return  # nothing trained yet: keep whatever checkpoint the run started from
