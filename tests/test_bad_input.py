@@ -111,8 +111,8 @@ CASES = [
     ("train.py", _fixed("model=cnn", "ckpt_path={ckpt}"), ["litforge: error", "holds a different model"],
      "checkpoint-from-another-model"),
     # hardware
-    ("train.py", _fixed("trainer.accelerator=cpu", "trainer.devices=1000"),
-     ["litforge: error", "trainer.devices=1000", "CPU cores"], "more-devices-than-the-machine"),
+    ("train.py", _fixed("trainer.accelerator=cpu", "trainer.devices=100000"),
+     ["litforge: error", "trainer.devices=100000", "CPU cores"], "more-devices-than-the-machine"),
     ("train.py", _fixed("trainer=gpu"), ["litforge: error", "trainer=cpu"], "gpu-without-a-gpu"),
     ("train.py", _fixed("trainer.accelerator=tpu"), ["litforge: error", "torch_xla", "trainer=cpu"],
      "tpu-without-a-tpu"),
