@@ -14,4 +14,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    cli.prepare_command_line("predict")  # early checks (value types, log folder), resume=
     main()

@@ -16,4 +16,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    cli.prepare_command_line("train")  # early checks (value types, log folder), resume=
     main()

@@ -2,6 +2,10 @@
 
 Every load uses `weights_only=True`: a checkpoint that would need arbitrary unpickling (and so could run code) is
 refused, never executed. `mmap=True` keeps the check cheap even for large files.
+
+A checkpoint also carries configs that eval/predict/export *instantiate* (the net, the loss, the data): a
+`_target_` there is code to call. :func:`check_trusted_targets` accepts only classes of the packages litforge
+builds from (TRUSTED_TARGET_PREFIXES), so an untrusted file cannot name `os.system` or `builtins.open` instead.
 """
 
 from __future__ import annotations
@@ -56,3 +60,27 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
         raise CheckpointError(f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
                               "pass a .ckpt written by `python train.py`")
     return checkpoint
+
+
+# what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use.
+# A new task family that builds from another library adds that library's class prefix here.
+TRUSTED_TARGET_PREFIXES = ("litforge.", "torch.nn.", "torch.optim.", "torchvision.models.", "torchvision.transforms.",
+                           "torchmetrics.", "pytorch_lightning.callbacks.", "pytorch_lightning.loggers.")
+
+
+def check_trusted_targets(node: Any, path: str | Path, where: str) -> None:
+    """Refuse a checkpoint config whose `_target_` (anywhere inside `node`) is not a trusted class."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target is not None and not (isinstance(target, str) and target.startswith(TRUSTED_TARGET_PREFIXES)):
+            raise CheckpointError(
+                f"refusing to use {path}: its {where} config names {target!r} to build, which is not a class of "
+                f"{', '.join(p.rstrip('.') for p in TRUSTED_TARGET_PREFIXES)}; a checkpoint could run arbitrary code "
+                "that way. Only use checkpoints you trust (to allow a library, extend "
+                "litforge.checkpoints.TRUSTED_TARGET_PREFIXES)"
+            )
+        for key, value in node.items():
+            check_trusted_targets(value, path, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            check_trusted_targets(item, path, where)

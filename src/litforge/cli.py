@@ -74,7 +74,7 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
         message = str(exc) if isinstance(exc, LitforgeError) else config_error_message(exc)
         log.error("%s", message)
         print(f"\nlitforge: error: {message}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(getattr(exc, "exit_code", 1))
 
 
 def config_error_message(exc: Exception) -> str:
@@ -137,3 +137,12 @@ def print_summary(title: str, result: dict[str, Any]) -> None:
             console.print(f"{label}: {result[key]}")
     if result.get("output_dir") and title.startswith("train"):
         console.print(f"view it: tensorboard --logdir {result['output_dir']} --host 127.0.0.1")
+
+
+def prepare_command_line(config_name: str) -> None:
+    """Before `@hydra.main`: value-type and log-folder checks, `resume=` → that run's folder (litforge.preflight)."""
+    from pathlib import Path
+
+    from litforge.preflight import prepare_command_line as prepare
+
+    prepare(Path(sys.argv[0]).resolve().parent / "conf", config_name)

@@ -22,3 +22,14 @@ class DataError(LitforgeError):
 
 class CheckpointError(LitforgeError):
     """A checkpoint path that does not exist, or a file that is not a usable litforge checkpoint."""
+
+
+class TrainingStopped(LitforgeError):
+    """Training ended early for a reason the user must act on (a non-finite loss, a termination signal).
+
+    `exit_code` lets a scheduler tell a pre-empted run (128 + signal number, as a shell reports it) from a failure.
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

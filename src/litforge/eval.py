@@ -15,7 +15,7 @@ from litforge.train import build_trainer, scalar_metrics
 
 def load_for_inference(cfg: DictConfig) -> tuple[Any, Any, dict[str, Any]]:
     """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given."""
-    from litforge.checkpoints import load_checkpoint
+    from litforge.checkpoints import check_trusted_targets, load_checkpoint
     from litforge.tasks.base import CHECKPOINT_KEY, restore_task
 
     path = str(cfg.ckpt_path)
@@ -25,6 +25,8 @@ def load_for_inference(cfg: DictConfig) -> tuple[Any, Any, dict[str, Any]]:
     data_cfg = to_plain(cfg.data) if cfg.get("data") else run_config.get("data")
     if not data_cfg:
         raise ConfigError(f"{path} does not record its data config: pass data=<option> (see conf/data/)")
+    if not cfg.get("data"):
+        check_trusted_targets(data_cfg, path, "data")
     datamodule = instantiate_group("data", data_cfg)
     state = checkpoint.get(type(datamodule).__qualname__)
     if state and not cfg.get("data"):

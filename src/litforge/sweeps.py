@@ -34,7 +34,9 @@ class SweepSummary(Callback):
         record = job_record(job_dir, list(job_return.overrides or []), job_return.status.name,
                             _error_text(job_return))
         atomic_write(job_dir / RESULT_FILE, json.dumps(record, indent=2))
-        write_summary(Path(hydra_cfg.sweep.dir))
+        records = write_summary(Path(hydra_cfg.sweep.dir))
+        if record["status"] != "COMPLETED":
+            report_failure(record, records, Path(hydra_cfg.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -103,6 +105,17 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_dir: Path) -> None:
+    """One clear line per failed job, as it fails. Hydra still ends the sweep with exit code 1 (and the first
+    failure's traceback) once every job of the batch has run; the others' results are already recorded."""
+    import sys
+
+    failed = sum(r.get("status") != "COMPLETED" for r in records)
+    print(f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"
+          f"litforge: {failed} of {len(records)} jobs failed so far; the other jobs go on. Results of every job: "
+          f"{sweep_dir / 'summary.md'}", file=sys.stderr)
 
 
 def _fmt(value: Any) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, to_plain
-from litforge.errors import ConfigError
+from litforge.errors import ConfigError, TrainingStopped
+from litforge.preflight import check_folder
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +33,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
+    check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate_group("data", cfg.data)
     task = build_task(cfg, datamodule.describe())
     check_compatible(task, datamodule, cfg)
 
-    ckpt_path = cfg.get("ckpt_path")
+    ckpt_path = starting_checkpoint(cfg)
     if ckpt_path:
         checkpoint = load_checkpoint(ckpt_path)
         check_resumable(checkpoint, ckpt_path, type(task), task_class_from_checkpoint(checkpoint, ckpt_path), cfg)
@@ -51,7 +53,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = build_trainer(trainer_kwargs, strategy=build_strategy(cfg.get("strategy")), callbacks=callbacks,
                             logger=loggers or False)
 
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
@@ -73,18 +75,56 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
+def starting_checkpoint(cfg: DictConfig) -> str | None:
+    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.resume)."""
+    from litforge import resume
+    from litforge.cli import in_multirun
+
+    value = cfg.get("resume") or ("auto" if cfg.get("ckpt_path") == "last" else None)
+    if not value:
+        return cfg.get("ckpt_path")
+    if cfg.get("ckpt_path") not in (None, "last"):
+        raise ConfigError(f"pass either resume={value} or ckpt_path=<file>, not both")
+    if in_multirun():
+        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead")
+    found = resume.resolve(str(value), cfg.paths.log_dir, str(cfg.task_name))
+    if found is None:
+        log.info("resume=%s: no interrupted run found, starting a new one", value)
+        return None
+    return str(found[1])
+
+
+def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None, output_dir: Path) -> None:
+    """`trainer.fit`; SIGTERM (after the on-signal checkpoint is saved) ends the run with how to resume it."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException:
+        saved = next((cb.saved_path for cb in trainer.callbacks if getattr(cb, "saved_path", None)), None)
+        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+        raise TrainingStopped(
+            f"stopped by SIGTERM {where}; "
+            + (f"saved {saved}. Continue with: python train.py resume={output_dir}" if saved else
+               "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
+            exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
+        ) from None
+
+
 def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     """`pl.Trainer(...)`, with hardware and argument mistakes reported as one actionable line."""
     import pytorch_lightning as pl
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
+    check_cpu_processes(trainer_kwargs)
     try:
         trainer = pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
         raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
                           "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}") from None
+        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid trainer settings: {exc}") from None
     if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
@@ -92,6 +132,22 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
                           "drop it for CPU runs")
     return trainer
+
+
+def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:
+    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
+    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
+    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
+    import os
+
+    import torch
+
+    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
+        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
+                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
 
 
 def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:

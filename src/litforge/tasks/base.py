@@ -171,8 +171,11 @@ def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[Li
 
 def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
     """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights."""
+    from litforge.checkpoints import check_trusted_targets
+
     cls = task_class_from_checkpoint(checkpoint, path)
     hparams = dict(checkpoint.get("hyper_parameters", {}))
+    check_trusted_targets(hparams, path, "task")  # the task builds its net and loss from these
     try:
         task = cls(**hparams)
     except TypeError as exc:

@@ -1,0 +1,225 @@
+"""Checks that run before Hydra starts a job, so a mistake costs a second, not an hour of training.
+
+`prepare_command_line(conf_dir, config_name)` is called by the entry scripts just before `@hydra.main` takes over:
+
+1. it composes the config the way Hydra will (torch-free, about a tenth of a second);
+2. it refuses values of the wrong type (`trainer.max_epochs=abc`: Hydra passes any text through) by comparing each
+   `key=value` override with the type of that key's default;
+3. it checks that `paths.log_dir` is a writable folder with at least `paths.min_free_mb` free: Hydra would otherwise
+   fail with a traceback when it creates the run folder, or the run would die at its first checkpoint;
+4. for `resume=...` (train only) it finds the run folder to continue and rewrites the command line so Hydra reuses
+   that folder (`hydra.run.dir`) with that run's own overrides (your new ones win): logs, TensorBoard events and
+   checkpoints of the resumed run continue in one place.
+
+Anything it cannot judge (multirun sweeps, `--cfg`, `--help`, a config that does not compose) is left to Hydra,
+whose own error messages then apply. Every failure is one `litforge: error: ...` line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from litforge.errors import ConfigError, LitforgeError
+
+log = logging.getLogger("litforge")
+
+# flags after which Hydra does not run a job: nothing to check
+_NO_JOB_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc",
+                 "--version", "--resolve", "--experimental-rerun"}
+# flags that change what or how Hydra composes: leave those command lines to Hydra
+_OTHER_FLAGS = {"--multirun", "-m", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+                "--package", "-p"}
+
+
+def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str] | None = None) -> None:
+    """Validate the command line in `argv` (default `sys.argv`) and rewrite it in place for `resume=`."""
+    from litforge.cli import is_rank_zero
+
+    argv = sys.argv if argv is None else argv
+    args = argv[1:]
+    if not is_rank_zero():  # a DDP rank Lightning launched: rank 0 already checked (and rewrote) this command line
+        return
+    if any(a.split("=")[0] in _NO_JOB_FLAGS | _OTHER_FLAGS for a in args if a.startswith("-")):
+        return
+    try:
+        new_args = checked_overrides(Path(conf_dir), config_name, args)
+    except LitforgeError as exc:
+        print(f"\nlitforge: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    argv[1:] = new_args
+
+
+def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) -> list[str]:
+    """The overrides to hand to Hydra, after the checks above; raises ConfigError for a mistake."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:
+        return overrides  # Hydra reports syntax errors itself
+    if any(o.is_sweep_override() for o in parsed):
+        return overrides
+    # one composition with the group choices (the defaults of every key), then the key=value overrides on a copy
+    groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
+    values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
+    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
+    cfg = _apply(baseline, values) if baseline is not None else None
+    if cfg is None:
+        return overrides  # an unknown option or key: Hydra's message names it and the available choices
+    check_value_types(baseline, cfg, values)
+    paths = cfg.get("paths") or {}
+    if paths.get("log_dir"):
+        check_folder(Path(str(paths.log_dir)), float(paths.get("min_free_mb") or 0), key="paths.log_dir")
+    if config_name == "train":
+        return resume_overrides(cfg, parsed, overrides)
+    return overrides
+
+
+# ---- value types ---------------------------------------------------------------------------------------------------
+def check_value_types(baseline: DictConfig, cfg: DictConfig, values: list[Any]) -> None:
+    """`key=value` must keep a numeric key numeric: compare with the default the chosen group options give it."""
+    for override in values:
+        if override.is_delete() or override.is_add():
+            continue
+        key = override.key_or_group
+        default = _select(baseline, key)
+        value = _select(cfg, key)
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str) \
+                and not _looks_numeric(value):
+            kind = "an integer" if isinstance(default, int) else "a number"
+            raise ConfigError(f"{key}={value!r}: expected {kind} (the default is {default}); "
+                              f"pass e.g. {key}={default}, or {key}=null where the key allows none")
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return text.startswith("${")  # an interpolation, resolved later
+
+
+def _select(cfg: DictConfig, key: str) -> Any:
+    try:
+        node = OmegaConf.select(cfg, key, throw_on_missing=False, throw_on_resolution_failure=False)
+    except Exception:
+        return None
+    return node if not OmegaConf.is_config(node) else None
+
+
+# ---- the log folder ------------------------------------------------------------------------------------------------
+def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -> None:
+    """`folder` exists or can be created, accepts a file, and has `min_free_mb` free; else a ConfigError saying so.
+
+    A real write is the only reliable test: permission bits do not stop root, and a read-only or full filesystem
+    only shows itself on write.
+    """
+    fix = f"pass {key}=<a writable folder>"
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{key}={folder}: {parent} is a file, not a folder; {fix}")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as probe:
+            probe.write(b"litforge write probe")
+            probe.flush()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to {key}={folder} ({exc.strerror or exc}); {fix}") from None
+    if min_free_mb > 0:
+        free_mb = shutil.disk_usage(folder).free / 2**20
+        if free_mb < min_free_mb:
+            raise ConfigError(
+                f"only {free_mb:.0f} MB free under {key}={folder}, and runs need paths.min_free_mb={min_free_mb:g} "
+                f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
+                "to skip this check"
+            )
+
+
+# ---- resume --------------------------------------------------------------------------------------------------------
+def resume_overrides(cfg: DictConfig, parsed: list[Any], overrides: list[str]) -> list[str]:
+    """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`."""
+    from litforge import resume
+
+    value = cfg.get("resume")
+    if cfg.get("ckpt_path") == "last":  # Lightning's word for it; here it means the same as resume=auto
+        if value:
+            raise ConfigError("pass either resume=... or ckpt_path=last, not both")
+        value = "auto"
+    if not value:
+        return overrides
+    if cfg.get("ckpt_path") not in (None, "last"):
+        raise ConfigError(f"pass either resume={value} (continue a run in its folder) or ckpt_path=<file> (start a "
+                          "new run folder from a checkpoint), not both")
+    log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
+    found = resume.resolve(str(value), log_dir, task_name)
+    mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
+    if found is None:
+        print(f"litforge: resume={value}: no interrupted run under {log_dir}/{task_name}/runs, starting a new run",
+              file=sys.stderr)
+        return [o.input_line for o in mine]
+    run_dir, ckpt = found
+    print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)
+    merged: dict[str, str] = {}
+    for line in [*_saved_overrides(run_dir), *(o.input_line for o in mine)]:
+        key = line.split("=", 1)[0].lstrip("+~")
+        if key not in ("resume", "ckpt_path", "hydra.run.dir"):
+            merged[key] = line  # later (yours) wins over the run's own
+    return [*merged.values(), f"hydra.run.dir={_quote(run_dir)}", f"resume={_quote(ckpt)}"]
+
+
+def _saved_overrides(run_dir: Path) -> list[str]:
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not saved.exists():
+        return []
+    return [str(line) for line in (OmegaConf.load(saved) or [])]
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import litforge.cli  # noqa: F401  (registers the ${uid:} resolver used by hydra.run.dir)
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    except Exception:
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _quote(path: Path) -> str:
+    """A path as a quoted Hydra override value (paths may hold characters the override grammar reserves)."""
+    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _apply(baseline: DictConfig, values: list[Any]) -> DictConfig | None:
+    """`baseline` with the key=value overrides applied exactly as Hydra applies them (None if one does not fit)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    cfg = baseline.copy()
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+    except Exception:
+        return None
+    return cfg
+
+
+def _is_hydra(override: Any) -> bool:
+    return override.key_or_group.split(".")[0].split("/")[0] == "hydra"
+
+
+def _is_group(conf_dir: Path, override: Any) -> bool:
+    key = override.key_or_group
+    return "." not in key and (conf_dir / key).is_dir()

@@ -1,0 +1,38 @@
+"""Fault injection for the reliability tests, added to a real CLI run as `+callbacks.fault._target_=faults.<Name>`.
+
+Each fault fires at an exact optimizer step, so a test knows where the run was interrupted (an external kill is
+also tested, in tests/test_reliability.py, where timing does not matter).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+from pytorch_lightning.callbacks import Callback
+
+
+class SignalAt(Callback):
+    """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None) -> None:
+        self.step, self.signal, self.rank = step, signal, rank
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
+            print(f"FAULT {self.signal} rank {trainer.global_rank} at {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), getattr(signal, self.signal))
+
+
+class PoisonAt(Callback):
+    """Make the weights NaN just before the batch of step `step`, so that step's loss is NaN."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(pl_module.parameters()).fill_(float("nan"))

@@ -1,0 +1,301 @@
+"""What survives what: real processes, really killed, resumed to the same result (README "What survives what")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY, read_metrics, run_cli, single_run
+
+pytestmark = pytest.mark.slow
+
+# 3 epochs of 6 batches: epoch ends at steps 6, 12, 18; step 9 is the middle of epoch 1
+COMMON = [*TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=6", "callbacks.early_stopping=null"]
+FAULTS_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+
+
+def fault(name: str, **kwargs) -> list[str]:
+    """Overrides adding a tests/faults.py callback to a CLI run."""
+    return [f"+callbacks.fault._target_=faults.{name}", *(f"+callbacks.fault.{k}={v}" for k, v in kwargs.items())]
+
+
+def last_ckpt(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def assert_same_weights(expected: dict, got: dict) -> None:
+    assert expected["state_dict"].keys() == got["state_dict"].keys()
+    for name, tensor in expected["state_dict"].items():
+        assert torch.equal(tensor, got["state_dict"][name]), name
+    assert (expected["epoch"], expected["global_step"]) == (got["epoch"], got["global_step"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    log_dir = tmp_path_factory.mktemp("uninterrupted")
+    result = run_cli("train.py", *COMMON, log_dir=log_dir)
+    assert result.returncode == 0, result.output[-3000:]
+    return single_run(log_dir)
+
+
+def listening_sockets(pid: int) -> list[str]:
+    """TCP sockets in LISTEN state owned by process `pid` (from /proc: no extra tools)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        for line in path.read_text().splitlines()[1:] if path.exists() else []:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                found.append(fields[1])
+    return found
+
+
+def test_kill_9_then_resume_auto_ends_like_an_uninterrupted_run(uninterrupted, tmp_path):
+    """SIGKILL from outside once a checkpoint exists; `resume=auto` alone continues the run in its own folder."""
+    cmd = [sys.executable, str(ROOT / "train.py"), f"paths.log_dir={tmp_path}", *COMMON]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sockets = None
+    deadline = time.monotonic() + 180
+    while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before writing a checkpoint"
+        if sockets is None and list(tmp_path.glob("train/runs/*/tensorboard")):
+            sockets = listening_sockets(proc.pid)  # training has started: nothing may listen on a port
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert sockets == [], f"a training run listens on {sockets}"
+    run_dir = single_run(tmp_path)
+    assert not (run_dir / "metrics.json").exists()
+    killed_at = last_ckpt(run_dir)["global_step"]
+    assert killed_at < 18, "killed after training had finished: nothing was tested"
+
+    resumed = run_cli("train.py", "resume=auto", log_dir=tmp_path)  # the run's own overrides come back
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert single_run(tmp_path) == run_dir, "resumed into the same run folder"
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    expected, got = read_metrics(uninterrupted)["metrics"], read_metrics(run_dir)["metrics"]
+    for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
+        assert got[name] == pytest.approx(expected[name], abs=1e-6), name
+
+
+def test_sigterm_mid_epoch_saves_the_step_and_resumes_exactly(uninterrupted, tmp_path):
+    result = run_cli("train.py", *COMMON, *fault("SignalAt", step=9), log_dir=tmp_path, env=FAULTS_ENV)
+    assert result.returncode == 143, result.output[-3000:]  # 128 + SIGTERM
+    assert "Traceback" not in result.output
+    assert "stopped by SIGTERM at step 9 (epoch 1)" in result.output and "resume=" in result.output
+    run_dir = single_run(tmp_path)
+    saved = last_ckpt(run_dir)
+    assert (saved["epoch"], saved["global_step"]) == (1, 9), "saved at the step, not the epoch start"
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["batches_done"] == 3
+
+    resumed = run_cli("train.py", f"resume={run_dir}", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    assert read_metrics(run_dir)["metrics"]["test/acc"] == read_metrics(uninterrupted)["metrics"]["test/acc"]
+
+
+def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
+    from litforge.resume import resolve
+
+    assert resolve("auto", tmp_path, "train") is None
+    finished = tmp_path / "train" / "runs" / "finished"
+    (finished / "checkpoints").mkdir(parents=True)
+    (finished / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (finished / "metrics.json").write_text("{}")
+    assert resolve("auto", tmp_path, "train") is None, "a finished run is not resumed"
+    (finished / "metrics.json").unlink()
+    assert resolve("auto", tmp_path, "train") == (finished.resolve(), (finished / "checkpoints/last.ckpt").resolve())
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    result = run_cli("train.py", *COMMON, "trainer.max_epochs=5", "trainer.limit_train_batches=4",
+                     *fault("PoisonAt", step=10), log_dir=tmp_path, env=FAULTS_ENV)
+    assert result.returncode == 1, result.output[-3000:]
+    assert "Traceback" not in result.output
+    assert "the loss became nan at step 10 (epoch 2, batch 2)" in result.output, result.output[-2000:]
+    run_dir = single_run(tmp_path)
+    assert f"last good checkpoint is {run_dir / 'checkpoints' / 'last.ckpt'}" in result.output
+    for path in (run_dir / "checkpoints").glob("*.ckpt"):
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["global_step"] <= 8, f"{path.name} was written after the NaN step"
+        assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values()), path.name
+    assert last_ckpt(run_dir)["global_step"] == 8
+
+
+def test_nan_check_every_n_steps_still_reports_the_exact_step():
+    from unittest.mock import MagicMock
+
+    from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
+    from litforge.errors import TrainingStopped
+
+    guard, trainer = StopOnNonFiniteLoss(check_every_n_steps=50), MagicMock(current_epoch=0)
+    trainer.checkpoint_callback = None
+    for step, loss in enumerate([1.0, 0.5, float("inf"), float("nan")]):
+        trainer.global_step = step
+        guard.on_train_batch_start(trainer, None, None, step)
+        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, step)  # no check yet: no sync
+    with pytest.raises(TrainingStopped, match=r"became inf at step 2 \(epoch 0, batch 2\)"):
+        guard.on_save_checkpoint(trainer, None, {})  # a checkpoint is about to be written: check now
+
+
+def test_a_checkpoint_write_killed_halfway_leaves_the_previous_file_whole(tmp_path):
+    """Kill the writer while a ~400 MB checkpoint is being written over last.ckpt: the old last.ckpt still loads."""
+    target = tmp_path / "last.ckpt"
+    script = f"""
+import torch
+from litforge.checkpoint_io import AtomicCheckpointIO
+io = AtomicCheckpointIO()
+io.save_checkpoint({{"state_dict": {{"w": torch.ones(3)}}, "step": 1}}, {str(target)!r})
+print("first saved", flush=True)
+io.save_checkpoint({{"state_dict": {{"w": torch.zeros(100_000_000)}}, "step": 2}}, {str(target)!r})
+print("second saved", flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "first saved"
+    partial = tmp_path / ".last.ckpt.partial"
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and partial.stat().st_size > 1_000_000):
+        assert proc.poll() is None and time.monotonic() < deadline, "the big save finished before it could be killed"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    checkpoint = torch.load(target, weights_only=True)
+    assert checkpoint["step"] == 1 and torch.equal(checkpoint["state_dict"]["w"], torch.ones(3))
+    # the next save replaces the leftover partial file and completes
+    from litforge.checkpoint_io import AtomicCheckpointIO
+
+    AtomicCheckpointIO().save_checkpoint({"step": 3}, target)
+    assert torch.load(target, weights_only=True)["step"] == 3 and not partial.exists()
+
+
+def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
+    from litforge.builders import instantiate_group
+    from litforge.checkpoint_io import AtomicCheckpointIO
+    from litforge.train import build_trainer
+
+    cfg = compose_cfg()
+    trainer = build_trainer(instantiate_group("trainer", cfg.trainer), logger=False)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_rank_that_dies_makes_the_others_exit_within_a_minute(rank: int, tmp_path):
+    cmd = [sys.executable, str(ROOT / "train.py"), f"paths.log_dir={tmp_path}", *COMMON, "trainer.max_epochs=50",
+           "strategy.name=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
+           *fault("SignalAt", step=3, signal="SIGKILL", rank=rank)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **FAULTS_ENV}, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    assert proc.returncode != 0, output[-3000:]
+    died_at = float(next(line for line in output.splitlines() if line.startswith("FAULT")).split()[-1])
+    # every process of the job (rank 0 and the rank it launched) is gone within a minute of the death
+    while _group_alive(proc.pid):
+        assert time.time() < died_at + 60, "a rank is still running a minute after another one died"
+        time.sleep(0.5)
+    print(f"rank {rank} died; all ranks gone {time.time() - died_at:.1f} s later")
+    assert not list(tmp_path.glob("train/runs/*/metrics.json"))
+
+
+def _group_alive(pgid: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # pgrp, state (zombies have exited)
+            return True
+    return False
+
+
+def test_a_failed_sweep_job_keeps_the_others_results_and_the_sweep_says_so(tmp_path):
+    missing = tmp_path / "missing.ckpt"
+    result = run_cli("train.py", *TINY, "trainer.max_epochs=1", f"ckpt_path=null,{missing}", log_dir=tmp_path,
+                     extra_args=("-m",))
+    assert result.returncode == 1, result.output[-3000:]
+    assert "litforge: sweep job 1 failed" in result.output and "1 of 2 jobs failed" in result.output
+    sweep = next((tmp_path / "train" / "multiruns").iterdir())
+    records = {r["job"]: r for r in (json.loads(p.read_text()) for p in sweep.rglob("result.json"))}
+    assert records["0"]["status"] == "COMPLETED" and records["0"]["metrics"]["test/acc"] > 0
+    assert records["1"]["status"] == "FAILED" and "missing.ckpt" in records["1"]["error"]
+    summary = (sweep / "summary.csv").read_text().splitlines()
+    assert len(summary) == 3 and summary[1].startswith("0,COMPLETED") and summary[2].startswith("1,FAILED")
+
+
+def test_unwritable_log_dir_fails_before_training(tmp_path):
+    not_a_folder = tmp_path / "logs"
+    not_a_folder.write_text("a file where the log folder should be")
+    start = time.monotonic()
+    result = run_cli("train.py", log_dir=not_a_folder)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    assert f"paths.log_dir={not_a_folder}: {not_a_folder} is a file, not a folder" in result.output
+    assert time.monotonic() - start < 30, "the check runs before torch is even imported"
+
+
+def test_too_little_free_space_fails_before_training(tmp_path):
+    result = run_cli("train.py", "paths.min_free_mb=1e12", log_dir=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    assert "MB free under paths.log_dir" in result.output and "paths.min_free_mb=0" in result.output
+    assert not list(tmp_path.glob("train/runs/*")), "no run folder is created"
+
+
+def test_full_disk_and_read_only_folders_are_refused(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from litforge.errors import ConfigError
+    from litforge.preflight import check_folder
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
+    with pytest.raises(ConfigError, match="only 1 MB free"):
+        check_folder(tmp_path, min_free_mb=200)
+    check_folder(tmp_path, min_free_mb=0)
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("tempfile.TemporaryFile", read_only)
+    with pytest.raises(ConfigError, match=r"cannot write to paths.log_dir=.*Read-only file system"):
+        check_folder(tmp_path, min_free_mb=0)
+
+
+def test_no_shell_in_litforge():
+    """Config values never reach a shell: litforge's code starts no subprocess and calls no shell at all."""
+    import ast
+
+    offenders = []
+    for path in [*(ROOT / "src" / "litforge").rglob("*.py"), *ROOT.glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+                names = [f"os.{node.attr}"] if node.attr in ("system", "popen") or \
+                    node.attr.startswith(("exec", "spawn")) else []
+            elif isinstance(node, ast.keyword) and node.arg == "shell":
+                names = ["shell="]
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                          if n.split(".")[0] in ("subprocess", "pty") or n.startswith("os.") or n == "shell="]
+    assert offenders == [], offenders
