@@ -153,7 +153,8 @@ class QuantizationAwareTraining(pl.Callback):
         if self.save and self._int8 is not None and trainer.is_global_zero:
             folder = _checkpoint_dir(trainer)
             if folder is not None:
-                path = save_int8_model(self._int8, pl_module, folder / INT8_FILENAME)
+                source = Path(trainer.ckpt_path).name if trainer.ckpt_path else None
+                path = save_int8_model(self._int8, pl_module, folder / INT8_FILENAME, source=source)
                 log.info("QAT: int8 model saved to %s", path)
         self._int8 = None
 
@@ -171,14 +172,26 @@ def _checkpoint_dir(trainer: pl.Trainer) -> Path | None:
     return Path(dirpath) if dirpath else None
 
 
-def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path) -> Path:
-    """Save the int8 net with what is needed to rebuild it (plain data + tensors: loads with weights_only=True)."""
+def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path,
+                    source: str | None = None) -> Path:
+    """Save the int8 net with what is needed to rebuild it (plain data + tensors: loads with weights_only=True).
+
+    `source`: the file name of the checkpoint whose weights were converted (the tested, usually best, one).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     hparams = {k: v for k, v in dict(pl_module.hparams).items()}
     cls = type(pl_module)
     torch.save({"state_dict": int8_net.state_dict(), "hyper_parameters": hparams, "scheme": SCHEME,
-                "task_class": f"{cls.__module__}.{cls.__qualname__}", "module": "net"}, path)
+                "task_class": f"{cls.__module__}.{cls.__qualname__}", "module": "net", "source_checkpoint": source},
+               path)
     return path
+
+
+def int8_source(path: str | Path) -> str | None:
+    """The checkpoint file name an int8 model was converted from."""
+    import torchao  # noqa: F401
+
+    return torch.load(path, weights_only=True, map_location="cpu").get("source_checkpoint")
 
 
 def load_int8_model(path: str | Path) -> nn.Module:
