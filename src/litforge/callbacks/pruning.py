@@ -22,6 +22,7 @@ zeros are real), so eval/predict/export load them like any other checkpoint.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytorch_lightning as pl
@@ -31,6 +32,8 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 METHODS = ("l1_unstructured", "random_unstructured", "ln_structured", "random_structured")
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -48,11 +51,14 @@ class Pruning(ModelPruning):
         end_epoch: epoch at which `amount` is reached (null = `start_epoch`: prune once).
         norm: the norm of `ln_structured` (1 or 2).
         exclude: parameter-name prefixes to leave dense, e.g. `[net.fc]` to keep the classifier head.
+        select_after_schedule: when the final sparsity is reached, restart best-checkpoint tracking and early
+            stopping, so the "best" checkpoint (the one tested) is a fully pruned one and the accuracy dip after
+            pruning does not count against early-stopping patience. Earlier checkpoints stay on disk.
     """
 
     def __init__(self, method: str = "l1_unstructured", amount: float = 0.5, start_epoch: int = 0,
                  end_epoch: int | None = None, norm: int = 2, exclude: list[str] | None = None,
-                 verbose: int = 0) -> None:
+                 select_after_schedule: bool = True, verbose: int = 0) -> None:
         if method not in METHODS:
             raise ConfigError(f"callbacks.pruning.method={method!r} is not one of {', '.join(METHODS)}")
         if not 0.0 <= amount < 1.0:
@@ -79,6 +85,7 @@ class Pruning(ModelPruning):
         self.start_epoch = start_epoch
         self.end_epoch = end_epoch
         self.exclude = tuple(exclude or ())
+        self.select_after_schedule = select_after_schedule
         self._names: list[str] = []                    # qualified module names of the pruned layers
         self._restored_masks: dict[str, Tensor] = {}   # masks from a checkpoint, applied when training resumes
         self._module: pl.LightningModule | None = None
@@ -131,6 +138,8 @@ class Pruning(ModelPruning):
         if target > current + 1e-6:
             # torch.nn.utils.prune takes a fraction of the weights that are still unpruned
             self.apply_pruning(min(1.0, (target - current) / (1.0 - current)))
+        if self.select_after_schedule and trainer.current_epoch == self.end_epoch and self.target > 0:
+            restart_selection(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stats = self.sparsity(pl_module)
@@ -173,3 +182,22 @@ class Pruning(ModelPruning):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_masks = {k: v.float() for k, v in state_dict.get("masks", {}).items()}
+
+
+def restart_selection(trainer: pl.Trainer) -> None:
+    """Forget the best score of ModelCheckpoint / EarlyStopping: only epochs from now on compete."""
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor:
+            worst = torch.tensor(float("inf") if callback.mode == "min" else -float("inf"))
+            callback.best_k_models = {}
+            callback.kth_best_model_path = ""
+            callback.kth_value = worst
+            callback.best_model_score = None
+            callback.best_model_path = ""
+        elif isinstance(callback, EarlyStopping):
+            callback.wait_count = 0
+            callback.best_score = torch.tensor(torch.inf if callback.monitor_op == torch.lt else -torch.inf)
+    log.info("pruning reached its final sparsity: best-checkpoint selection and early stopping restart now "
+             "(checkpoints of denser epochs stay on disk)")
