@@ -22,7 +22,6 @@ zeros are real), so eval/predict/export load them like any other checkpoint.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytorch_lightning as pl
@@ -31,9 +30,8 @@ from pytorch_lightning.callbacks import ModelPruning
 from torch import Tensor, nn
 from torch.nn.utils import prune
 
+from litforge.callbacks.selection import restart_selection
 from litforge.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 METHODS = ("l1_unstructured", "random_unstructured", "ln_structured", "random_structured")
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -139,7 +137,7 @@ class Pruning(ModelPruning):
             # torch.nn.utils.prune takes a fraction of the weights that are still unpruned
             self.apply_pruning(min(1.0, (target - current) / (1.0 - current)))
         if self.select_after_schedule and trainer.current_epoch == self.end_epoch and self.target > 0:
-            restart_selection(trainer)
+            restart_selection(trainer, "pruning reached its final sparsity")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stats = self.sparsity(pl_module)
@@ -183,21 +181,3 @@ class Pruning(ModelPruning):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_masks = {k: v.float() for k, v in state_dict.get("masks", {}).items()}
 
-
-def restart_selection(trainer: pl.Trainer) -> None:
-    """Forget the best score of ModelCheckpoint / EarlyStopping: only epochs from now on compete."""
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-
-    for callback in trainer.callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.monitor:
-            worst = torch.tensor(float("inf") if callback.mode == "min" else -float("inf"))
-            callback.best_k_models = {}
-            callback.kth_best_model_path = ""
-            callback.kth_value = worst
-            callback.best_model_score = None
-            callback.best_model_path = ""
-        elif isinstance(callback, EarlyStopping):
-            callback.wait_count = 0
-            callback.best_score = torch.tensor(torch.inf if callback.monitor_op == torch.lt else -torch.inf)
-    log.info("pruning reached its final sparsity: best-checkpoint selection and early stopping restart now "
-             "(checkpoints of denser epochs stay on disk)")

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 from torchmetrics.classification import MulticlassAccuracy
 
+from litforge.callbacks.selection import restart_selection
 from litforge.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,14 +98,18 @@ class QuantizationAwareTraining(pl.Callback):
             few epochs is the usual recipe; 0 = from the start).
         save: write `model_int8.pt` beside the checkpoints when the run is tested.
         module: the attribute of the task that holds the net.
+        restart_selection: when QAT starts after epoch 0, restart best-checkpoint tracking and early stopping, so
+            the tested (and converted) weights are QAT-trained ones.
     """
 
-    def __init__(self, start_epoch: int = 0, save: bool = True, module: str = "net") -> None:
+    def __init__(self, start_epoch: int = 0, save: bool = True, module: str = "net",
+                 restart_selection: bool = True) -> None:
         if start_epoch < 0:
             raise ConfigError(f"callbacks.qat.start_epoch={start_epoch} must be >= 0")
         self.start_epoch = start_epoch
         self.save = save
         self.module_name = module
+        self.restart_selection = restart_selection
         self.prepared = False
         self._int8: nn.Module | None = None
         self._acc: MulticlassAccuracy | None = None
@@ -124,6 +129,8 @@ class QuantizationAwareTraining(pl.Callback):
             raise ConfigError(f"callbacks.qat found no nn.Linear in {type(pl_module).__name__}.{self.module_name} "
                               "(torchao QAT quantizes Linear layers): use a net with Linear layers or drop qat")
         self.prepared = True
+        if self.restart_selection and trainer.current_epoch == self.start_epoch and self.start_epoch > 0:
+            restart_selection(trainer, "QAT started")
         log.info("QAT: %d Linear layers fake-quantized from epoch %d (%s)", swapped, trainer.current_epoch, SCHEME)
 
     # prepared at the start of start_epoch, or at once when a run resumes past it (the checkpoint has plain keys)
