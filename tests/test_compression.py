@@ -178,3 +178,22 @@ def test_latency_harness_interleaves_and_reports_medians():
                      {1: torch.randn(1, 8), 16: torch.randn(16, 8)}, resolve_threads([1]), rounds=3)
     assert set(result.median_ms) == {(v, b, 1) for v in "ab" for b in (1, 16)}
     assert all(ms > 0 for ms in result.median_ms.values())
+
+
+@pytest.mark.slow
+def test_structured_pruning_zeroes_whole_output_channels(compose_cfg):
+    from litforge.train import train
+
+    cfg = compose_cfg("callbacks=[default,pruning]", "callbacks.pruning.method=ln_structured",
+                      "callbacks.pruning.amount=0.5", "callbacks.pruning.start_epoch=0", "model=cnn",
+                      "model.channels=[8,16]", "callbacks.progress_bar=null", "print_config=false", "logger=csv",
+                      "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+                      "trainer.limit_test_batches=1")
+    result = train(cfg)
+    state = load_state(Path(result["last_checkpoint"] or result["best_checkpoint"]))
+    convs = [k for k, v in state.items() if k.endswith("weight") and v.dim() == 4]
+    assert convs
+    for key in convs:  # half of each layer's output channels are entirely zero, the rest are not
+        dead = (state[key].flatten(1).abs().sum(1) == 0).float().mean().item()
+        assert dead == pytest.approx(0.5, abs=0.07), (key, dead)
+    assert result["metrics"]["test/sparsity"] == pytest.approx(0.5, abs=0.07)

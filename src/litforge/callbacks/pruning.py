@@ -42,8 +42,8 @@ class Pruning(ModelPruning):
 
     Args:
         method: `l1_unstructured` (smallest weights, one global ranking over all layers), `random_unstructured`,
-            `ln_structured` (whole output channels/neurons with the smallest L`norm`, per layer) or
-            `random_structured`.
+            `ln_structured` (whole output channels/neurons with the smallest L`norm`, per layer; the last layer,
+            the classifier, is left whole since its outputs are the classes) or `random_structured`.
         amount: the final fraction of pruned weights (unstructured) or output channels (structured), in [0, 1).
         start_epoch: first epoch that starts pruned.
         end_epoch: epoch at which `amount` is reached (null = `start_epoch`: prune once).
@@ -100,8 +100,11 @@ class Pruning(ModelPruning):
 
     # ---- which parameters -------------------------------------------------------------------------------------------
     def filter_parameters_to_prune(self, parameters_to_prune: Any = ()) -> Any:
-        return [(m, n) for m, n in parameters_to_prune if isinstance(m, PRUNABLE)
-                and not self._excluded(m)]
+        kept = [(m, n) for m, n in parameters_to_prune if isinstance(m, PRUNABLE)]
+        if self.structured and kept:
+            # removing output channels of the classifier would remove classes: structured pruning keeps it whole
+            kept = kept[:-1]
+        return [(m, n) for m, n in kept if not self._excluded(m)]
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._module = pl_module
