@@ -109,6 +109,7 @@ class Pruning(ModelPruning):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._module = pl_module
         self._module_names = {m: name for name, m in pl_module.named_modules()}
+        self._parameters_to_prune = ()  # select afresh from the model on every stage (fit, then test)
         super().setup(trainer, pl_module, stage)
         self._names = [self._module_names[m] for m, _ in self._parameters_to_prune]
         if not self._names:
