@@ -42,12 +42,12 @@ MAX_EMBEDDED_BYTES = 1 << 30  # protobuf's limit is 2 GiB; beyond 1 GiB keep wei
 
 
 def export(cfg: DictConfig) -> dict[str, Any]:
-    formats = [str(f) for f in cfg.formats]
+    formats = as_list(cfg.formats)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ConfigError(f"formats={formats}: unknown export format {unknown or '(none)'}; supported: "
                           f"{', '.join(FORMATS)} (e.g. formats=[onnx])")
-    quantize = [str(q) for q in cfg.quantize]
+    quantize = as_list(cfg.quantize)
     bad = [q for q in quantize if q not in QUANTIZATIONS]
     if bad:
         raise ConfigError(f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} (or quantize=[])")
@@ -126,6 +126,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
               "output_dir": str(out_dir), "written": str(written)}
     (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
     return result
+
+
+def as_list(value: Any) -> list[str]:
+    """`formats=onnx` and `formats=[onnx]` both mean a list of one."""
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, str) else [str(v) for v in value]
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------
