@@ -142,9 +142,10 @@ def test_onnx_parity_for_every_image_net(model: str, compose_cfg, tmp_path: Path
     from litforge.export import export
     from litforge.train import train
 
-    cfg = compose_cfg(f"model={model}", *small, "print_config=false", "test_after_training=false",
-                      "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false",
+    cfg = compose_cfg(f"model={model}", *small, "data.batch_size=16", "print_config=false",
+                      "test_after_training=false", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                      "trainer.enable_progress_bar=false",
                       "trainer.enable_model_summary=false", "logger=csv")
     checkpoint = train(cfg)["best_checkpoint"]
     out = tmp_path / "export"

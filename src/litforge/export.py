@@ -50,7 +50,8 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     quantize = as_list(cfg.quantize)
     bad = [q for q in quantize if q not in QUANTIZATIONS]
     if bad:
-        raise ConfigError(f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} (or quantize=[])")
+        raise ConfigError(f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} "
+                          "(or quantize=[])")
 
     import torch
 
