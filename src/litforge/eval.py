@@ -13,13 +13,16 @@ from litforge.errors import ConfigError
 from litforge.train import build_trainer, scalar_metrics
 
 
-def load_for_inference(cfg: DictConfig) -> tuple[Any, Any, dict[str, Any]]:
-    """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given."""
+def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given.
+
+    `checkpoint`: the already loaded (and possibly normalised, see export.py) contents of `cfg.ckpt_path`.
+    """
     from litforge.checkpoints import check_trusted_targets, load_checkpoint
     from litforge.tasks.base import CHECKPOINT_KEY, restore_task
 
     path = str(cfg.ckpt_path)
-    checkpoint = load_checkpoint(path)
+    checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
     task = restore_task(checkpoint, path)
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
     data_cfg = to_plain(cfg.data) if cfg.get("data") else run_config.get("data")
