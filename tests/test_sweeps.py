@@ -1,0 +1,80 @@
+"""Optuna sweeps (litforge's own Hydra sweeper plugin), parallel trials with joblib, and result aggregation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY, run_cli
+
+SEARCH = "hparams_search=digits_optuna"
+
+
+def test_search_space_parses_hydra_grammar_into_optuna_distributions():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from hydra_plugins.litforge_optuna.sweeper import search_space, trial_overrides
+
+    space, fixed = search_space(
+        {"optimizer.lr": "tag(log, interval(1e-4, 1e-1))", "model.hidden_dims": "choice([64,64], [128])",
+         "data.batch_size": "range(16, 80, 16)", "model.depth": "tag(int, interval(2, 8))", "seed": "3"},
+        ["trainer.max_epochs=2", "model.depth=5", "optimizer=adam,sgd"],
+    )
+    assert space["optimizer.lr"] == FloatDistribution(1e-4, 1e-1, log=True)
+    assert space["model.hidden_dims"] == CategoricalDistribution(["[64,64]", "[128]"])
+    assert space["data.batch_size"] == IntDistribution(16, 64, step=16)
+    assert space["optimizer"] == CategoricalDistribution(["adam", "sgd"])
+    assert "model.depth" not in space, "a command-line value fixes a parameter the search config samples"
+    assert fixed == ["seed=3", "trainer.max_epochs=2", "model.depth=5"]
+    assert trial_overrides({"model.hidden_dims": "[64,64]", "optimizer.lr": 0.001, "data.batch_size": 32}) == [
+        "model.hidden_dims=[64,64]", "optimizer.lr=0.001", "data.batch_size=32"]
+
+
+def test_search_config_composes_with_the_litforge_sweeper(compose_cfg):
+    cfg = compose_cfg(SEARCH, "hydra/launcher=joblib")
+    assert cfg.trainer.max_epochs == 10  # the search config's shorter trials
+
+
+@pytest.mark.slow
+def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp_path: Path):
+    """One interrupted study, resumed with 2 trials in parallel (joblib), one of which fails.
+
+    The study is prepared as an interrupted sweep leaves it: one trial still RUNNING. Two trials are enqueued so the
+    outcome does not depend on the sampler: dropout 1.5 (nn.Dropout rejects it: the trial must FAIL) and 0.1.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    storage = f"sqlite:///{sweep_dir}/optuna.db"
+    study = optuna.create_study(study_name="digits_optuna", storage=storage, direction="maximize")
+    study.ask()  # left RUNNING, as by a killed sweep
+    study.enqueue_trial({"model.dropout": "1.5"})
+    study.enqueue_trial({"model.dropout": "0.1"})
+
+    result = run_cli("train.py", *TINY, SEARCH, "model.dropout=choice(0.1,1.5)", "hydra.sweeper.n_trials=3",
+                     "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                     f"hydra.sweep.dir={sweep_dir}", log_dir=tmp_path / "logs", extra_args=("-m",))
+    assert result.returncode == 0, result.output[-4000:]
+    assert "Trial 0 was left running" in result.output
+
+    trials = optuna.load_study(study_name="digits_optuna", storage=storage).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].params["model.dropout"] == "1.5" and "dropout" in trials[1].user_attrs["error"]
+    assert 0.0 < trials[2].value <= 1.0
+    # job folder N is trial N; the completed trial's value is its run's objective
+    metrics = yaml.safe_load((sweep_dir / "2" / "metrics.json").read_text())
+    assert metrics["objective"]["value"] == pytest.approx(trials[2].value)
+    assert not (sweep_dir / "1" / "metrics.json").exists()
+
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert best["trials"] == {"complete": 1, "fail": 2, "pruned": 0}
+    assert best["metric"] == "val/acc" and best["direction"] == "maximize"
+    assert best["best"]["trial"] == 2 and best["best"]["value"] == pytest.approx(trials[2].value)
+    assert best["best"]["params"] == trials[2].params
+    assert "model.dropout=0.1" in best["best"]["command"]
+    summary = (sweep_dir / "summary.csv").read_text()
+    assert "FAILED" in summary and "COMPLETED" in summary
