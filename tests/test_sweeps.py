@@ -78,3 +78,42 @@ def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp
     assert "model.dropout=0.1" in best["best"]["command"]
     summary = (sweep_dir / "summary.csv").read_text()
     assert "FAILED" in summary and "COMPLETED" in summary
+
+
+def _fake_run(folder: Path, overrides: list[str], acc: float | None, loss: float = 1.0) -> None:
+    """A run folder as train.py leaves it: .hydra/overrides.yaml, metrics.json (none when the job failed)."""
+    import json
+
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if acc is not None:
+        (folder / "metrics.json").write_text(json.dumps({
+            "metrics": {"test/acc": acc, "test/loss": loss},
+            "objective": {"metric": "test/acc", "mode": "max", "value": acc}}))
+
+
+def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: Path):
+    import csv
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    for i, (lr, seed, acc) in enumerate([("0.01", 1, 0.90), ("0.01", 2, 0.94), ("0.01", 3, 0.92),
+                                         ("0.1", 1, 0.50), ("0.1", 2, 0.70), ("0.1", 3, None)]):
+        _fake_run(runs / f"r{i}", [f"optimizer.lr={lr}", f"seed={seed}", f"paths.log_dir=/x{i}"], acc)
+
+    proc = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(runs)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "0.9200 ± 0.0200" in proc.stdout and "0.6000 ± 0.1414" in proc.stdout
+    rows = list(csv.DictReader((runs / "aggregate.csv").open()))
+    assert [r["configuration"] for r in rows] == ["optimizer.lr=0.01", "optimizer.lr=0.1"], "best mean first"
+    assert rows[0]["runs"] == "3" and rows[0]["seeds"] == "1 2 3" and rows[0]["failed"] == "0"
+    assert rows[1]["runs"] == "2" and rows[1]["failed"] == "1"
+    assert float(rows[0]["test/acc_mean"]) == pytest.approx(0.92)
+    assert float(rows[1]["test/acc_std"]) == pytest.approx(0.141421, abs=1e-5)
+    assert "| optimizer.lr=0.01 | 3 | 0 | 1 2 3 | 0.9200 ± 0.0200 |" in (runs / "aggregate.md").read_text()
+
+    empty = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(tmp_path / "nothing")],
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode != 0 and "does not exist" in empty.stderr
