@@ -41,7 +41,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path, monkeypatch):
         "display_name": "litforge (tests)", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("LITFORGE_NOTEBOOK_LOGS", str(tmp_path / "logs"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline, as in Jupyter
 
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, kernel_name="litforge-test", timeout=300,
