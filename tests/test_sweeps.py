@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY, run_cli
+from conftest import CONF, TINY, run_cli
 
 SEARCH = "hparams_search=digits_optuna"
 
@@ -32,8 +32,21 @@ def test_search_space_parses_hydra_grammar_into_optuna_distributions():
         "model.hidden_dims=[64,64]", "optimizer.lr=0.001", "data.batch_size=32"]
 
 
-def test_search_config_composes_with_the_litforge_sweeper(compose_cfg):
-    cfg = compose_cfg(SEARCH, "hydra/launcher=joblib")
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
+def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers(launcher: str, tmp_path: Path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import litforge.cli  # noqa: F401
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[SEARCH, f"hydra/launcher={launcher}", f"paths.log_dir={tmp_path}"],
+                      return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    assert cfg.hydra.sweeper._target_ == "hydra_plugins.litforge_optuna.sweeper.LitforgeOptunaSweeper"
+    assert cfg.hydra.sweeper.direction == "max" and cfg.hydra.sweeper.params["optimizer.lr"].startswith("tag(log")
+    assert launcher.split("_")[0] in cfg.hydra.launcher._target_.lower()
     assert cfg.trainer.max_epochs == 10  # the search config's shorter trials
 
 
