@@ -28,8 +28,8 @@ def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=[f"paths.output_dir={out}", "print_config=false", "trainer.max_epochs=2",
                                           "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
-                                          "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-                                          *overrides])
+                                          "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false",
+                                          "trainer.log_every_n_steps=1", *overrides])
     GlobalHydra.instance().clear()
     train(cfg)
     return out
