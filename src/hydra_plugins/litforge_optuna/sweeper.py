@@ -1,0 +1,232 @@
+"""A Hydra sweeper driven by Optuna's ask/tell API: TPE sampling, a persistent study, failed trials recorded.
+
+Each batch of `n_jobs` trials is asked from the study, turned into Hydra overrides, launched through the configured
+launcher (in-process by default, in parallel with `hydra/launcher=joblib`, on a cluster with submitit), and every
+outcome is told back: the job's return value, or FAIL when the job raised or returned no finite number, so one
+broken trial never ends the study. The study lives in a database (SQLite in the sweep folder by default): an
+interrupted sweep resumes where it stopped, and a finished one can be inspected with Optuna's tools. After every
+batch `best.yaml` in the sweep folder holds the best parameters, their score and the command that reproduces them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, OverrideType, RangeSweep
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+BEST_FILE = "best.yaml"
+
+
+class SearchSpaceError(ValueError):
+    """A search-space entry Optuna cannot sample: the message names the parameter and the accepted forms."""
+
+
+class LitforgeOptunaSweeper(Sweeper):
+    def __init__(self, direction: str, study_name: str, storage: str | None, n_trials: int, n_jobs: int,
+                 sampler: Mapping[str, Any], params: Mapping[str, str] | None) -> None:
+        if str(direction).lower() not in DIRECTIONS:
+            raise ValueError(f"hydra.sweeper.direction={direction!r}: use one of max, min (or maximize, minimize)")
+        if n_trials < 1 or n_jobs < 1:
+            raise ValueError(f"hydra.sweeper.n_trials ({n_trials}) and n_jobs ({n_jobs}) must be at least 1")
+        self.direction = DIRECTIONS[str(direction).lower()]
+        self.study_name = study_name
+        self.storage = storage
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.sampler_cfg = dict(OmegaConf.to_container(sampler, resolve=True) if OmegaConf.is_config(sampler)
+                                else sampler)
+        self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> list[Any]:
+        import optuna
+        from optuna.trial import TrialState
+
+        assert self.config is not None
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        space, fixed = search_space(self.params, arguments)
+        if not space:
+            raise SearchSpaceError("the search space is empty: set hydra.sweeper.params (see "
+                                   "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
+                                   "optimizer.lr='interval(1e-4,1e-1)'")
+        study = optuna.create_study(study_name=self.study_name, storage=self._storage_url(), sampler=self._sampler(),
+                                    direction=self.direction, load_if_exists=True)
+        fail_stale_trials(study)
+        log.info("Optuna study %r (%s, %s): %d of %d trials done; searching %s", self.study_name, self.direction,
+                 self._storage_url() or "in memory", finished_count(study), self.n_trials, ", ".join(space))
+
+        returns: list[Any] = []
+        while (done := finished_count(study)) < self.n_trials:
+            trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - done))]
+            batch = [tuple(fixed + trial_overrides(trial.params)) for trial in trials]
+            try:
+                self.validate_batch_is_legal(batch)
+            except Exception as exc:  # a search-space key the config does not have: no job could ever run
+                for trial in trials:
+                    trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+                    study.tell(trial, state=TrialState.FAIL)
+                raise
+            # job folder N = trial N (trial numbers in a batch asked here are consecutive)
+            results = self.launcher.launch(batch, initial_job_idx=trials[0].number)
+            for trial, result in zip(trials, results, strict=True):
+                value, error = job_outcome(result)
+                if error is None:
+                    study.tell(trial, value)
+                else:
+                    log.warning("Trial %d failed (recorded as FAIL, the study goes on): %s", trial.number, error)
+                    trial.set_user_attr("error", error)
+                    study.tell(trial, state=TrialState.FAIL)
+            returns.extend(results)
+            write_best(study, sweep_dir, fixed, self._storage_url(), self._metric_name())
+        write_best(study, sweep_dir, fixed, self._storage_url(), self._metric_name())
+        return returns
+
+    # ---- helpers ----------------------------------------------------------------------------------------------------
+    def _storage_url(self) -> str | None:
+        if not self.storage:
+            return None
+        if self.storage.startswith("sqlite:///"):  # SQLite creates the file, not its folder
+            Path(self.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return self.storage
+
+    def _sampler(self) -> Any:
+        from optuna.samplers import TPESampler
+
+        cfg = dict(self.sampler_cfg)
+        extra = cfg.pop("extra", None) or {}
+        return TPESampler(**cfg, **extra)
+
+    def _metric_name(self) -> str | None:
+        assert self.config is not None
+        return OmegaConf.select(self.config, "objective.metric", default=None)
+
+
+def search_space(params: Mapping[str, str], arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Optuna distributions for the sweep overrides; every other override is passed unchanged to each trial.
+
+    Command-line arguments come after the config's `params`, so `optimizer.lr=0.01` on the command line fixes a
+    parameter the search config would otherwise sample.
+    """
+    parser = OverridesParser.create()
+    lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
+    space: dict[str, Any] = {}
+    fixed: dict[str, str] = {}
+    for override in parser.parse_overrides(lines):
+        key = _prefix(override) + override.get_key_element()
+        space.pop(key, None)
+        fixed.pop(key, None)
+        if override.is_sweep_override():
+            space[key] = distribution(key, override)
+        else:
+            fixed[key] = override.input_line
+    return space, list(fixed.values())
+
+
+def distribution(key: str, override: Override) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    sweep = override.value()
+    if isinstance(sweep, ChoiceSweep):
+        # choices as override text: Optuna's categoricals hold only scalars, this also allows lists ([64,64])
+        return CategoricalDistribution([Override._get_value_element_as_str(x) for x in sweep.list])
+    if isinstance(sweep, RangeSweep):
+        values = list(override.sweep_iterator())
+        if all(isinstance(v, int) for v in values) and values:
+            return IntDistribution(values[0], values[-1], step=int(sweep.step))
+        return CategoricalDistribution([Override._get_value_element_as_str(v) for v in values])
+    if isinstance(sweep, IntervalSweep):
+        log_scale = "log" in sweep.tags
+        if "int" in sweep.tags:
+            return IntDistribution(int(sweep.start), int(sweep.end), log=log_scale)
+        return FloatDistribution(float(sweep.start), float(sweep.end), log=log_scale)
+    raise SearchSpaceError(f"{key}: {override.input_line!r} cannot be sampled; use choice(a,b,...), range(a,b), "
+                           "interval(a,b), tag(log, interval(a,b)) or tag(int, interval(a,b))")
+
+
+def trial_overrides(params: Mapping[str, Any]) -> list[str]:
+    """A trial's parameters as Hydra overrides (categoricals already are override text)."""
+    return [f"{key}={value if isinstance(value, str) else Override._get_value_element_as_str(value)}"
+            for key, value in params.items()]
+
+
+def job_outcome(result: Any) -> tuple[float | None, str | None]:
+    """(value, None) for a job that returned a finite number, else (None, why the trial failed)."""
+    from hydra.core.utils import JobStatus
+
+    if result.status != JobStatus.COMPLETED:
+        error = getattr(result, "_return_value", None)
+        return None, f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(result.status)
+    value = result.return_value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None, (f"the job returned {value!r}, not a number: does the run log the metric named by "
+                      "objective.metric?")
+    if not math.isfinite(number):
+        return None, f"the job returned {number}"
+    return number, None
+
+
+def finished_count(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)))
+
+
+def fail_stale_trials(study: Any) -> None:
+    """Trials left RUNNING by an interrupted sweep never report: record them as failed so the study can go on.
+
+    (A study shared by several sweeps at once should use a server database and Optuna's heartbeat instead.)
+    """
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        log.warning("Trial %d was left running by an interrupted sweep: recorded as FAIL", trial.number)
+        study.tell(trial.number, state=TrialState.FAIL)
+
+
+def write_best(study: Any, sweep_dir: Path, fixed: list[str], storage: str | None, metric: str | None) -> None:
+    """`best.yaml`: the best trial's parameters, score and a command that reproduces it, plus trial counts."""
+    from optuna.trial import TrialState
+
+    from litforge.sweeps import atomic_write
+
+    counts = {state.name.lower(): len(study.get_trials(deepcopy=False, states=(state,)))
+              for state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    best: dict[str, Any] | None = None
+    if complete:
+        trial = study.best_trial
+        overrides = fixed + trial_overrides(trial.params)
+        best = {"trial": trial.number, "value": trial.value, "params": dict(trial.params),
+                "job_dir": str(sweep_dir / str(trial.number)),
+                "command": "python train.py " + " ".join(f"'{o}'" if any(c in o for c in " []()") else o
+                                                         for o in overrides)}
+    document = {"study": study.study_name, "storage": storage, "direction": study.direction.name.lower(),
+                "metric": metric, "trials": counts, "best": best}
+    atomic_write(sweep_dir / BEST_FILE, OmegaConf.to_yaml(OmegaConf.create(document)))
+
+
+def _prefix(override: Override) -> str:
+    return {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~"}.get(override.type, "")

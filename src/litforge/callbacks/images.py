@@ -1,0 +1,98 @@
+"""Test-time pictures for classifiers: a confusion matrix and a grid of test samples with predicted vs true labels.
+
+Computed from one extra forward pass per test batch (test time only, never during training), with torchmetrics'
+confusion matrix (synchronised across processes) and matplotlib figures sent to TensorBoard's Images tab.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+from litforge.callbacks.tensorboard import tensorboard_loggers
+
+
+class ClassificationImages(pl.Callback):
+    """`test/confusion_matrix` and `test/predictions` images; a no-op for tasks that are not image classifiers."""
+
+    def __init__(self, max_samples: int = 32, normalize: str | None = None) -> None:
+        self.max_samples = max_samples
+        self.normalize = normalize  # confusion matrix normalisation: null (counts) | true | pred | all
+        self._confusion: MulticlassConfusionMatrix | None = None
+        self._samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def _active(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+        return (getattr(pl_module, "data_kind", None) == "image" and hasattr(pl_module, "class_names")
+                and any(True for _ in tensorboard_loggers(trainer)))
+
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._samples = []
+        self._confusion = None
+        if self._active(trainer, pl_module):
+            self._confusion = MulticlassConfusionMatrix(num_classes=len(pl_module.class_names),
+                                                        normalize=self.normalize).to(pl_module.device)
+
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._confusion is None:
+            return
+        images, labels = batch[0], batch[1]
+        with torch.no_grad():
+            predicted = pl_module(images).argmax(dim=-1)
+        self._confusion.update(predicted, labels)
+        kept = sum(len(s[0]) for s in self._samples)
+        if kept < self.max_samples:
+            n = self.max_samples - kept
+            self._samples.append((images[:n].detach().float().cpu(), predicted[:n].cpu(), labels[:n].cpu()))
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._confusion is None:
+            return
+        confusion = self._confusion.compute()  # all ranks take part in the sync
+        if not trainer.is_global_zero:
+            return
+        names = list(pl_module.class_names)
+        fig, _ = self._confusion.plot(val=confusion.cpu(), labels=names if len(names) <= 30 else None)
+        fig.set_size_inches(max(4.0, 0.5 * len(names) + 2), max(4.0, 0.5 * len(names) + 2))
+        figures = {"test/confusion_matrix": fig}
+        if self._samples:
+            figures["test/predictions"] = prediction_grid(*map(torch.cat, zip(*self._samples)), names)
+        for logger in tensorboard_loggers(trainer):
+            for tag, figure in figures.items():
+                logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)
+            logger.experiment.flush()
+        import matplotlib.pyplot as plt
+
+        for figure in figures.values():
+            plt.close(figure)
+        self._confusion = None
+
+
+def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor,
+                    class_names: list[str]) -> Any:
+    """A grid of images titled `predicted / true`, green when right and red when wrong."""
+    from matplotlib.figure import Figure
+
+    n = len(images)
+    cols = min(8, n)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(1.6 * cols, 1.8 * rows))
+    for i in range(n):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        image = images[i]
+        image = (image - image.min()) / (image.max() - image.min()).clamp_min(1e-8)  # normalised → [0, 1]
+        if image.shape[0] == 1:
+            ax.imshow(image[0].numpy(), cmap="gray")
+        else:
+            ax.imshow(image[:3].permute(1, 2, 0).numpy())
+        right = bool(predicted[i] == labels[i])
+        ax.set_title(f"{class_names[predicted[i]]} / {class_names[labels[i]]}", fontsize=8,
+                     color="green" if right else "red")
+        ax.axis("off")
+    fig.suptitle("predicted / true", fontsize=9)
+    fig.tight_layout()
+    return fig

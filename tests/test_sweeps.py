@@ -1,0 +1,132 @@
+"""Optuna sweeps (litforge's own Hydra sweeper plugin), parallel trials with joblib, and result aggregation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CONF, TINY, run_cli
+
+SEARCH = "hparams_search=digits_optuna"
+
+
+def test_search_space_parses_hydra_grammar_into_optuna_distributions():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from hydra_plugins.litforge_optuna.sweeper import search_space, trial_overrides
+
+    space, fixed = search_space(
+        {"optimizer.lr": "tag(log, interval(1e-4, 1e-1))", "model.hidden_dims": "choice([64,64], [128])",
+         "data.batch_size": "range(16, 80, 16)", "model.depth": "tag(int, interval(2, 8))", "seed": "3"},
+        ["trainer.max_epochs=2", "model.depth=5", "optimizer=adam,sgd"],
+    )
+    assert space["optimizer.lr"] == FloatDistribution(1e-4, 1e-1, log=True)
+    assert space["model.hidden_dims"] == CategoricalDistribution(["[64,64]", "[128]"])
+    assert space["data.batch_size"] == IntDistribution(16, 64, step=16)
+    assert space["optimizer"] == CategoricalDistribution(["adam", "sgd"])
+    assert "model.depth" not in space, "a command-line value fixes a parameter the search config samples"
+    assert fixed == ["seed=3", "trainer.max_epochs=2", "model.depth=5"]
+    assert trial_overrides({"model.hidden_dims": "[64,64]", "optimizer.lr": 0.001, "data.batch_size": 32}) == [
+        "model.hidden_dims=[64,64]", "optimizer.lr=0.001", "data.batch_size=32"]
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
+def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers(launcher: str, tmp_path: Path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import litforge.cli  # noqa: F401
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[SEARCH, f"hydra/launcher={launcher}", f"paths.log_dir={tmp_path}"],
+                      return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    assert cfg.hydra.sweeper._target_ == "hydra_plugins.litforge_optuna.sweeper.LitforgeOptunaSweeper"
+    assert cfg.hydra.sweeper.direction == "max" and cfg.hydra.sweeper.params["optimizer.lr"].startswith("tag(log")
+    assert launcher.split("_")[0] in cfg.hydra.launcher._target_.lower()
+    assert cfg.trainer.max_epochs == 10  # the search config's shorter trials
+
+
+@pytest.mark.slow
+def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp_path: Path):
+    """One interrupted study, resumed with 2 trials in parallel (joblib), one of which fails.
+
+    The study is prepared as an interrupted sweep leaves it: one trial still RUNNING. Two trials are enqueued so the
+    outcome does not depend on the sampler: dropout 1.5 (nn.Dropout rejects it: the trial must FAIL) and 0.1.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    storage = f"sqlite:///{sweep_dir}/optuna.db"
+    study = optuna.create_study(study_name="digits_optuna", storage=storage, direction="maximize")
+    study.ask()  # left RUNNING, as by a killed sweep
+    study.enqueue_trial({"model.dropout": "1.5"})
+    study.enqueue_trial({"model.dropout": "0.1"})
+
+    result = run_cli("train.py", *TINY, SEARCH, "model.dropout=choice(0.1,1.5)", "hydra.sweeper.n_trials=3",
+                     "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                     f"hydra.sweep.dir={sweep_dir}", log_dir=tmp_path / "logs", extra_args=("-m",))
+    assert result.returncode == 0, result.output[-4000:]
+    assert "Trial 0 was left running" in result.output
+
+    trials = optuna.load_study(study_name="digits_optuna", storage=storage).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].params["model.dropout"] == "1.5" and "dropout" in trials[1].user_attrs["error"]
+    assert 0.0 < trials[2].value <= 1.0
+    # job folder N is trial N; the completed trial's value is its run's objective
+    metrics = yaml.safe_load((sweep_dir / "2" / "metrics.json").read_text())
+    assert metrics["objective"]["value"] == pytest.approx(trials[2].value)
+    assert not (sweep_dir / "1" / "metrics.json").exists()
+
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert best["trials"] == {"complete": 1, "fail": 2, "pruned": 0}
+    assert best["metric"] == "val/acc" and best["direction"] == "maximize"
+    assert best["best"]["trial"] == 2 and best["best"]["value"] == pytest.approx(trials[2].value)
+    assert best["best"]["params"] == trials[2].params
+    assert "model.dropout=0.1" in best["best"]["command"]
+    summary = (sweep_dir / "summary.csv").read_text()
+    assert "FAILED" in summary and "COMPLETED" in summary
+
+
+def _fake_run(folder: Path, overrides: list[str], acc: float | None, loss: float = 1.0) -> None:
+    """A run folder as train.py leaves it: .hydra/overrides.yaml, metrics.json (none when the job failed)."""
+    import json
+
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if acc is not None:
+        (folder / "metrics.json").write_text(json.dumps({
+            "metrics": {"test/acc": acc, "test/loss": loss},
+            "objective": {"metric": "test/acc", "mode": "max", "value": acc}}))
+
+
+def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: Path):
+    import csv
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    for i, (lr, seed, acc) in enumerate([("0.01", 1, 0.90), ("0.01", 2, 0.94), ("0.01", 3, 0.92),
+                                         ("0.1", 1, 0.50), ("0.1", 2, 0.70), ("0.1", 3, None)]):
+        _fake_run(runs / f"r{i}", [f"optimizer.lr={lr}", f"seed={seed}", f"paths.log_dir=/x{i}"], acc)
+
+    proc = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(runs)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "0.9200 ± 0.0200" in proc.stdout and "0.6000 ± 0.1414" in proc.stdout
+    rows = list(csv.DictReader((runs / "aggregate.csv").open()))
+    assert [r["configuration"] for r in rows] == ["optimizer.lr=0.01", "optimizer.lr=0.1"], "best mean first"
+    assert rows[0]["runs"] == "3" and rows[0]["seeds"] == "1 2 3" and rows[0]["failed"] == "0"
+    assert rows[1]["runs"] == "2" and rows[1]["failed"] == "1"
+    assert float(rows[0]["test/acc_mean"]) == pytest.approx(0.92)
+    assert float(rows[1]["test/acc_std"]) == pytest.approx(0.141421, abs=1e-5)
+    assert "| optimizer.lr=0.01 | 3 | 0 | 1 2 3 | 0.9200 ± 0.0200 |" in (runs / "aggregate.md").read_text()
+
+    empty = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(tmp_path / "nothing")],
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode != 0 and "does not exist" in empty.stderr
