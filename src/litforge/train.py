@@ -27,6 +27,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
 
     from litforge.checkpoints import load_checkpoint
+    from litforge.speed import apply_speed_options
     from litforge.tasks.base import task_class_from_checkpoint
 
     output_dir = Path(cfg.paths.output_dir)
@@ -35,6 +36,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate_group("data", cfg.data)
     task = build_task(cfg, datamodule.describe())
     check_compatible(task, datamodule, cfg)
+    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)), channels_last=cfg.get("channels_last", False))
 
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path:
