@@ -36,7 +36,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate_group("data", cfg.data)
     task = build_task(cfg, datamodule.describe())
     check_compatible(task, datamodule, cfg)
-    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)), channels_last=cfg.get("channels_last", False))
+    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
+                        channels_last=bool(cfg.get("channels_last", False)))
 
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path:
