@@ -29,6 +29,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     from litforge.checkpoints import load_checkpoint
     from litforge.parallel import launch
+    from litforge.speed import apply_speed_options
     from litforge.tasks.base import task_class_from_checkpoint
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
@@ -39,6 +40,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate_group("data", cfg.data)
     task = build_task(cfg, datamodule.describe())
     check_compatible(task, datamodule, cfg)
+    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
+                        channels_last=bool(cfg.get("channels_last", False)))
 
     ckpt_path = starting_checkpoint(cfg)
     if ckpt_path:

@@ -49,6 +49,7 @@ class ImageDataModule(pl.LightningDataModule):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         augment: bool = False,
+        on_device: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -59,6 +60,8 @@ class ImageDataModule(pl.LightningDataModule):
         self.split_seed = split_seed
         self.shuffle_seed = shuffle_seed
         self.augment = augment
+        # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU)
+        self.on_device = on_device
         self.input_shape: tuple[int, int, int] = (1, 1, 1)
         self.num_classes: int = 0
         self.class_names: list[str] = []
@@ -97,7 +100,7 @@ class ImageDataModule(pl.LightningDataModule):
         # the data-parallel replicas, not all processes: tensor-parallel ranks of one replica must see the same batch
         replicas = trainer.distributed_sampler_kwargs if trainer is not None else None
         return InMemoryLoader(
-            self._splits[split],
+            self._split_on_device(split),
             batch_size=self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             drop_last=False,
@@ -105,6 +108,21 @@ class ImageDataModule(pl.LightningDataModule):
             rank=replicas["rank"] if replicas else 0,
             world_size=replicas["num_replicas"] if replicas else 1,
         )
+
+    def _split_on_device(self, split: str) -> tuple[Tensor, Tensor]:
+        """The split's tensors, moved once to the trainer's device when `on_device` (whole dataset on the GPU).
+
+        Batches then are slices of device tensors and Lightning's per-batch transfer is a no-op. Images stay uint8
+        where they were, so a dataset takes a quarter of its float size on the device.
+        """
+        tensors = self._splits[split]
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        if not self.on_device or device.type == "cpu":
+            return tensors
+        if tensors[0].device != device:
+            tensors = tuple(t.to(device) for t in tensors)
+            self._splits[split] = tensors
+        return tensors
 
     def train_dataloader(self) -> InMemoryLoader:
         return self._loader("train", train=True)

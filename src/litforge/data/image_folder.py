@@ -191,6 +191,7 @@ class ImageFolderDataModule(ImageDataModule):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_in_memory_mb: float = 256.0,
+        on_device: bool = False,
     ) -> None:
         super().__init__(
             data_dir=str(root),
@@ -202,6 +203,7 @@ class ImageFolderDataModule(ImageDataModule):
             mean=list(mean) if mean is not None else None,
             std=list(std) if std is not None else None,
             augment=augment,
+            on_device=on_device,
         )
         for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not 0 <= value < 1:

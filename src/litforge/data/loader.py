@@ -100,7 +100,7 @@ class InMemoryLoader:
             self._resume = None
             if saved_epoch == self.epoch:  # resumed inside this epoch: skip what was already trained on
                 start = saved_done
-        order = self._order()
+        order = self._order().to(self.tensors[0].device)  # index on the data's device (data.on_device=true)
         global_batch = self.batch_size * self.world_size
         self._finished = False
         for index in range(start, len(self)):

@@ -135,6 +135,21 @@ class LitforgeTask(pl.LightningModule):
             raise ConfigError("an epoch-based LR schedule needs trainer.max_epochs (or set the schedule length)")
         return max(1, trainer.max_epochs)
 
+    # ---- logging ---------------------------------------------------------------------------------------------------
+    def logs_this_step(self) -> bool:
+        """Whether Lightning writes step metrics to the loggers after this training step.
+
+        True every `trainer.log_every_n_steps` steps (and in `fast_dev_run`): step metrics logged on other steps
+        are never written anywhere, yet each `self.log` call costs hundreds of Python calls. Outside a trainer, or
+        if Lightning's internals change, it answers True (log every step: correct, only slower).
+        """
+        trainer = self._trainer
+        if trainer is None:
+            return True
+        if trainer.fast_dev_run:
+            return True
+        return bool(getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True))
+
     # ---- checkpoints ----------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         cls = type(self)

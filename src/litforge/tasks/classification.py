@@ -51,9 +51,17 @@ class ClassificationTask(LitforgeTask):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss, logits, labels = self._shared_step(batch)
         self.train_acc.update(logits.detach(), labels)
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=len(labels))
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+        # `train/loss` only on the steps Lightning writes to the loggers: each `self.log` costs ~600 Python calls,
+        # more than a small net's whole step (see benchmarks/step_overhead.py)
+        if self.logs_this_step():
+            self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=len(labels))
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        # the epoch's accuracy, logged once per epoch (what logging the metric object with on_epoch=True did per step)
+        if self.train_acc.update_called:
+            self.log("train/acc", self.train_acc.compute(), prog_bar=True)
+            self.train_acc.reset()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         loss, logits, labels = self._shared_step(batch)

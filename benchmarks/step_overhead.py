@@ -1,0 +1,107 @@
+"""Step overhead: litforge's training loop (as `python train.py` configures it: logger, progress bar, checkpointing,
+early stopping, LR monitor all on) vs a plain PyTorch loop on the same net, data, batch, optimizer and threads.
+
+    python benchmarks/step_overhead.py                  # all cases, 5 interleaved repeats
+    python benchmarks/step_overhead.py --cases tiny_mlp --repeats 3 --threads 1
+    python benchmarks/step_overhead.py --variants       # also litforge with single parts switched off
+
+Prints, per case: seconds per training step (median of repeats), the ratio litforge / plain (median of the per-repeat
+ratios), seconds per whole epoch (validation and checkpointing included) and Python calls per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+import common  # noqa: F401  (puts src/ on sys.path)
+import torch
+from common import compose, interleave, median, print_table, quiet, run_litforge, run_plain, synthetic_data_cfg
+from omegaconf import OmegaConf, open_dict
+
+# name -> (overrides, data config or None for the configured digits, epochs, count window (epoch, batch, steps))
+CASES: dict[str, tuple[list[str], dict[str, Any] | None, int, tuple[int, int, int]]] = {
+    # `python train.py` as shipped: digits MLP 64→256→256→10, batch 64, AdamW, cosine; 21 steps per epoch
+    "digits_default": ([], None, 8, (1, 5, 10)),
+    # the issue's tiny MLP: 784→256→10 at batch 64 (MNIST-shaped synthetic images), 90 steps per epoch
+    "tiny_mlp": (["model.hidden_dims=[256]", "model.dropout=0.0"],
+                 synthetic_data_cfg((1, 28, 28), train_size=6400, batch_size=64), 3, (1, 10, 20)),
+    # compute-heavy: the CNN on CIFAR-shaped images, batch 64 (9.3 GFLOP per step, ≥ 20 ms), 12 steps per epoch
+    "cnn": (["model=cnn"], synthetic_data_cfg((3, 32, 32), train_size=64 * 14, batch_size=64), 3, (1, 2, 5)),
+}
+
+# diagnostic variants of the litforge arm: which configured part costs what
+VARIANTS: dict[str, list[str]] = {
+    "TQDM bar (Lightning's default)": ["callbacks.progress_bar=null"],
+    "no progress bar": ["callbacks.progress_bar=null", "trainer.enable_progress_bar=false"],
+    "no logger": ["~logger"],
+    "callbacks=none": ["callbacks=none", "trainer.enable_progress_bar=false"],
+}
+
+
+def build_cfg(case: str, extra: Sequence[str] = ()) -> Any:
+    overrides, data_cfg, epochs, _ = CASES[case]
+    cfg = compose(*overrides, f"trainer.max_epochs={epochs}", "trainer.num_sanity_val_steps=0", *extra)
+    if data_cfg is not None:
+        with open_dict(cfg):
+            cfg.data = OmegaConf.create(data_cfg)
+    return cfg
+
+
+def measure(case: str, repeats: int, threads: int, variants: bool) -> list[list[Any]]:
+    window = CASES[case][3]
+
+    def litforge(extra: Sequence[str] = ()) -> Any:
+        torch.set_num_threads(threads)
+        rec = run_litforge(build_cfg(case, extra))
+        assert torch.get_num_threads() == threads, "Lightning changed the thread count"
+        return rec
+
+    def plain() -> Any:
+        torch.set_num_threads(threads)
+        return run_plain(build_cfg(case))
+
+    arms = {"plain": plain, "litforge": litforge}
+    if variants:
+        for name, extra in VARIANTS.items():
+            arms[f"litforge, {name}"] = lambda extra=extra: litforge(extra)
+    runs = interleave(arms, repeats)
+    # call counts: one extra, untimed run per arm with the profiler on for `window` steps
+    calls = {"plain": run_plain(build_cfg(case), count_window=window).calls_per_step,
+             "litforge": run_litforge(build_cfg(case), count_window=window).calls_per_step}
+    if variants:
+        for name, extra in VARIANTS.items():
+            calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=window).calls_per_step
+
+    plain_steps = [r.step_time() for r in runs["plain"]]
+    plain_epochs = [r.epoch_time() for r in runs["plain"]]
+    rows = []
+    for name, recs in runs.items():
+        steps = [r.step_time() for r in recs]
+        epochs = [r.epoch_time() for r in recs]
+        rows.append([case, name, f"{median(steps) * 1e3:.2f}",
+                     f"{median([s / p for s, p in zip(steps, plain_steps)]):.3f}",
+                     f"{median(epochs) * 1e3:.0f}", f"{median([e / p for e, p in zip(epochs, plain_epochs)]):.3f}",
+                     f"{calls[name]:.0f}"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, set equally in both arms")
+    parser.add_argument("--variants", action="store_true", help="also time litforge with single parts switched off")
+    args = parser.parse_args()
+    quiet()
+    rows = []
+    for case in args.cases:
+        rows += measure(case, args.repeats, args.threads, args.variants)
+    print_table(f"Step overhead (torch threads={args.threads}, median of {args.repeats} interleaved repeats)",
+                ["case", "loop", "ms/step", "step ratio", "ms/epoch (+val, ckpt)", "epoch ratio", "py calls/step"],
+                rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Per-step cost and the one-switch speed options (compile, channels_last, data.on_device, EMA).
+
+The step cost is pinned by counting Python function calls per training step (`sys.setprofile`): unlike wall time it
+does not move with machine load, so a regression (an extra `self.log` per step, a callback doing work every batch)
+fails here on any machine. benchmarks/step_overhead.py prints the same count next to the timings.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from pytorch_lightning.callbacks import Callback
+
+# Measured (benchmarks/step_overhead.py, digits MLP, torch 2.14.1, Lightning 2.6.6): plain PyTorch loop ≈ 200
+# calls/step, Lightning barebones ≈ 1,180, litforge's default run (logger, progress bar, checkpointing, early
+# stopping, LR monitor) ≈ 1,830 (3,318 before logging train/loss only on logging steps and train/acc once per
+# epoch); the issue measured Lightning's "usual defaults" at 5,300. The budget leaves room for library patch
+# releases, not for one more `self.log` per step (~+600).
+CALLS_PER_STEP_BUDGET = 2_300
+USUAL_DEFAULTS = 5_300
+
+
+class CountCalls(Callback):
+    """Counts Python calls from step `start` to step `start + steps` of epoch 1 (inside an epoch: no validation)."""
+
+    def __init__(self, start: int = 5, steps: int = 10) -> None:
+        self.start, self.steps = start, steps
+        self.calls = 0
+        self.per_step: float | None = None
+
+    def _profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            self.calls += 1
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.current_epoch != 1:
+            return
+        if batch_idx == self.start:
+            sys.setprofile(self._profile)
+        elif batch_idx == self.start + self.steps:
+            sys.setprofile(None)
+            self.per_step = self.calls / self.steps
+
+
+def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatch):
+    import litforge.train as train_job
+
+    counter = CountCalls()
+    real = train_job.instantiate_named
+    monkeypatch.setattr(train_job, "instantiate_named",
+                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false")
+    train_job.train(cfg)  # the default run: logger, Rich progress bar, checkpointing, early stopping, LR monitor
+    assert counter.per_step is not None, "the counting window was never reached"
+    assert counter.per_step < CALLS_PER_STEP_BUDGET < USUAL_DEFAULTS, f"{counter.per_step:.0f} Python calls per step"
+
+
+def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_cfg, tmp_path: Path):
+    """The cheaper logging writes the same metric names, at Lightning's log_every_n_steps cadence."""
+    from litforge.train import train
+
+    cfg = compose_cfg("trainer.max_epochs=2", "trainer.log_every_n_steps=5", "logger=csv", "print_config=false",
+                      "callbacks.progress_bar=null")
+    result = train(cfg)
+    rows = (tmp_path / "csv").rglob("metrics.csv")
+    text = next(rows).read_text().splitlines()
+    header = text[0].split(",")
+    steps_with_loss = [int(r.split(",")[header.index("step")]) for r in text[1:]
+                       if r.split(",")[header.index("train/loss")]]
+    assert steps_with_loss and all((s + 1) % 5 == 0 for s in steps_with_loss), steps_with_loss
+    assert len(steps_with_loss) == 2 * 21 // 5  # 21 steps per epoch on digits: every 5th step of 42
+    epochs_with_acc = [r for r in text[1:] if r.split(",")[header.index("train/acc")]]
+    assert len(epochs_with_acc) == 2
+    assert {"train/loss", "train/acc", "val/acc", "test/acc"} <= set(result["metrics"])
+
+
+def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypatch):
+    """compile=true compiles the net in place: the checkpoint loads into an uncompiled task (eval/predict path)."""
+    from litforge.checkpoints import load_checkpoint
+    from litforge.tasks.base import restore_task
+    from litforge.train import train
+
+    # the eager backend traces the net like inductor does but skips code generation (minutes on 2 busy cores);
+    # the names in the state dict do not depend on the backend
+    cfg = compose_cfg("compile={backend:eager}", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "print_config=false",
+                      "callbacks.progress_bar=null")
+    compiled: list[dict[str, Any]] = []
+    real_compile = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile",
+                        lambda self, **kw: compiled.append(kw) or real_compile(self, **kw))
+    result = train(cfg)
+    assert compiled == [{"backend": "eager"}]
+    last = str(Path(result["best_checkpoint"]).parent / "last.ckpt")
+    checkpoint = load_checkpoint(last)
+    assert checkpoint["state_dict"] and not any("_orig_mod" in k for k in checkpoint["state_dict"])
+    task = restore_task(checkpoint, last)
+    assert torch.equal(task.state_dict()["net.net.1.weight"], checkpoint["state_dict"]["net.net.1.weight"])
+
+
+def test_compile_compiles_the_net_in_place():
+    from litforge.models.mlp import MLP
+    from litforge.speed import apply_speed_options
+
+    task = torch.nn.Module()
+    task.net = MLP(1, (8, 8), 10)
+    names = list(task.state_dict())
+    apply_speed_options(task, compile={"backend": "eager"})
+    assert task.net._compiled_call_impl is not None  # nn.Module.compile's in-place compiled forward
+    assert list(task.state_dict()) == names
+    assert task.net(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_channels_last_converts_weights_and_inputs():
+    from litforge.models.cnn import CNN
+    from litforge.speed import apply_speed_options
+
+    task = torch.nn.Module()
+    task.net = CNN(3, (8, 8), 10)
+    seen: list[bool] = []
+    task.net.features[0].register_forward_pre_hook(
+        lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    reference = {k: v.clone() for k, v in task.state_dict().items()}
+    apply_speed_options(task, channels_last=True)
+    conv = task.net.features[0][0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    assert all(torch.equal(reference[k], v) for k, v in task.state_dict().items())  # same values, other layout
+    task.net(torch.randn(2, 3, 8, 8))
+    assert seen == [True]
+
+
+def test_on_device_is_a_no_op_on_cpu_and_trains(compose_cfg):
+    from litforge.train import train
+
+    cfg = compose_cfg("data.on_device=true", "trainer=cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "print_config=false",
+                      "callbacks.progress_bar=null")
+    assert "test/acc" in train(cfg)["metrics"]
+
+
+def test_on_device_moves_splits_to_the_trainer_device(monkeypatch):
+    """The CUDA path, exercised with a stand-in device: the split tensors move once and the loader indexes there."""
+    from types import SimpleNamespace
+
+    from litforge.data.digits import DigitsDataModule
+
+    dm = DigitsDataModule(on_device=True)
+    dm.setup()
+    moved: list[str] = []
+    real_to = torch.Tensor.to
+
+    def fake_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if args and isinstance(args[0], torch.device) and args[0].type == "meta":
+            moved.append(str(args[0]))
+            return real_to(self, "cpu")  # stays usable: we only check the move is asked for, once per split
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")), global_rank=0,
+                                 world_size=1)
+    dm._split_on_device("train")
+    assert moved == ["meta", "meta"]  # images and labels
+
+
+def test_ema_callback_saves_averaged_weights(compose_cfg):
+    from litforge.checkpoints import load_checkpoint
+    from litforge.train import train
+
+    cfg = compose_cfg("callbacks=[default,ema]", "callbacks.ema.decay=0.5", "trainer.max_epochs=1",
+                      "trainer.limit_train_batches=4", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                      "print_config=false", "callbacks.progress_bar=null")
+    result = train(cfg)
+    checkpoint = load_checkpoint(result["best_checkpoint"])
+    averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
+    name = "net.net.1.weight"
+    assert not torch.equal(averaged[name], current[name])  # the checkpoint's weights are the EMA, not the raw ones
+    assert "averaging_state" in checkpoint
+
+
+@pytest.mark.parametrize("compile_value", [False, {"backend": "eager"}])
+def test_speed_options_need_a_net(compile_value):
+    from litforge.errors import ConfigError
+    from litforge.speed import apply_speed_options
+
+    if compile_value:
+        with pytest.raises(ConfigError, match="compile=false"):
+            apply_speed_options(torch.nn.Module(), compile=compile_value)
+    else:
+        apply_speed_options(torch.nn.Module())  # nothing configured: nothing to do, no error
