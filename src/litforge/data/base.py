@@ -1,0 +1,183 @@
+"""What every image datamodule shares: its shape, a reproducible split, and fast loaders.
+
+A datamodule states its shape (`input_shape`, `num_classes`, `class_names`) as soon as it is constructed, so the
+task can build the net before any data is read and a wrong `model=` × `data=` pair fails before training starts.
+Datasets that fit in memory keep uint8 (or float) tensors and are served by :class:`InMemoryLoader`;
+normalisation and augmentation run per batch, on the device, in `on_after_batch_transfer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from litforge.data.loader import InMemoryLoader
+
+
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A seeded random train/val/test partition of range(n); the same seed always gives the same split."""
+    if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
+        raise ValueError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave training data")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_test = round(n * test_fraction)
+    n_val = round(n * val_fraction)
+    return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
+
+
+class ImageDataModule(pl.LightningDataModule):
+    """Base for image classification data held in memory as `(images, labels)` tensors.
+
+    Subclasses set the shape attributes in `__init__` and implement :meth:`load_arrays`, returning uint8 or float
+    images of shape (N, C, H, W) with pixel values in [0, 1] (float) or [0, 255] (uint8), and int64 labels, for
+    "train" and "test" (the validation set is carved out of "train" with the seed).
+    """
+
+    kind = "image"  # tasks check this to refuse an incompatible data family early
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 64,
+        eval_batch_size: int | None = None,
+        val_fraction: float = 0.1,
+        split_seed: int = 0,
+        shuffle_seed: int = 0,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        augment: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or max(batch_size, 256)
+        self.val_fraction = val_fraction
+        self.split_seed = split_seed
+        self.shuffle_seed = shuffle_seed
+        self.augment = augment
+        self.input_shape: tuple[int, int, int] = (1, 1, 1)
+        self.num_classes: int = 0
+        self.class_names: list[str] = []
+        self._mean = mean
+        self._std = std
+        self._splits: dict[str, tuple[Tensor, Tensor]] = {}
+
+    # ---- subclasses -----------------------------------------------------------------------------------------------
+    def load_arrays(self, split: str) -> tuple[Tensor, Tensor]:
+        """Return `(images, labels)` for "train" or "test"."""
+        raise NotImplementedError
+
+    # ---- Lightning hooks ------------------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self._splits:
+            return
+        images, labels = self.load_arrays("train")
+        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        splits = {"train": (images[train_idx], labels[train_idx]), "val": (images[val_idx], labels[val_idx]),
+                  "test": self.load_arrays("test")}
+        self._check_shapes(splits)
+        if self._mean is None or self._std is None:
+            self._mean, self._std = channel_stats(splits["train"][0])
+        self._splits = splits  # only once everything loaded: a failed setup can simply be retried
+
+    def _check_shapes(self, splits: dict[str, tuple[Tensor, Tensor]]) -> None:
+        for split, (images, labels) in splits.items():
+            if tuple(images.shape[1:]) != self.input_shape:
+                raise ValueError(f"{type(self).__name__} {split} images have shape {tuple(images.shape[1:])}, "
+                                 f"expected {self.input_shape}")
+            if len(images) != len(labels):
+                raise ValueError(f"{split}: {len(images)} images but {len(labels)} labels")
+
+    def _loader(self, split: str, train: bool) -> InMemoryLoader:
+        trainer = self.trainer
+        return InMemoryLoader(
+            self._splits[split],
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=False,
+            seed=self.shuffle_seed,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+        )
+
+    def train_dataloader(self) -> InMemoryLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> InMemoryLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> InMemoryLoader:
+        return self._loader("test", train=False)
+
+    def predict_dataloader(self) -> InMemoryLoader:
+        return self._loader("test", train=False)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        images, labels = batch
+        images = self.normalize(images)
+        if self.augment and self.trainer is not None and self.trainer.training:
+            images = random_crop_flip(images)
+        return images, labels
+
+    # normalisation statistics travel in the checkpoint (Lightning saves a datamodule's state_dict), so predict and
+    # export can preprocess new images exactly like training without reading the training data again
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": self._mean, "std": self._std} if self._mean is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("mean") is not None:
+            self._mean, self._std = list(state_dict["mean"]), list(state_dict["std"])
+
+    # ---- shared helpers -------------------------------------------------------------------------------------------
+    def normalize(self, images: Tensor) -> Tensor:
+        """uint8 [0, 255] or float [0, 1] → standardised float, per channel."""
+        if images.dtype == torch.uint8:
+            images = images.float().div_(255.0)
+        mean = torch.as_tensor(self._mean, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+        std = torch.as_tensor(self._std, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+        return (images - mean) / std
+
+    def ensure_stats(self) -> None:
+        """Normalisation needs mean/std: from the config, the checkpoint, or else the training split."""
+        if self._mean is None or self._std is None:
+            self.setup()
+
+    def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
+        """Raw (unnormalised) images and labels of a split, e.g. for prediction or notebooks."""
+        self.setup()
+        return self._splits[split]
+
+    def describe(self) -> dict[str, Any]:
+        """The shape facts a task needs to build its net."""
+        return {"input_shape": list(self.input_shape), "num_classes": self.num_classes,
+                "class_names": list(self.class_names)}
+
+
+def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of images in [0, 1] (uint8 is rescaled), computed on the training split only."""
+    x = images.float()
+    if images.dtype == torch.uint8:
+        x = x / 255.0
+    mean = x.mean(dim=(0, 2, 3))
+    std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
+    return [round(v, 6) for v in mean.tolist()], [round(v, 6) for v in std.tolist()]
+
+
+def random_crop_flip(images: Tensor, padding: int = 2) -> Tensor:
+    """Batched random shift (pad + crop) and horizontal flip, done on whatever device the batch is on."""
+    n, _, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (padding,) * 4, mode="reflect" if min(h, w) > padding else "constant")
+    dy = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
+    dx = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
+    rows = (dy.view(n, 1) + torch.arange(h, device=images.device).view(1, h)).view(n, 1, h, 1)
+    cols = (dx.view(n, 1) + torch.arange(w, device=images.device).view(1, w)).view(n, 1, 1, w)
+    channels = images.shape[1]
+    batch_idx = torch.arange(n, device=images.device).view(n, 1, 1, 1)
+    chan_idx = torch.arange(channels, device=images.device).view(1, channels, 1, 1)
+    out = padded[batch_idx, chan_idx, rows, cols]
+    flip = torch.rand(n, device=images.device) < 0.5
+    return torch.where(flip.view(n, 1, 1, 1), out.flip(-1), out)
