@@ -24,7 +24,7 @@ RL = ["task=dqn", "data=cartpole", "model=qnet", "loss=huber", "data.val_episode
 PARTNERS = {("task", "language_model"): LM, ("data", "python_docs"): LM, ("model", "gpt"): LM,
             ("data", "text_file"): LM, ("callbacks", "text_samples"): [*LM, "callbacks.text_samples.max_new_tokens=8"],
             ("task", "dqn"): RL, ("data", "cartpole"): RL, ("model", "qnet"): RL, ("loss", "huber"): RL,
-            ("experiment", "gpt_char"): ["data.max_chars=20000"], ("experiment", "cartpole_dqn"): RL[4:]}
+            ("experiment", "gpt_char"): ["data.max_chars=20000", "trainer.val_check_interval=1.0"], ("experiment", "cartpole_dqn"): RL[4:]}
 
 
 def options() -> list[tuple[str, str]]:

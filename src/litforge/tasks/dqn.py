@@ -116,8 +116,14 @@ class DQNTask(LitforgeTask):
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.global_step % self.hparams.target_sync_steps == 0:
-            self.target_net.load_state_dict(self.net.state_dict())
+        self.maybe_sync_target(self.global_step)
+
+    def maybe_sync_target(self, step: int) -> bool:
+        """Copy the online net into the target net every `target_sync_steps` gradient steps."""
+        if step % self.hparams.target_sync_steps:
+            return False
+        self.target_net.load_state_dict(self.net.state_dict())
+        return True
 
     # ---- evaluation: greedy episodes ------------------------------------------------------------------------------
     def play_episode(self, seed: int) -> float:
