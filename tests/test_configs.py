@@ -24,6 +24,7 @@ RL = ["task=dqn", "data=cartpole", "model=qnet", "loss=huber", "data.val_episode
 PARTNERS = {("task", "language_model"): LM, ("data", "python_docs"): LM, ("model", "gpt"): LM,
             ("data", "text_file"): LM, ("callbacks", "text_samples"): [*LM, "callbacks.text_samples.max_new_tokens=8"],
             ("task", "dqn"): RL, ("data", "cartpole"): RL, ("model", "qnet"): RL, ("loss", "huber"): RL,
+            ("experiment", "finetune_resnet"): ["model.pretrained=false", "data.image_size=64"],  # offline here
             ("experiment", "gpt_char"): ["data.max_chars=20000", "trainer.val_check_interval=1.0"], ("experiment", "cartpole_dqn"): RL[4:]}
 
 
@@ -49,7 +50,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
     if (group, option) == ("data", "text_file"):
         (tmp_path / "corpus.txt").write_text("a small corpus of text, long enough for a few windows. " * 40)
         overrides.append(f"data.path={tmp_path / 'corpus.txt'}")
-    if group == "data" and option == "image_folder" or "image_folder" in option:
+    if group == "data" and option == "image_folder" or "image_folder" in option or option == "finetune_resnet":
         overrides.append(f"data.root={make_image_folder(tmp_path / 'images')}")
     cfg = compose_cfg(*overrides)
 
