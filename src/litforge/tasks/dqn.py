@@ -61,8 +61,9 @@ class DQNTask(LitforgeTask):
     # ---- acting ---------------------------------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
+        """Linear decay over the env steps taken after warm-up; from global_step, so a resumed run continues it."""
         h = self.hparams
-        fraction = min(1.0, self.env_steps / max(1, h.eps_decay_steps))
+        fraction = min(1.0, self.global_step * h.env_steps_per_step / max(1, h.eps_decay_steps))
         return h.eps_start + fraction * (h.eps_end - h.eps_start)
 
     def act(self, obs: Any, epsilon: float) -> int:
