@@ -69,7 +69,7 @@ def test_text_file_errors_and_byte_tokens(tmp_path: Path):
 def test_gpt_char_learns_and_generates(tmp_path: Path):
     """A short gpt_char run ends well below the unigram baseline; generate.py continues a prompt from its checkpoint."""
     result = run_cli("train.py", "experiment=gpt_char", "data.max_chars=40000", "data.block_size=32",
-                     "model.dim=64", "model.depth=2", "trainer.max_epochs=3", "trainer.val_check_interval=1.0",
+                     "model.dim=64", "model.depth=2", "trainer.max_epochs=8", "trainer.val_check_interval=1.0",
                      "callbacks.progress_bar=null", "print_config=false", "callbacks.text_samples.max_new_tokens=20",
                      log_dir=tmp_path, timeout=600)
     assert result.returncode == 0, result.output[-3000:]
