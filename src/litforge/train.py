@@ -60,6 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
+    last = _last_checkpoint(checkpoint_cb)  # before test(): restoring the best checkpoint resets the callback's state
 
     if cfg.get("test_after_training", True) and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
@@ -70,7 +71,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "objective": {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
                       "value": metrics.get(cfg.objective.metric)},
         "best_checkpoint": best,
-        "last_checkpoint": _last_checkpoint(checkpoint_cb),
+        "last_checkpoint": last,
         "output_dir": str(output_dir),
     }
     if trainer.is_global_zero:

@@ -34,6 +34,11 @@ def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
         cause = exc.__cause__ or exc
         if isinstance(cause, ConfigError):
             raise cause from None
+        if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
+            # e.g. model=gpt under the image classification task: the net does not take this data's shape
+            target = net_cfg.get("_target_", "?")
+            raise ConfigError(f"model {target} cannot be built from {sorted(shape)} ({cause}): it belongs to another "
+                              "task and data kind; pick a matching set, e.g. an experiment= recipe") from None
         raise
 
 

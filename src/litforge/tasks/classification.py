@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -9,7 +10,11 @@ from hydra.utils import instantiate
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from litforge.checkpoints import load_checkpoint
+from litforge.models import transfer
 from litforge.tasks.base import LitforgeTask, build_net
+
+log = logging.getLogger(__name__)
 
 
 class ClassificationTask(LitforgeTask):
@@ -33,12 +38,36 @@ class ClassificationTask(LitforgeTask):
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
         self.save_hyperparameters(ignore=["run_config"])
         channels, height, width = input_shape
+        net = dict(net)
+        # model.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
+        # rebuild the task from a checkpoint that already holds the trained weights) never need that file
+        self.init_from: str | None = net.pop("init_from", None)
         self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
         self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.CrossEntropyLoss()
         self.class_names = class_names or [str(i) for i in range(num_classes)]
         self.train_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+    @property
+    def backbone(self) -> nn.Module:
+        """The net minus its classifier head: what Lightning's `BackboneFinetuning` callback freezes and unfreezes."""
+        return transfer.backbone(self.net)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.init_from:
+            self.load_init_weights(self.init_from)
+
+    def load_init_weights(self, path: str) -> None:
+        """Start from another run's net: every tensor but the head must fit (a new class count gets a fresh head).
+
+        When the run resumes from `ckpt_path`, Lightning restores that checkpoint afterwards, so it wins.
+        """
+        checkpoint = load_checkpoint(path)
+        prefix = "net."
+        weights = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+        fresh = transfer.load_backbone(self.net, weights, path)
+        log.info("Initialised the net from %s%s", path, f" (new head: {', '.join(fresh)})" if fresh else "")
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)

@@ -1,0 +1,115 @@
+"""A gymnasium environment as a datamodule: its replay buffer, streamed to the learner through an IterableDataset.
+
+Reinforcement learning has no fixed dataset: the agent (the DQN task) writes transitions into `self.buffer` as it
+acts, and the training loader samples minibatches from whatever the buffer holds at that moment. Validation and
+test "batches" are episode numbers: the task plays one greedy episode per item.
+
+Any environment with a discrete action space and a vector observation works: `data.env_id=Acrobot-v1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset
+
+from litforge.errors import ConfigError
+
+Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
+
+
+class ReplayBuffer:
+    """A fixed-size ring buffer of transitions in preallocated tensors (uniform sampling, seeded)."""
+
+    def __init__(self, capacity: int, observation_size: int, seed: int = 0) -> None:
+        self.capacity, self.size, self.pos = capacity, 0, 0
+        self.obs = torch.zeros(capacity, observation_size)
+        self.next_obs = torch.zeros(capacity, observation_size)
+        self.actions = torch.zeros(capacity, dtype=torch.int64)
+        self.rewards = torch.zeros(capacity)
+        self.dones = torch.zeros(capacity)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: Any, action: int, reward: float, next_obs: Any, done: bool) -> None:
+        i = self.pos
+        self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
+        self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
+        self.actions[i], self.rewards[i], self.dones[i] = action, reward, float(done)
+        self.pos = (self.pos + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample_index(self) -> int:
+        return int(torch.randint(self.size, (1,), generator=self.generator))
+
+    def __getitem__(self, i: int) -> Transition:
+        return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
+
+
+class ReplayStream(IterableDataset):
+    """`length` transitions sampled uniformly from the buffer, drawn lazily: each minibatch sees the newest data."""
+
+    def __init__(self, buffer: ReplayBuffer, length: int) -> None:
+        self.buffer, self.length = buffer, length
+
+    def __iter__(self) -> Iterator[Transition]:
+        for _ in range(self.length):
+            yield self.buffer[self.buffer.sample_index()]
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class GymDataModule(pl.LightningDataModule):
+    """A gymnasium environment, its replay buffer and the loaders; `describe()` gives the net its sizes."""
+
+    kind = "rl"
+
+    def __init__(self, env_id: str = "CartPole-v1", batch_size: int = 64, buffer_size: int = 100_000,
+                 steps_per_epoch: int = 1000, val_episodes: int = 10, test_episodes: int = 100,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.env_id, self.batch_size, self.steps_per_epoch = env_id, batch_size, steps_per_epoch
+        self.val_episodes, self.test_episodes, self.seed = val_episodes, test_episodes, seed
+        env = self.make_env()
+        space, obs_space = env.action_space, env.observation_space
+        env.close()
+        import gymnasium as gym
+
+        if not isinstance(space, gym.spaces.Discrete):
+            raise ConfigError(f"data.env_id={env_id} has a {type(space).__name__} action space; DQN needs a discrete "
+                              "one (e.g. CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3)")
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            raise ConfigError(f"data.env_id={env_id} observations are {obs_space}; this DQN needs a vector (1-D Box) "
+                              "observation")
+        self.observation_size, self.num_actions = int(obs_space.shape[0]), int(space.n)
+        self.buffer = ReplayBuffer(buffer_size, self.observation_size, seed)
+
+    def make_env(self) -> Any:
+        import gymnasium as gym
+
+        try:
+            return gym.make(self.env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"data.env_id={self.env_id} is not a gymnasium environment this machine can make "
+                              f"({exc}); e.g. data.env_id=CartPole-v1") from None
+
+    def describe(self) -> dict[str, Any]:
+        return {"observation_size": self.observation_size, "num_actions": self.num_actions}
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(ReplayStream(self.buffer, self.steps_per_epoch * self.batch_size), batch_size=self.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        # episode seeds far from the training seeds; one episode per item
+        return DataLoader(np.arange(self.val_episodes) + 10_000 + self.seed, batch_size=None)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(np.arange(self.test_episodes) + 20_000 + self.seed, batch_size=None)

@@ -1,0 +1,149 @@
+"""A GPT-style decoder (Radford et al. 2019), small enough to read top to bottom (after karpathy/nanoGPT).
+
+Layout contract with `litforge.parallel`, shared with `litforge.models.vit` (keep these names stable):
+- `self.blocks` (nn.ModuleList of :class:`Block`) are the FSDP wrapping units.
+- In each block, `attn.q`, `attn.k`, `attn.v` and `mlp.fc1` are column-parallel, `attn.proj` and `mlp.fc2`
+  row-parallel. The number of heads is taken from the local width of `q`, so a shard holding some heads runs as is.
+
+Packed sequences (a dynamic graph): `forward(idx, doc_ids)` accepts several documents packed into one row of
+`block_size` tokens with no padding. The attention mask and the positions are then computed from the data of each
+batch: a token attends only to earlier tokens of its own document (a block-diagonal causal mask) and positions
+restart at 0 where a document starts. Rows that hold one document take the fast `is_causal` kernel instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from litforge.errors import ConfigError
+from litforge.models.vit import FeedForward
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with separate q/k/v projections (each can be column-sharded on its own)."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.head_dim = dim // heads
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+        self.proj_drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """`mask` (B, 1, T, T) bool, True = may attend; None = plain causal attention over the whole row."""
+        B, T, _ = x.shape
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        heads = q.shape[-1] // self.head_dim  # local heads: fewer than configured when q/k/v are sharded
+        q, k, v = (t.view(B, T, heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        drop = self.dropout if self.training else 0.0
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        y = y.transpose(1, 2).reshape(B, T, heads * self.head_dim)
+        return self.proj_drop(self.proj(y))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: attention, then the MLP (same module names as the ViT block)."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, dropout: float) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = FeedForward(dim, int(dim * mlp_ratio), dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), mask)
+        return x + self.mlp(self.norm2(x))
+
+
+def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Positions within each document and the block-diagonal causal mask, for rows of packed documents.
+
+    doc_ids (B, T): which document each token belongs to (non-decreasing along a row). Returns positions (B, T) and
+    a (B, 1, T, T) mask, or None when every row is a single document, so the caller can use the causal kernel.
+    """
+    B, T = doc_ids.shape
+    idx = torch.arange(T, device=doc_ids.device).expand(B, T)
+    starts = torch.ones_like(doc_ids, dtype=torch.bool)
+    starts[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    # position = index - index of the latest document start at or before it
+    last_start = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
+    positions = idx - last_start
+    if not starts[:, 1:].any():  # data-dependent branch: no boundary in this batch
+        return positions, None
+    same_doc = doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
+    return positions, (same_doc & causal).unsqueeze(1)
+
+
+class GPT(nn.Module):
+    """Token + learned position embeddings → `self.blocks` → final LayerNorm → `self.head` (tied to the embedding).
+
+    `vocab_size` and `block_size` (the longest context) come from the text datamodule, like an image net's shape.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        dim: int = 128,
+        depth: int = 4,
+        heads: int = 4,
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ConfigError(f"model.dim={dim} is not divisible by model.heads={heads}; "
+                              f"use e.g. model.dim={max(heads, round(dim / heads) * heads)}")
+        self.block_size = block_size
+        self.tok_embed = nn.Embedding(vocab_size, dim)
+        self.pos_embed = nn.Embedding(block_size, dim)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, dropout) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.tok_embed.weight  # weight tying: fewer parameters, better small-data perplexity
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
+        """Next-token logits (B, T, vocab) for token ids `idx` (B, T); see the module docstring for `doc_ids`."""
+        B, T = idx.shape
+        if T > self.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size={self.block_size}")
+        if doc_ids is None:
+            positions, mask = torch.arange(T, device=idx.device).expand(B, T), None
+        else:
+            positions, mask = document_layout(doc_ids)
+        x = self.drop(self.tok_embed(idx) + self.pos_embed(positions))
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.norm(x))
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """Sample `max_new_tokens` continuations of `idx` (B, T), cropping the context to `block_size`."""
+        for _ in range(max_new_tokens):
+            logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
+            idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
+        return idx

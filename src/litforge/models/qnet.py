@@ -1,0 +1,24 @@
+"""The Q-network of a DQN agent: observation vector in, one action value per discrete action out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+
+class QNetwork(nn.Module):
+    """An MLP `observation_size → hidden_dims → num_actions` (the sizes come from the environment)."""
+
+    def __init__(self, observation_size: int, num_actions: int, hidden_dims: Sequence[int] = (128, 128)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = observation_size
+        for hidden in hidden_dims:
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, num_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, observations: Tensor) -> Tensor:
+        return self.net(observations)

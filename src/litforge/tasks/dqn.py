@@ -1,0 +1,147 @@
+"""Deep Q-learning (Mnih et al. 2015) on a gymnasium environment (`data=cartpole`, any discrete-action env).
+
+Each training step first acts in the environment (`env_steps_per_step` epsilon-greedy steps into the replay
+buffer), then takes one gradient step on a minibatch the datamodule's IterableDataset drew from that buffer:
+TD target `r + gamma * max_a' Q_target(s', a')` from a target network synced every `target_sync_steps`, a Huber loss
+(`loss=huber`), and gradient clipping via `trainer.gradient_clip_val`. Validation and test play greedy episodes and
+log the mean return (`val/return`, `test/return`); `train/episode_return` is logged as training episodes end.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from torch import Tensor, nn
+
+from litforge.errors import ConfigError
+from litforge.tasks.base import LitforgeTask, build_net
+
+REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
+
+
+class DQNTask(LitforgeTask):
+    data_kind = "rl"
+
+    def __init__(
+        self,
+        net: dict[str, Any],
+        optimizer: dict[str, Any],
+        observation_size: int,
+        num_actions: int,
+        scheduler: dict[str, Any] | None = None,
+        loss: dict[str, Any] | None = None,
+        gamma: float = 0.99,
+        target_sync_steps: int = 500,
+        warmup_steps: int = 1000,
+        env_steps_per_step: int = 1,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        eps_decay_steps: int = 10_000,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
+        self.save_hyperparameters(ignore=["run_config"])
+        if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
+            raise ConfigError(f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
+                              "use loss=huber (experiment=cartpole_dqn sets it)")
+        self.net = build_net(net, observation_size=observation_size, num_actions=num_actions)
+        self.target_net = copy.deepcopy(self.net).requires_grad_(False)  # frozen: never reaches the optimizer
+        self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.HuberLoss()
+        self.env: Any = None
+        self.obs: Any = None
+        self.episode_return = 0.0
+        self.env_steps = 0
+
+    def forward(self, observations: Tensor) -> Tensor:
+        return self.net(observations)
+
+    # ---- acting ---------------------------------------------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        """Linear decay over the env steps taken after warm-up; from global_step, so a resumed run continues it."""
+        h = self.hparams
+        fraction = min(1.0, self.global_step * h.env_steps_per_step / max(1, h.eps_decay_steps))
+        return h.eps_start + fraction * (h.eps_end - h.eps_start)
+
+    def act(self, obs: Any, epsilon: float) -> int:
+        if torch.rand(()) < epsilon:
+            return int(torch.randint(self.hparams.num_actions, ()))
+        with torch.no_grad():
+            q = self.net(torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0))
+        return int(q.argmax(dim=-1))
+
+    def env_step(self, epsilon: float) -> float | None:
+        """One step in the training env into the replay buffer; the episode's return when it just ended."""
+        action = self.act(self.obs, epsilon)
+        next_obs, reward, terminated, truncated, _ = self.env.step(action)
+        # a time-limit truncation is not a terminal state: keep bootstrapping from next_obs
+        self.trainer.datamodule.buffer.add(self.obs, action, float(reward), next_obs, terminated)
+        self.env_steps += 1
+        self.episode_return += float(reward)
+        self.obs = next_obs
+        if terminated or truncated:
+            finished, self.episode_return = self.episode_return, 0.0
+            self.obs, _ = self.env.reset()
+            return finished
+        return None
+
+    def on_fit_start(self) -> None:
+        datamodule = self.trainer.datamodule
+        self.env = datamodule.make_env()
+        self.obs, _ = self.env.reset(seed=datamodule.seed)
+        self.env.action_space.seed(datamodule.seed)
+        while len(datamodule.buffer) < max(self.hparams.warmup_steps, datamodule.batch_size):
+            self.env_step(epsilon=1.0)  # random actions fill the buffer before the first update
+        self.episode_return, self.obs = 0.0, self.env.reset()[0]
+
+    def on_fit_end(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+    # ---- learning -------------------------------------------------------------------------------------------------
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        for _ in range(self.hparams.env_steps_per_step):
+            finished = self.env_step(self.epsilon)
+            if finished is not None:
+                self.log("train/episode_return", finished, on_step=True, on_epoch=False, prog_bar=True)
+        obs, actions, rewards, next_obs, dones = batch
+        q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target = rewards + self.hparams.gamma * (1.0 - dones) * self.target_net(next_obs).max(dim=1).values
+        loss = self.loss_fn(q, target)
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/epsilon", self.epsilon, on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.maybe_sync_target(self.global_step)
+
+    def maybe_sync_target(self, step: int) -> bool:
+        """Copy the online net into the target net every `target_sync_steps` gradient steps."""
+        if step % self.hparams.target_sync_steps:
+            return False
+        self.target_net.load_state_dict(self.net.state_dict())
+        return True
+
+    # ---- evaluation: greedy episodes ------------------------------------------------------------------------------
+    def play_episode(self, seed: int) -> float:
+        env = self.trainer.datamodule.make_env()
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(self.act(obs, epsilon=0.0))
+            total += float(reward)
+            done = terminated or truncated
+        env.close()
+        return total
+
+    def validation_step(self, seed: Tensor, batch_idx: int) -> None:
+        self.log("val/return", self.play_episode(int(seed)), on_epoch=True, prog_bar=True, batch_size=1)
+
+    def test_step(self, seed: Tensor, batch_idx: int) -> None:
+        ret = self.play_episode(int(seed))
+        self.log("test/return", ret, on_epoch=True, batch_size=1)
+        self.log("test/solved_fraction", float(ret >= 475.0), on_epoch=True, batch_size=1)
