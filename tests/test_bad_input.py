@@ -77,6 +77,13 @@ def _empty_folder(tmp: Path, _: Path) -> list[str]:
     return ["data=image_folder", f"data.root={tmp / 'empty'}"]
 
 
+def _text_file(content: bytes) -> Args:
+    def build(tmp: Path, _: Path) -> list[str]:
+        (tmp / "corpus.txt").write_bytes(content)
+        return ["experiment=gpt_char", "data=text_file", f"data.path={tmp / 'corpus.txt'}"]
+    return build
+
+
 def _fixed(*overrides: str) -> Args:
     return lambda tmp, ckpt: [o.format(tmp=tmp, ckpt=ckpt) for o in overrides]
 
@@ -116,9 +123,9 @@ CASES = [
     ("train.py", _fixed("trainer=gpu"), ["litforge: error", "trainer=cpu"], "gpu-without-a-gpu"),
     ("train.py", _fixed("trainer.accelerator=tpu"), ["litforge: error", "torch_xla", "trainer=cpu"],
      "tpu-without-a-tpu"),
-    # TODO(lead): text data rows once the text datamodule (branch `tasks`) lands: a text file that is empty, and one
-    # that is not UTF-8, each must fail with "litforge: error" naming the file (e.g. data=<text option>
-    # data.path=<file>). Not written here because that datamodule does not exist on this branch.
+    ("train.py", _text_file(b""), ["litforge: error", "corpus.txt is empty"], "empty-text-file"),
+    ("train.py", _text_file("café au lait".encode("latin-1") * 50), ["litforge: error", "corpus.txt is not UTF-8"],
+     "text-file-not-utf8"),
 ]
 
 

@@ -18,9 +18,10 @@ from pytorch_lightning.callbacks import Callback
 # Measured (benchmarks/step_overhead.py, digits MLP, torch 2.14.1, Lightning 2.6.6): plain PyTorch loop ≈ 200
 # calls/step, Lightning barebones ≈ 1,180, litforge's default run (logger, progress bar, checkpointing, early
 # stopping, LR monitor) ≈ 1,830 (3,318 before logging train/loss only on logging steps and train/acc once per
-# epoch); the issue measured Lightning's "usual defaults" at 5,300. The budget leaves room for library patch
-# releases, not for one more `self.log` per step (~+600).
-CALLS_PER_STEP_BUDGET = 2_300
+# epoch); the issue measured Lightning's "usual defaults" at 5,300. With the per-step NaN-loss check, the SIGTERM
+# checkpoint and the throughput callbacks in the default set, litforge's default run measures ≈ 2,310. The budget
+# leaves room for library patch releases, not for one more `self.log` per step (~+600).
+CALLS_PER_STEP_BUDGET = 2_700
 USUAL_DEFAULTS = 5_300
 
 

@@ -26,8 +26,14 @@ def call_partial(cfg: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
     return instantiate({k: v for k, v in cfg.items() if k != "_partial_"}, *args, **kwargs, _convert_="all")
 
 
+# keys a model config carries for the task (not constructor arguments of the net): `init_from` names a checkpoint
+# whose weights the task loads into the net before training
+TASK_KEYS_IN_NET_CONFIG = ("init_from",)
+
+
 def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
     """Instantiate a `_partial_` net config, completing it with the data's shape (in_channels, num_classes, ...)."""
+    net_cfg = {k: v for k, v in net_cfg.items() if k not in TASK_KEYS_IN_NET_CONFIG}
     try:
         return call_partial(net_cfg, **shape)
     except Exception as exc:  # hydra wraps constructor errors; surface a user error as itself

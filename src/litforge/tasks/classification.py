@@ -38,10 +38,9 @@ class ClassificationTask(LitforgeTask):
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
         self.save_hyperparameters(ignore=["run_config"])
         channels, height, width = input_shape
-        net = dict(net)
         # model.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
         # rebuild the task from a checkpoint that already holds the trained weights) never need that file
-        self.init_from: str | None = net.pop("init_from", None)
+        self.init_from: str | None = net.get("init_from")
         self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
         self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.CrossEntropyLoss()
         self.class_names = class_names or [str(i) for i in range(num_classes)]
