@@ -138,6 +138,19 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_ddp_spawn_trains_two_ranks_into_one_run_folder(tmp_path: Path):
+    """`strategy=ddp_spawn`: ranks spawned from the running process; one folder, one set of checkpoints, a test metric."""
+    result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp_spawn", "trainer.devices=2",
+                     log_dir=tmp_path, timeout=300)
+    assert result.returncode == 0, result.output[-3000:]
+    run = single_run(tmp_path)
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert len(list((run / "checkpoints").glob("epoch*.ckpt"))) == 1
+    assert "test/acc" in read_metrics(run)["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_ddp_inside_a_multirun_keeps_one_folder_per_job(tmp_path: Path):
     result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2", "seed=1,2",
                      log_dir=tmp_path, timeout=400, extra_args=("-m",))
