@@ -202,6 +202,13 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     with torch.no_grad():
         torch.testing.assert_close(task(inputs), torch.tensor(ranks[0]["logits"]), atol=1e-5, rtol=1e-5)
 
+    # the consolidated file deploys like any checkpoint: ONNX export with its parity check on the test split
+    consolidated = run / "checkpoints" / "last.consolidated.ckpt"
+    export = run_cli("export.py", f"ckpt_path={consolidated}", "quantize=[]", "report.rounds=1", "report.threads=[1]",
+                     "report.batch_sizes=[1]", log_dir=tmp_path / "export", timeout=300)
+    assert export.returncode == 0, export.output[-3000:]
+    assert "ONNX parity" in export.output and (single_run(tmp_path / "export", "export") / "model.onnx").is_file()
+
     tp = run_cli("train.py", *common, "strategy=tp", f"ckpt_path={last}", "trainer.max_epochs=3",
                  *_probe(tmp_path / "tp"), log_dir=tmp_path / "resumed", timeout=300)
     assert tp.returncode == 0, tp.output[-3000:]
