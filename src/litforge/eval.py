@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 
 from litforge.builders import instantiate_group, to_plain
 from litforge.errors import ConfigError
-from litforge.train import build_trainer, scalar_metrics
+from litforge.metrics import scalar_metrics
+from litforge.train import build_trainer
 
 
 def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from omegaconf import DictConfig
 
 from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
+from litforge.metrics import scalar_metrics
 from litforge.preflight import check_folder
 
 log = logging.getLogger(__name__)
@@ -164,18 +164,6 @@ def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any
     if trainer_kwargs.get("enable_model_summary") is False:
         drop += (ModelSummary,)
     return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]
-
-
-def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for name, value in metrics.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        if not math.isnan(number):
-            out[name] = number
-    return dict(sorted(out.items()))
 
 
 def check_compatible(task: Any, datamodule: Any, cfg: DictConfig) -> None:

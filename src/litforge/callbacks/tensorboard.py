@@ -7,7 +7,6 @@ Both write only through a logger that has TensorBoard's `SummaryWriter` as its e
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
+
+from litforge.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +38,13 @@ class HParamsSummary(pl.Callback):
         self._fit_metrics: dict[str, float] = {}
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._fit_metrics = _scalars(trainer.callback_metrics)
+        self._fit_metrics = scalar_metrics(trainer.callback_metrics)
         if not self.after_test or trainer.interrupted:
             self._write(trainer, pl_module, self._fit_metrics)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.after_test:
-            self._write(trainer, pl_module, {**self._fit_metrics, **_scalars(trainer.callback_metrics)})
+            self._write(trainer, pl_module, {**self._fit_metrics, **scalar_metrics(trainer.callback_metrics)})
 
     @rank_zero_only
     def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
@@ -102,14 +103,3 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
     shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")
     return torch.zeros(1, *shape) if shape else None
 
-
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for name, value in metrics.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(number):
-            out[name] = number
-    return out

@@ -14,39 +14,10 @@ restart at 0 where a document starts. Rows that hold one document take the fast 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
-from litforge.models.vit import FeedForward
-
-
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with separate q/k/v projections (each can be column-sharded on its own)."""
-
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.head_dim = dim // heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.proj = nn.Linear(dim, dim)
-        self.dropout = dropout
-        self.proj_drop = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """`mask` (B, 1, T, T) bool, True = may attend; None = plain causal attention over the whole row."""
-        B, T, _ = x.shape
-        q, k, v = self.q(x), self.k(x), self.v(x)
-        heads = q.shape[-1] // self.head_dim  # local heads: fewer than configured when q/k/v are sharded
-        q, k, v = (t.view(B, T, heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        drop = self.dropout if self.training else 0.0
-        if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
-        y = y.transpose(1, 2).reshape(B, T, heads * self.head_dim)
-        return self.proj_drop(self.proj(y))
+from litforge.models.vit import Attention, FeedForward
 
 
 class Block(nn.Module):
@@ -55,7 +26,7 @@ class Block(nn.Module):
     def __init__(self, dim: int, heads: int, mlp_ratio: float, dropout: float) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads, dropout)
+        self.attn = Attention(dim, heads, dropout, causal=True)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = FeedForward(dim, int(dim * mlp_ratio), dropout)
 

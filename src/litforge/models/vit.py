@@ -19,9 +19,12 @@ from litforge.errors import ConfigError
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with separate q/k/v projections, so each can be column-sharded on its own."""
+    """Multi-head self-attention with separate q/k/v projections, so each can be column-sharded on its own.
 
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0) -> None:
+    `causal=True` lets each position attend only to itself and earlier ones (the GPT decoder); the ViT attends to all.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = False) -> None:
         super().__init__()
         self.head_dim = dim // heads
         self.q = nn.Linear(dim, dim)
@@ -29,14 +32,20 @@ class Attention(nn.Module):
         self.v = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, dim)
         self.dropout = dropout
+        self.causal = causal
         self.proj_drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """`mask` (B, 1, T, T) bool, True = may attend (e.g. block-diagonal for packed documents); replaces `causal`."""
         B, T, _ = x.shape
         q, k, v = self.q(x), self.k(x), self.v(x)
         heads = q.shape[-1] // self.head_dim  # local heads: fewer than configured when q/k/v are sharded
         q, k, v = (t.view(B, T, heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        drop = self.dropout if self.training else 0.0
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=self.causal)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         y = y.transpose(1, 2).reshape(B, T, heads * self.head_dim)
         return self.proj_drop(self.proj(y))
 
