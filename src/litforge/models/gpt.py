@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
 from litforge.models.vit import Attention, FeedForward
 
 
@@ -72,9 +71,6 @@ class GPT(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if dim % heads:
-            raise ConfigError(f"model.dim={dim} is not divisible by model.heads={heads}; "
-                              f"use e.g. model.dim={max(heads, round(dim / heads) * heads)}")
         self.block_size = block_size
         self.tok_embed = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Embedding(block_size, dim)

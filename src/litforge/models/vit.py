@@ -26,6 +26,11 @@ class Attention(nn.Module):
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, causal: bool = False) -> None:
         super().__init__()
+        if dim % heads:  # every net built on this attention (ViT, GPT) gets the same actionable message
+            raise ConfigError(
+                f"model.dim={dim} is not divisible by model.heads={heads}; "
+                f"use e.g. model.dim={max(heads, round(dim / heads) * heads)} or a heads count that divides {dim}"
+            )
         self.head_dim = dim // heads
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
@@ -110,11 +115,6 @@ class VisionTransformer(nn.Module):
             raise ConfigError(
                 f"model.patch_size={patch_size} does not divide the image size {H}x{W}; "
                 f"use a patch size that divides both sides, e.g. model.patch_size={suggestion}"
-            )
-        if dim % heads:
-            raise ConfigError(
-                f"model.dim={dim} is not divisible by model.heads={heads}; "
-                f"use e.g. model.dim={max(heads, round(dim / heads) * heads)} or a heads count that divides {dim}"
             )
         num_patches = (H // patch_size) * (W // patch_size)
         self.patch_embed = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
