@@ -90,33 +90,38 @@ class StepRecorder:
     """Step start times per epoch, and a call-count window; shared by the Lightning callback and the plain loop."""
 
     def __init__(self, count_window: tuple[int, int] | None = None) -> None:
-        self.starts: dict[int, list[float]] = {}
+        self.starts: dict[int, list[tuple[float, int]]] = {}  # per epoch: (time, optimizer steps done) per batch
         self.epoch_starts: list[float] = []
         self.count_window = count_window  # (epoch, first batch index): count `window` steps from there
         self.window_steps = 0
         self.counter = CallCounter()
         self.calls_per_step: float | None = None
         self._counting_until: int | None = None
+        self._count_from_step = 0
 
     def epoch_start(self) -> None:
         self.epoch_starts.append(time.perf_counter())
 
-    def step_start(self, epoch: int, batch_idx: int) -> None:
+    def step_start(self, epoch: int, batch_idx: int, step: int) -> None:
+        """A training batch starts; `step` = optimizer steps so far (a batch holds several with steps_per_call)."""
         now = time.perf_counter()
-        self.starts.setdefault(epoch, []).append(now)
+        self.starts.setdefault(epoch, []).append((now, step))
         if self._counting_until is not None and batch_idx >= self._counting_until:
             self.counter.stop()
-            self.calls_per_step = self.counter.calls / self.window_steps
+            self.calls_per_step = self.counter.calls / max(1, step - self._count_from_step)
             self._counting_until = None
         elif self.count_window and (epoch, batch_idx) == self.count_window[:2]:
             self.window_steps = self.count_window[2]
             self._counting_until = batch_idx + self.window_steps
+            self._count_from_step = step
             self.counter.start()
 
     def step_time(self, skip_epochs: int = 1) -> float:
-        """Mean seconds per step inside epochs (step start → next step start), after `skip_epochs` warm-up epochs."""
-        intervals = [b - a for e, ts in self.starts.items() if e >= skip_epochs for a, b in zip(ts, ts[1:])]
-        return sum(intervals) / len(intervals)
+        """Mean seconds per optimizer step inside epochs (batch start → next batch start, over the optimizer steps
+        between them), after `skip_epochs` warm-up epochs."""
+        pairs = [(b[0] - a[0], b[1] - a[1]) for e, ts in self.starts.items() if e >= skip_epochs
+                 for a, b in zip(ts, ts[1:])]
+        return sum(t for t, _ in pairs) / sum(n for _, n in pairs)
 
     def epoch_time(self, skip_epochs: int = 1) -> float:
         """Mean seconds per whole epoch (training, validation, checkpointing, logging), after warm-up epochs."""
@@ -137,7 +142,7 @@ class StepTimer(Callback):
         self.recorder.epoch_start()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self.recorder.step_start(trainer.current_epoch, batch_idx)
+        self.recorder.step_start(trainer.current_epoch, batch_idx, trainer.global_step)
 
 
 def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecorder:
@@ -176,7 +181,8 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecord
     net.to(device)
     split = {name: (datamodule.normalize(x).to(device), y.to(device)) for name, (x, y) in datamodule._splits.items()}
     x_train, y_train = split["train"]
-    optimizer = call_partial(dict(cfg.optimizer), [p for p in net.parameters() if p.requires_grad])
+    optimizer_cfg = {k: v for k, v in cfg.optimizer.items() if k != "lr_scaling"}  # one process: nothing to scale
+    optimizer = call_partial(optimizer_cfg, [p for p in net.parameters() if p.requires_grad])
     epochs = cfg.trainer.max_epochs
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -187,7 +193,7 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecord
         net.train()
         order = torch.randperm(len(y_train), device=device)
         for i, start in enumerate(range(0, len(y_train), batch)):
-            rec.step_start(epoch, i)
+            rec.step_start(epoch, i, epoch * -(-len(y_train) // batch) + i)
             idx = order[start:start + batch]
             loss = loss_fn(net(x_train[idx]), y_train[idx])
             optimizer.zero_grad(set_to_none=True)

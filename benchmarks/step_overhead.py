@@ -4,6 +4,7 @@ early stopping, LR monitor all on) vs a plain PyTorch loop on the same net, data
     python benchmarks/step_overhead.py                  # all cases, 5 interleaved repeats
     python benchmarks/step_overhead.py --cases tiny_mlp --repeats 3 --threads 1
     python benchmarks/step_overhead.py --variants       # also litforge with single parts switched off
+    python benchmarks/step_overhead.py --steps-per-call 4 16   # litforge arms with steps_per_call=N (default: 8)
 
 Prints, per case: seconds per training step (median of repeats), the ratio litforge / plain (median of the per-repeat
 ratios), seconds per whole epoch (validation and checkpointing included) and Python calls per step.
@@ -38,6 +39,7 @@ VARIANTS: dict[str, list[str]] = {
     "no logger": ["~logger"],
     "callbacks=none": ["callbacks=none", "trainer.enable_progress_bar=false"],
 }
+# litforge with steps_per_call=N (N optimizer steps per Lightning step): --steps-per-call 4 16
 
 
 def build_cfg(case: str, extra: Sequence[str] = ()) -> Any:
@@ -49,7 +51,8 @@ def build_cfg(case: str, extra: Sequence[str] = ()) -> Any:
     return cfg
 
 
-def measure(case: str, repeats: int, threads: int, variants: bool) -> list[list[Any]]:
+def measure(case: str, repeats: int, threads: int, variants: bool,
+            steps_per_call: Sequence[int] = ()) -> list[list[Any]]:
     window = CASES[case][3]
 
     def litforge(extra: Sequence[str] = ()) -> Any:
@@ -66,6 +69,8 @@ def measure(case: str, repeats: int, threads: int, variants: bool) -> list[list[
     if variants:
         for name, extra in VARIANTS.items():
             arms[f"litforge, {name}"] = lambda extra=extra: litforge(extra)
+    for n in steps_per_call:
+        arms[f"litforge, steps_per_call={n}"] = lambda n=n: litforge([f"steps_per_call={n}"])
     runs = interleave(arms, repeats)
     # call counts: one extra, untimed run per arm with the profiler on for `window` steps
     calls = {"plain": run_plain(build_cfg(case), count_window=window).calls_per_step,
@@ -73,6 +78,10 @@ def measure(case: str, repeats: int, threads: int, variants: bool) -> list[list[
     if variants:
         for name, extra in VARIANTS.items():
             calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=window).calls_per_step
+    for n in steps_per_call:  # from the first batch of epoch 1, over about as many optimizer steps as the others
+        calls[f"litforge, steps_per_call={n}"] = run_litforge(
+            build_cfg(case, [f"steps_per_call={n}"]), count_window=(window[0], 0, max(1, window[2] // n))
+        ).calls_per_step
 
     plain_steps = [r.step_time() for r in runs["plain"]]
     plain_epochs = [r.epoch_time() for r in runs["plain"]]
@@ -93,11 +102,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, set equally in both arms")
     parser.add_argument("--variants", action="store_true", help="also time litforge with single parts switched off")
+    parser.add_argument("--steps-per-call", type=int, nargs="*", default=[8],
+                        help="also time litforge with steps_per_call=N (N optimizer steps per Lightning step)")
     args = parser.parse_args()
     quiet()
     rows = []
     for case in args.cases:
-        rows += measure(case, args.repeats, args.threads, args.variants)
+        rows += measure(case, args.repeats, args.threads, args.variants, args.steps_per_call)
     print_table(f"Step overhead (torch threads={args.threads}, median of {args.repeats} interleaved repeats)",
                 ["case", "loop", "ms/step", "step ratio", "ms/epoch (+val, ckpt)", "epoch ratio", "py calls/step"],
                 rows)

@@ -26,7 +26,7 @@ USUAL_DEFAULTS = 5_300
 
 
 class CountCalls(Callback):
-    """Counts Python calls from step `start` to step `start + steps` of epoch 1 (inside an epoch: no validation)."""
+    """Counts Python calls from batch `start` to batch `start + steps` of epoch 1 (inside an epoch: no validation)."""
 
     def __init__(self, start: int = 5, steps: int = 10) -> None:
         self.start, self.steps = start, steps
@@ -41,10 +41,12 @@ class CountCalls(Callback):
         if trainer.current_epoch != 1:
             return
         if batch_idx == self.start:
+            self.first_step = trainer.global_step
             sys.setprofile(self._profile)
         elif batch_idx == self.start + self.steps:
             sys.setprofile(None)
-            self.per_step = self.calls / self.steps
+            # per optimizer step: with steps_per_call=N one Lightning step runs N of them
+            self.per_step = self.calls / (trainer.global_step - self.first_step)
 
 
 def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatch):
@@ -58,6 +60,23 @@ def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatc
     train_job.train(cfg)  # the default run: logger, Rich progress bar, checkpointing, early stopping, LR monitor
     assert counter.per_step is not None, "the counting window was never reached"
     assert counter.per_step < CALLS_PER_STEP_BUDGET < USUAL_DEFAULTS, f"{counter.per_step:.0f} Python calls per step"
+
+
+# steps_per_call=8 (8 optimizer steps per Lightning step) measures ≈ 380 calls per optimizer step on the same run
+STEPS_PER_CALL_BUDGET = 600
+
+
+def test_steps_per_call_cuts_python_calls_per_optimizer_step(compose_cfg, monkeypatch):
+    import litforge.train as train_job
+
+    counter = CountCalls(start=0, steps=2)  # 2 Lightning steps of epoch 1 = 16 optimizer steps (21 per epoch)
+    real = train_job.instantiate_named
+    monkeypatch.setattr(train_job, "instantiate_named",
+                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "steps_per_call=8")
+    train_job.train(cfg)
+    assert counter.per_step is not None, "the counting window was never reached"
+    assert counter.per_step < STEPS_PER_CALL_BUDGET, f"{counter.per_step:.0f} Python calls per optimizer step"
 
 
 def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_cfg, tmp_path: Path):

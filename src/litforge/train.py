@@ -29,7 +29,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     from litforge.checkpoints import load_checkpoint
     from litforge.parallel import launch
-    from litforge.speed import apply_speed_options
+    from litforge.speed import apply_speed_options, use_steps_per_call
     from litforge.tasks.base import task_class_from_checkpoint
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
@@ -53,8 +53,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
-    trainer = build_trainer(trainer_kwargs, strategy=build_strategy(cfg.get("strategy")), callbacks=callbacks,
-                            logger=loggers or False)
+    strategy = build_strategy(cfg.get("strategy"))
+    use_steps_per_call(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
+    trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
 
     fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
     metrics = scalar_metrics(trainer.callback_metrics)

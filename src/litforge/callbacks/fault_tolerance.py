@@ -75,15 +75,20 @@ class StopOnNonFiniteLoss(Callback):
             return
         losses, where = self._losses, self._where[: len(self._losses)]
         self._losses, self._where = [], self._where[len(self._losses):]
+        # a training step that ran several optimizer steps (steps_per_call > 1) returns one loss per step
         if losses[0].device.type == "cpu":  # nothing to sync with: plain floats are the cheapest check
-            values = [float(t) if t.numel() == 1 else float(t.sum()) for t in losses]
+            values = [t.reshape(-1).tolist() for t in losses]
         else:  # one device->host copy for all kept losses
-            values = torch.stack([t.reshape(-1).sum() for t in losses]).tolist()
-        first = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-        if first is None:
+            sizes = [t.numel() for t in losses]
+            flat = torch.cat([t.reshape(-1) for t in losses]).tolist()
+            values = [flat[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+        found = next(((i, j) for i, vs in enumerate(values) for j, v in enumerate(vs) if not math.isfinite(v)), None)
+        if found is None:
             return
+        first, offset = found
         step, epoch, batch = where[first]
-        value = values[first]
+        step += offset
+        value = values[first][offset]
         raise TrainingStopped(
             f"training stopped: the loss became {value} at step {step} (epoch {epoch}, batch {batch}); no checkpoint "
             f"was written from that step on. {_last_good(trainer)} Try a lower optimizer.lr, "

@@ -85,6 +85,11 @@ class LitforgeTask(pl.LightningModule):
         self.scheduler_cfg = scheduler or None
         # the composed run config, stored in checkpoints so eval/predict/export need only the checkpoint path
         self.run_config = run_config
+        # steps_per_call > 1 (set by litforge.steps_per_call): optimizer steps per Lightning training step
+        self.steps_per_call = 1
+        self.micro_batch_size = 0
+        self.gradient_clip: tuple[float | None, str] = (None, "norm")
+        self.scheduler_monitor: str | None = None
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -134,17 +139,108 @@ class LitforgeTask(pl.LightningModule):
             sched_cfg["max_lr"] = [group["lr"] for group in optimizer.param_groups]
         scheduler = call_partial(sched_cfg, optimizer)
         out: dict[str, Any] = {"scheduler": scheduler, "interval": interval, "frequency": frequency}
-        if monitor:
+        self.scheduler_monitor = monitor  # under manual optimization (steps_per_call > 1) Lightning drops `monitor`
+        if monitor and self.automatic_optimization:
             out["monitor"] = monitor
         return out
 
     def _schedule_length(self, interval: str) -> int:
         trainer = self.trainer
         if interval == "step":
-            return max(1, int(trainer.estimated_stepping_batches))
+            steps = int(trainer.estimated_stepping_batches)
+            if self.steps_per_call > 1:  # Lightning counts loaded batches; each holds up to steps_per_call steps
+                steps = self._optimizer_steps_per_epoch() * max(1, trainer.max_epochs or 1)
+                if trainer.max_steps > 0:
+                    steps = min(steps, trainer.max_steps)
+            return max(1, steps)
         if trainer.max_epochs is None or trainer.max_epochs < 0:
             raise ConfigError("an epoch-based LR schedule needs trainer.max_epochs (or set the schedule length)")
         return max(1, trainer.max_epochs)
+
+    # ---- several optimizer steps per training step (steps_per_call > 1) -------------------------------------------
+    def use_steps_per_call(self, steps: int, micro_batch_size: int, clip_val: float | None, clip_algorithm: str) -> None:
+        """Run `steps` optimizer steps per Lightning training step, each on `micro_batch_size` samples of the batch.
+
+        The same idea as Keras' `steps_per_execution`: Lightning's per-step machinery (hooks of every callback,
+        progress tracking, logging) costs ~2,000 Python calls, more than a small net's whole step; paid once per
+        `steps` optimizer steps it nearly vanishes. The optimization loop below is what Lightning's automatic
+        optimization does on one device, written out: forward, backward, gradient clipping, optimizer step, and
+        step-interval schedulers; `trainer.global_step` still counts optimizer steps.
+        """
+        self.steps_per_call, self.micro_batch_size = steps, micro_batch_size
+        self.gradient_clip = (clip_val, clip_algorithm)
+        self.automatic_optimization = False
+
+    def _optimizer_steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch when each loaded batch holds `steps_per_call` of them (the last may hold fewer).
+
+        Exact, so that a schedule sized to the run (onecycle's total_steps, cosine's T_max) matches steps_per_call=1.
+        """
+        trainer = self.trainer
+        calls = int(trainer.num_training_batches)  # after estimated_stepping_batches, which sets up the loader
+        loader = trainer.train_dataloader
+        samples = getattr(loader, "num_samples", None) or len(getattr(loader, "dataset", None) or ())
+        if not samples or calls < -(-samples // (self.steps_per_call * self.micro_batch_size)):
+            return calls * self.steps_per_call  # limit_train_batches cut the epoch: every loaded batch is full
+        return -(-samples // self.micro_batch_size)
+
+    def steps_on_batch(self, batch: tuple[torch.Tensor, ...], step_loss: Any) -> torch.Tensor:
+        """Optimizer steps on consecutive `micro_batch_size` slices of `batch`; returns the loss of each step.
+
+        `step_loss(micro_batch)` is the task's loss of one step. Calls to the raw optimizer skip Lightning's per-step
+        hooks (which is the point); the LightningOptimizer's step counters are advanced around each step so that
+        `global_step`, `max_steps` and checkpoint names count optimizer steps.
+        """
+        lightning_optimizer = self.optimizers()
+        optimizer = lightning_optimizer.optimizer
+        trainer = self.trainer
+        step_schedulers = [c for c in trainer.lr_scheduler_configs if c.interval == "step"]
+        clip_val, clip_algorithm = self.gradient_clip
+        params = [p for group in optimizer.param_groups for p in group["params"]] if clip_val else []
+        losses = []
+        for micro in zip(*(t.split(self.micro_batch_size) for t in batch)):
+            if 0 < trainer.max_steps <= self.global_step:
+                break  # the step budget ends inside this batch
+            loss = step_loss(micro)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_val:
+                if clip_algorithm == "value":
+                    torch.nn.utils.clip_grad_value_(params, clip_val)
+                else:
+                    torch.nn.utils.clip_grad_norm_(params, clip_val)
+            lightning_optimizer._on_before_step()
+            optimizer.step()
+            lightning_optimizer._on_after_step()
+            for config in step_schedulers:
+                if self.global_step % config.frequency == 0:
+                    self.lr_scheduler_step(config.scheduler, None)
+            losses.append(loss.detach())
+        return torch.stack(losses)
+
+    def step_epoch_schedulers(self) -> None:
+        """Epoch-interval schedulers: Lightning steps them only under automatic optimization (steps_per_call = 1)."""
+        if self.automatic_optimization or self._trainer is None:
+            return
+        trainer = self.trainer
+        for config in trainer.lr_scheduler_configs:
+            if config.interval != "epoch" or (trainer.current_epoch + 1) % config.frequency:
+                continue
+            metric = None
+            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                metric = trainer.callback_metrics.get(self.scheduler_monitor)
+                if metric is None:
+                    raise ConfigError(f"scheduler.monitor={self.scheduler_monitor} is not logged by this run; logged: "
+                                      f"{', '.join(sorted(trainer.callback_metrics))}")
+            self.lr_scheduler_step(config.scheduler, metric)
+
+    def on_train_epoch_end(self) -> None:
+        self.step_epoch_schedulers()
+
+    def on_train_start(self) -> None:
+        if self.steps_per_call > 1 and self.trainer.world_size > 1:  # e.g. trainer.devices=2 picked DDP
+            raise ConfigError(f"steps_per_call={self.steps_per_call} runs on one device, but this run has "
+                              f"{self.trainer.world_size} processes: set steps_per_call=1 for multi-device training")
 
     # ---- logging ---------------------------------------------------------------------------------------------------
     def logs_this_step(self) -> bool:

@@ -24,6 +24,8 @@ class ClassificationTask(LitforgeTask):
     net config never repeats numbers that the data already knows.
     """
 
+    supports_steps_per_call = True  # (images, labels) batches slice into per-step batches
+
     def __init__(
         self,
         net: dict[str, Any],
@@ -77,12 +79,18 @@ class ClassificationTask(LitforgeTask):
         return self.loss_fn(logits, labels), logits, labels
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        loss, logits, labels = self._shared_step(batch)
-        self.train_acc.update(logits.detach(), labels)
+        # steps_per_call > 1: several optimizer steps on slices of this batch, one loss each (their mean is logged)
+        loss = self.steps_on_batch(batch, self._train_loss) if self.steps_per_call > 1 else self._train_loss(batch)
         # `train/loss` only on the steps Lightning writes to the loggers: each `self.log` costs ~600 Python calls,
         # more than a small net's whole step (see benchmarks/step_overhead.py)
         if self.logs_this_step():
-            self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=len(labels))
+            self.log("train/loss", loss.detach().mean(), on_step=True, on_epoch=False, prog_bar=True,
+                     batch_size=len(batch[1]))
+        return loss
+
+    def _train_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        loss, logits, labels = self._shared_step(batch)
+        self.train_acc.update(logits.detach(), labels)
         return loss
 
     def on_train_epoch_end(self) -> None:
@@ -90,6 +98,7 @@ class ClassificationTask(LitforgeTask):
         if self.train_acc.update_called:
             self.log("train/acc", self.train_acc.compute(), prog_bar=True)
             self.train_acc.reset()
+        super().on_train_epoch_end()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         loss, logits, labels = self._shared_step(batch)

@@ -1,0 +1,82 @@
+"""`steps_per_call=N`: N optimizer steps per Lightning training step (the cure for Lightning's per-step cost on tiny
+nets, see benchmarks/step_overhead.py). It must train exactly like one step per call, count optimizer steps, and
+refuse the settings whose meaning it would change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import open_dict
+
+from litforge.errors import ConfigError, TrainingStopped
+
+
+def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
+    from litforge.train import train
+
+    cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "logger=csv",
+                      "callbacks.progress_bar=null", "callbacks.model_summary=null", "callbacks.model_graph=null",
+                      *overrides)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+    result = train(cfg)
+    ckpt = torch.load(result["last_checkpoint"], map_location="cpu", weights_only=True)
+    return result, ckpt
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # cosine over epochs (default); 21 steps per epoch = 5 full batches of 4 + one of 1
+    ["scheduler=onecycle", "trainer.gradient_clip_val=0.05"],  # per-step schedule sized to the run; clipping active
+], ids=["cosine", "onecycle+clip"])
+def test_steps_per_call_trains_exactly_like_one_step_per_call(compose_cfg, tmp_path: Path, extra: list[str]):
+    _, one = _train(compose_cfg, tmp_path / "one", *extra)
+    result, four = _train(compose_cfg, tmp_path / "four", "steps_per_call=4", *extra)
+    assert four["global_step"] == one["global_step"] == 42  # optimizer steps, not Lightning batches (12)
+    assert Path(result["last_checkpoint"]).exists() and "step000042" in str(result["best_checkpoint"])
+    for key, value in one["state_dict"].items():
+        torch.testing.assert_close(four["state_dict"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+    lr_one = one["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert four["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(lr_one, rel=1e-6)
+    assert one["lr_schedulers"][0]["last_epoch"] == four["lr_schedulers"][0]["last_epoch"]
+
+
+def test_steps_per_call_stops_at_max_steps_inside_a_batch(compose_cfg, tmp_path: Path):
+    _, ckpt = _train(compose_cfg, tmp_path, "steps_per_call=8", "trainer.max_steps=11", "scheduler=onecycle")
+    assert ckpt["global_step"] == 11  # onecycle sized to 11 steps would raise on a 12th
+
+
+def test_plateau_scheduler_steps_on_the_monitored_metric(compose_cfg, tmp_path: Path):
+    _, ckpt = _train(compose_cfg, tmp_path, "steps_per_call=4", "scheduler=plateau", "trainer.max_epochs=3")
+    state = ckpt["lr_schedulers"][0]
+    assert state["last_epoch"] == 3 and state["best"] < 1.0  # stepped once per epoch with val/loss
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["steps_per_call=0"], "steps_per_call=0 must be a whole number >= 1"),
+    (["steps_per_call=2", "strategy=ddp", "trainer.devices=2"], "runs on one device"),
+    (["steps_per_call=2", "trainer.accumulate_grad_batches=2"], "accumulate_grad_batches=2 cannot be combined"),
+    (["steps_per_call=2", "trainer.precision=16-mixed"], "does not do fp16 loss scaling"),
+    (["steps_per_call=2", "callbacks=[default,ema]"], "EMAWeightAveraging averages once per Lightning step"),
+    (["steps_per_call=2", "experiment=cartpole_dqn"], "supported by task=classification only"),
+])
+def test_settings_steps_per_call_would_change_are_refused(compose_cfg, overrides: list[str], expected: str):
+    from litforge.train import train
+
+    cfg = compose_cfg("print_config=false", *overrides)
+    with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("+", r"\+")):
+        train(cfg)
+
+
+def test_nonfinite_guard_names_the_exact_step_inside_a_batch_of_steps():
+    from unittest.mock import MagicMock
+
+    from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
+
+    guard = StopOnNonFiniteLoss()
+    trainer = MagicMock(global_step=40, current_epoch=1, checkpoint_callback=None)
+    guard.on_train_batch_start(trainer, None, None, 3)
+    with pytest.raises(TrainingStopped, match="loss became nan at step 42 "):
+        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor([0.5, 0.4, float("nan"), float("nan")])},
+                                 None, 3)
