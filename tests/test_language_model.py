@@ -65,6 +65,15 @@ def test_text_file_errors_and_byte_tokens(tmp_path: Path):
     assert 0 < dm.unigram_loss < math.log(256)
 
 
+def test_language_model_on_image_data_names_the_data_kind(compose_cfg):
+    """A task × data mismatch is caught from the task class, before a net is built from shapes that cannot fit."""
+    from litforge.errors import ConfigError
+    from litforge.train import train
+
+    with pytest.raises(ConfigError, match="trains on text data, but data `DigitsDataModule` is image data"):
+        train(compose_cfg("task=language_model", "model=gpt", "print_config=false"))
+
+
 @pytest.mark.slow
 def test_gpt_char_learns_and_generates(tmp_path: Path):
     """A short gpt_char run ends well below the unigram baseline; generate.py continues a prompt from its checkpoint."""
@@ -80,6 +89,13 @@ def test_gpt_char_learns_and_generates(tmp_path: Path):
     assert metrics["val/loss"] < 0.8 * metrics["val/unigram_loss"], metrics
     assert metrics["test/ppl"] == pytest.approx(math.exp(metrics["test/loss"]), rel=0.05)
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    # eval.py rebuilds the language model and its text data from the checkpoint alone, and reproduces the test loss
+    best = json.loads((run / "metrics.json").read_text())["best_checkpoint"]
+    evaluated = run_cli("eval.py", f"ckpt_path={best}", log_dir=tmp_path)
+    assert evaluated.returncode == 0, evaluated.output[-2000:]
+    eval_metrics = json.loads((single_run(tmp_path, "eval") / "metrics.json").read_text())["metrics"]
+    assert eval_metrics["test/loss"] == pytest.approx(metrics["test/loss"], abs=1e-5)
+    assert eval_metrics["test/ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-4)
     gen = run_cli("generate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "prompt=The ",
                   "max_new_tokens=30", log_dir=tmp_path)
     assert gen.returncode == 0, gen.output[-2000:]

@@ -49,14 +49,20 @@ def instantiate_named(group: str, node: Mapping[str, Any] | None) -> list[Any]:
     return objects
 
 
+def task_class(cfg: DictConfig) -> type:
+    """The LightningModule class `task._target_` names (before building it: its `data_kind` is checked first)."""
+    target = cfg.task._target_
+    try:
+        return get_class(target)
+    except Exception:
+        raise ConfigError(f"task._target_={target!r} cannot be imported; see conf/task/ for the options") from None
+
+
 def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
     """The task's LightningModule, given plain-data configs for everything it builds itself."""
     task_cfg = to_plain(cfg.task)
     target = task_cfg.pop("_target_")
-    try:
-        task_cls = get_class(target)
-    except Exception:
-        raise ConfigError(f"task._target_={target!r} cannot be imported; see conf/task/ for the options") from None
+    task_cls = task_class(cfg)
     extra = {"loss": to_plain(cfg.loss)} if "loss" in cfg and cfg.loss else {}
     try:
         return task_cls(

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, to_plain
+from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, task_class, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.preflight import check_folder
@@ -38,8 +38,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = instantiate_group("data", cfg.data)
+    check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
     task = build_task(cfg, datamodule.describe())
-    check_compatible(task, datamodule, cfg)
     apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
                         channels_last=bool(cfg.get("channels_last", False)))
 
@@ -167,13 +167,13 @@ def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any
     return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]
 
 
-def check_compatible(task: Any, datamodule: Any, cfg: DictConfig) -> None:
+def check_compatible(task_cls: type, datamodule: Any) -> None:
     """Refuse a task × data pair that cannot work before any data is read or any step runs."""
-    task_kind = getattr(task, "data_kind", None)
+    task_kind = getattr(task_cls, "data_kind", None)
     data_kind = getattr(datamodule, "kind", None)
     if task_kind and data_kind and task_kind != data_kind:
         raise ConfigError(
-            f"task `{type(task).__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
+            f"task `{task_cls.__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
             f"{data_kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
         )
 
