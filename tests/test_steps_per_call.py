@@ -13,6 +13,14 @@ from omegaconf import open_dict
 from litforge.errors import ConfigError, TrainingStopped
 
 
+def _logged_steps(out: Path, metric: str) -> list[int]:
+    """The logger x-axis values of the rows where `metric` was written (CSV logger)."""
+    import csv
+
+    rows = list(csv.DictReader(next((out / "csv").rglob("metrics.csv")).open()))
+    return [int(r["step"]) for r in rows if r.get(metric)]
+
+
 def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
     from litforge.train import train
 
@@ -40,6 +48,21 @@ def test_steps_per_call_trains_exactly_like_one_step_per_call(compose_cfg, tmp_p
     lr_one = one["optimizer_states"][0]["param_groups"][0]["lr"]
     assert four["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(lr_one, rel=1e-6)
     assert one["lr_schedulers"][0]["last_epoch"] == four["lr_schedulers"][0]["last_epoch"]
+    # the loggers' x-axis counts optimizer steps too: validation curves of both runs line up
+    assert _logged_steps(tmp_path / "four", "val/acc") == _logged_steps(tmp_path / "one", "val/acc") == [20, 41]
+
+
+@pytest.mark.parametrize("K", [1, 4])
+def test_steps_per_call_resumes_like_an_uninterrupted_run(compose_cfg, tmp_path: Path, K: int):
+    _, whole = _train(compose_cfg, tmp_path / "whole", f"steps_per_call={K}", "trainer.max_epochs=3")
+    # the same schedule (cosine over 3 epochs), stopped by a step budget after epoch 0 (21 steps)
+    first, _ = _train(compose_cfg, tmp_path / "part", f"steps_per_call={K}", "trainer.max_epochs=3",
+                      "trainer.max_steps=21")
+    _, resumed = _train(compose_cfg, tmp_path / "resumed", f"steps_per_call={K}", "trainer.max_epochs=3",
+                        f"ckpt_path={first['last_checkpoint']}")
+    assert resumed["global_step"] == whole["global_step"] == 63
+    for key, value in whole["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][key], value, rtol=0, atol=0, msg=key)
 
 
 def test_steps_per_call_stops_at_max_steps_inside_a_batch(compose_cfg, tmp_path: Path):

@@ -216,6 +216,11 @@ class LitforgeTask(pl.LightningModule):
                 if self.global_step % config.frequency == 0:
                     self.lr_scheduler_step(config.scheduler, None)
             losses.append(loss.detach())
+        # the loggers' x-axis: Lightning advances it by one per training step; make it count optimizer steps, as with
+        # steps_per_call=1 (so curves of runs with different steps_per_call line up, and match checkpoint names)
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        if hasattr(epoch_loop, "_batches_that_stepped"):
+            epoch_loop._batches_that_stepped += len(losses) - 1
         return torch.stack(losses)
 
     def step_epoch_schedulers(self) -> None:
