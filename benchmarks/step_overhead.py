@@ -5,9 +5,10 @@ early stopping, LR monitor all on) vs a plain PyTorch loop on the same net, data
     python benchmarks/step_overhead.py --cases tiny_mlp --repeats 3 --threads 1
     python benchmarks/step_overhead.py --variants       # also litforge with single parts switched off
     python benchmarks/step_overhead.py --steps-per-call 4 16   # litforge arms with steps_per_call=N (default: 8)
+    python benchmarks/step_overhead.py --switches --cases cnn  # each speed switch (compile, bf16, ...) in the same runs
 
-Prints, per case: seconds per training step (median of repeats), the ratio litforge / plain (median of the per-repeat
-ratios), seconds per whole epoch (validation and checkpointing included) and Python calls per step.
+Prints, per case: seconds per optimizer step (median of repeats), the ratio to the plain loop and to litforge's
+default arm (medians of the per-repeat ratios), seconds per whole epoch (validation and checkpointing included) and Python calls per step.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ VARIANTS: dict[str, list[str]] = {
     "no logger": ["~logger"],
     "callbacks=none": ["callbacks=none", "trainer.enable_progress_bar=false"],
 }
+# the one-key speed switches, each timed against litforge's default arm in the same interleaved runs (--switches)
+SWITCHES: dict[str, list[str]] = {
+    "compile=true": ["compile=true"],
+    "trainer.precision=bf16-mixed": ["trainer.precision=bf16-mixed"],
+    "channels_last=true": ["channels_last=true"],
+    "data.on_device=true": ["data.on_device=true"],  # a no-op on CPU: the control arm
+    "callbacks=[default,ema]": ["callbacks=[default,ema]"],
+}
 # litforge with steps_per_call=N (N optimizer steps per Lightning step): --steps-per-call 4 16
 
 
@@ -52,7 +61,7 @@ def build_cfg(case: str, extra: Sequence[str] = ()) -> Any:
 
 
 def measure(case: str, repeats: int, threads: int, variants: bool,
-            steps_per_call: Sequence[int] = ()) -> list[list[Any]]:
+            steps_per_call: Sequence[int] = (), switches: bool = False) -> list[list[Any]]:
     window = CASES[case][3]
 
     def litforge(extra: Sequence[str] = ()) -> Any:
@@ -71,6 +80,9 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
             arms[f"litforge, {name}"] = lambda extra=extra: litforge(extra)
     for n in steps_per_call:
         arms[f"litforge, steps_per_call={n}"] = lambda n=n: litforge([f"steps_per_call={n}"])
+    if switches:
+        for name, extra in SWITCHES.items():
+            arms[f"litforge, {name}"] = lambda extra=extra: litforge(extra)
     runs = interleave(arms, repeats)
     # call counts: one extra, untimed run per arm with the profiler on for `window` steps
     calls = {"plain": run_plain(build_cfg(case), count_window=window).calls_per_step,
@@ -83,14 +95,20 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
             build_cfg(case, [f"steps_per_call={n}"]), count_window=(window[0], 0, max(1, window[2] // n))
         ).calls_per_step
 
+    if switches:
+        for name, extra in SWITCHES.items():
+            calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=window).calls_per_step
+
     plain_steps = [r.step_time() for r in runs["plain"]]
     plain_epochs = [r.epoch_time() for r in runs["plain"]]
+    default_steps = [r.step_time() for r in runs["litforge"]]
     rows = []
     for name, recs in runs.items():
         steps = [r.step_time() for r in recs]
         epochs = [r.epoch_time() for r in recs]
         rows.append([case, name, f"{median(steps) * 1e3:.2f}",
                      f"{median([s / p for s, p in zip(steps, plain_steps)]):.3f}",
+                     f"{median([s / d for s, d in zip(steps, default_steps)]):.3f}",
                      f"{median(epochs) * 1e3:.0f}", f"{median([e / p for e, p in zip(epochs, plain_epochs)]):.3f}",
                      f"{calls[name]:.0f}"])
     return rows
@@ -102,15 +120,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, set equally in both arms")
     parser.add_argument("--variants", action="store_true", help="also time litforge with single parts switched off")
+    parser.add_argument("--switches", action="store_true",
+                        help="also time each one-key speed switch (compile, bf16, channels_last, on_device, ema)")
     parser.add_argument("--steps-per-call", type=int, nargs="*", default=[8],
                         help="also time litforge with steps_per_call=N (N optimizer steps per Lightning step)")
     args = parser.parse_args()
     quiet()
     rows = []
     for case in args.cases:
-        rows += measure(case, args.repeats, args.threads, args.variants, args.steps_per_call)
+        rows += measure(case, args.repeats, args.threads, args.variants, args.steps_per_call, args.switches)
     print_table(f"Step overhead (torch threads={args.threads}, median of {args.repeats} interleaved repeats)",
-                ["case", "loop", "ms/step", "step ratio", "ms/epoch (+val, ckpt)", "epoch ratio", "py calls/step"],
+                ["case", "loop", "ms/step", "step ratio", "× litforge default", "ms/epoch (+val, ckpt)", "epoch ratio", "py calls/step"],
                 rows)
 
 
