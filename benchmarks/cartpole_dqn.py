@@ -4,7 +4,7 @@ with a mean greedy return >= 475, the step training stopped at, and the 100-epis
 checkpoint; then the mean ± std over seeds.
 
     python benchmarks/cartpole_dqn.py                          # seeds 42 1 2
-    python benchmarks/cartpole_dqn.py --seeds 7 [overrides...]  # e.g. optimizer.lr=0.001
+    python benchmarks/cartpole_dqn.py --seeds 7 [overrides...]  # e.g. task.double_dqn=false
 
 On a shared CPU run it as `OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/cartpole_dqn.py`.
 """
@@ -58,7 +58,8 @@ def mean_std(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
-    args, overrides = parser.parse_known_args()
+    overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]  # Hydra overrides, anywhere
+    args = parser.parse_args([a for a in sys.argv[1:] if a not in overrides])
     print("| seed | wall s | grad steps to val >= 475 | env steps (incl. warm-up) | stopped at | test/return | "
           "test episodes >= 475 |")
     print("|---|---|---|---|---|---|---|")
