@@ -2,7 +2,9 @@
 
 Each training step first acts in the environment (`env_steps_per_step` epsilon-greedy steps into the replay
 buffer), then takes one gradient step on a minibatch the datamodule's IterableDataset drew from that buffer:
-TD target `r + gamma * max_a' Q_target(s', a')` from a target network synced every `target_sync_steps`, a Huber loss
+TD target `r + gamma * max_a' Q_target(s', a')`, or with `double_dqn` (van Hasselt et al. 2016)
+`r + gamma * Q_target(s', argmax_a' Q_online(s', a'))`, from a target network that every `target_sync_steps` moves
+`target_tau` of the way to the online net (1.0: a hard copy; e.g. 0.005 every step: Polyak averaging), a Huber loss
 (`loss=huber`), and gradient clipping via `trainer.gradient_clip_val`. Validation and test play greedy episodes and
 log the mean return (`val/return`, `test/return`); `train/episode_return` is logged as training episodes end.
 """
@@ -35,6 +37,8 @@ class DQNTask(LitforgeTask):
         loss: dict[str, Any] | None = None,
         gamma: float = 0.99,
         target_sync_steps: int = 500,
+        target_tau: float = 1.0,
+        double_dqn: bool = False,
         warmup_steps: int = 1000,
         env_steps_per_step: int = 1,
         eps_start: float = 1.0,
@@ -44,6 +48,15 @@ class DQNTask(LitforgeTask):
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
         self.save_hyperparameters(ignore=["run_config"])
+        if not 0.0 < target_tau <= 1.0:
+            raise ConfigError(f"task.target_tau={target_tau} must be in (0, 1]: 1.0 copies the online net into the "
+                              "target net every task.target_sync_steps, a small value (e.g. 0.005 with "
+                              "task.target_sync_steps=1) averages it in softly")
+        if int(target_sync_steps) < 1:
+            raise ConfigError(f"task.target_sync_steps={target_sync_steps} must be >= 1 (gradient steps between "
+                              "target-net updates)")
+        if not 0.0 <= gamma <= 1.0:
+            raise ConfigError(f"task.gamma={gamma} must be in [0, 1] (the discount factor), e.g. 0.99")
         if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
             raise ConfigError(f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
                               "use loss=huber (experiment=cartpole_dqn sets it)")
@@ -109,21 +122,39 @@ class DQNTask(LitforgeTask):
                 self.log("train/episode_return", finished, on_step=True, on_epoch=False, prog_bar=True)
         obs, actions, rewards, next_obs, dones = batch
         q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-        with torch.no_grad():
-            target = rewards + self.hparams.gamma * (1.0 - dones) * self.target_net(next_obs).max(dim=1).values
-        loss = self.loss_fn(q, target)
+        loss = self.loss_fn(q, self.td_target(rewards, next_obs, dones))
         self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/q_mean", q.detach().mean(), on_step=True, on_epoch=False)  # ~1/(1-gamma) once it balances
         self.log("train/epsilon", self.epsilon, on_step=True, on_epoch=False)
         return loss
+
+    @torch.no_grad()
+    def td_target(self, rewards: Tensor, next_obs: Tensor, dones: Tensor) -> Tensor:
+        """`r + gamma * (1 - done) * Q_target(s', a*)`; a* = argmax of the target net, or of the online net (double)."""
+        next_q = self.target_net(next_obs)
+        if self.hparams.double_dqn:
+            best = self.net(next_obs).argmax(dim=1, keepdim=True)
+            next_value = next_q.gather(1, best).squeeze(1)
+        else:
+            next_value = next_q.max(dim=1).values
+        return rewards + self.hparams.gamma * (1.0 - dones) * next_value
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.maybe_sync_target(self.global_step)
 
     def maybe_sync_target(self, step: int) -> bool:
-        """Copy the online net into the target net every `target_sync_steps` gradient steps."""
+        """Every `target_sync_steps` gradient steps: target <- tau * online + (1 - tau) * target (tau=1: a copy)."""
         if step % self.hparams.target_sync_steps:
             return False
-        self.target_net.load_state_dict(self.net.state_dict())
+        tau = float(self.hparams.target_tau)
+        with torch.no_grad():
+            if tau == 1.0:
+                self.target_net.load_state_dict(self.net.state_dict())
+            else:
+                online, target = list(self.net.parameters()), list(self.target_net.parameters())
+                torch._foreach_lerp_(target, online, tau)
+                for t_buf, o_buf in zip(self.target_net.buffers(), self.net.buffers(), strict=True):
+                    t_buf.copy_(o_buf)  # running statistics, if any, are copied rather than averaged
         return True
 
     # ---- evaluation: greedy episodes ------------------------------------------------------------------------------
