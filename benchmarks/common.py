@@ -121,6 +121,8 @@ class StepRecorder:
         between them), after `skip_epochs` warm-up epochs."""
         pairs = [(b[0] - a[0], b[1] - a[1]) for e, ts in self.starts.items() if e >= skip_epochs
                  for a, b in zip(ts, ts[1:])]
+        if not pairs:  # one batch per epoch (steps_per_call >= steps per epoch): no step inside an epoch to time
+            return float("nan")
         return sum(t for t, _ in pairs) / sum(n for _, n in pairs)
 
     def epoch_time(self, skip_epochs: int = 1) -> float:
