@@ -164,11 +164,13 @@ def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRec
     return StepTimer.last
 
 
-def run_plain(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecorder:
+def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
+              after_epoch: Callable[[int, torch.nn.Module, dict[str, Any]], None] | None = None) -> StepRecorder:
     """The hand-written loop: same net, data split, batch size, optimizer and per-epoch LR schedule as `cfg`.
 
     It is what a careful user writes: whole batches sliced from pre-normalised tensors, `zero_grad(set_to_none)`,
-    an eval pass per epoch under `torch.no_grad()`.
+    an eval pass per epoch under `torch.no_grad()`. `after_epoch(epoch, net, splits)` runs after each epoch's eval
+    pass (e.g. a test-accuracy probe); `splits` maps train/val/test to normalised (images, labels).
     """
     from hydra.utils import instantiate
 
@@ -206,6 +208,8 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecord
         with torch.no_grad():
             x_val, y_val = split["val"]
             (net(x_val).argmax(1) == y_val).float().mean().item()
+        if after_epoch is not None:
+            after_epoch(epoch, net, split)
     rec.epoch_start()
     return rec
 

@@ -81,41 +81,24 @@ def run_litforge(seed: int, extra: list[str]) -> tuple[float | None, int | None,
 
 
 def run_plain(seed: int, extra: list[str]) -> tuple[float | None, int | None, float, float]:
-    """A hand-written PyTorch loop on the same config (net, batch, optimizer, per-epoch cosine): no Lightning at all."""
-    from hydra.utils import instantiate
-
-    from litforge.builders import build_task
-    from litforge.tasks.base import call_partial
+    """benchmarks/common.py's hand-written PyTorch loop on the same config, with the same per-epoch test probe."""
+    from common import run_plain as plain_loop
 
     cfg = compose(f"seed={seed}", "print_config=false", *extra)
-    start = time.perf_counter()
-    torch.manual_seed(seed)
-    datamodule = instantiate(cfg.data, _convert_="all")
-    datamodule.setup()
-    net = build_task(cfg, datamodule.describe()).net
-    x, y = (datamodule.normalize(datamodule._splits["train"][0]), datamodule._splits["train"][1])
-    x_test, y_test = datamodule.normalize(datamodule._splits["test"][0]), datamodule._splits["test"][1]
-    optimizer = call_partial({k: v for k, v in cfg.optimizer.items() if k != "lr_scaling"}, list(net.parameters()))
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.trainer.max_epochs)
-    loss_fn, batch, probe_time, reached, epochs = torch.nn.CrossEntropyLoss(), cfg.data.batch_size, 0.0, None, None
-    for epoch in range(cfg.trainer.max_epochs):
-        net.train()
-        order = torch.randperm(len(y))
-        for i in range(0, len(y), batch):
-            idx = order[i:i + batch]
-            loss = loss_fn(net(x[idx]), y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        scheduler.step()
+    state: dict[str, Any] = {"probe_time": 0.0, "reached": None, "epochs": None, "acc": 0.0}
+
+    def probe(epoch: int, net: torch.nn.Module, splits: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        net.eval()
+        images, labels = splits["test"]
         with torch.no_grad():
-            acc = float((net(x_test).argmax(1) == y_test).float().mean())
-        if reached is None and acc >= TARGET:
-            reached, epochs = t0 - start - probe_time, epoch + 1
-        probe_time += time.perf_counter() - t0
-    return reached, epochs, time.perf_counter() - start - probe_time, acc
+            state["acc"] = float((net(images).argmax(1) == labels).float().mean())
+        if state["reached"] is None and state["acc"] >= TARGET:
+            state["reached"], state["epochs"] = t0 - start - state["probe_time"], epoch + 1
+        state["probe_time"] += time.perf_counter() - t0
+
+    start = time.perf_counter()
+    plain_loop(cfg, after_epoch=probe)
+    return state["reached"], state["epochs"], time.perf_counter() - start - state["probe_time"], state["acc"]
 
 
 def digits_arrays() -> tuple[np.ndarray, ...]:
