@@ -48,6 +48,11 @@ def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
         raise
 
 
+def build_loss(loss_cfg: dict[str, Any] | None, default: type[nn.Module]) -> nn.Module:
+    """The `loss=` config's module, or the task's usual loss when the run configures none (e.g. an old checkpoint)."""
+    return instantiate(loss_cfg, _convert_="all") if loss_cfg else default()
+
+
 def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 

@@ -6,13 +6,12 @@ import logging
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpoints import load_checkpoint
 from litforge.models import transfer
-from litforge.tasks.base import LitforgeTask, build_net
+from litforge.tasks.base import LitforgeTask, build_loss, build_net
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,7 @@ class ClassificationTask(LitforgeTask):
         # rebuild the task from a checkpoint that already holds the trained weights) never need that file
         self.init_from: str | None = net.get("init_from")
         self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
-        self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.CrossEntropyLoss()
+        self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         self.class_names = class_names or [str(i) for i in range(num_classes)]
         self.train_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")

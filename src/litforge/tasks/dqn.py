@@ -15,11 +15,10 @@ import copy
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
-from litforge.tasks.base import LitforgeTask, build_net
+from litforge.tasks.base import LitforgeTask, build_loss, build_net
 
 REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
 
@@ -62,7 +61,7 @@ class DQNTask(LitforgeTask):
                               "use loss=huber (experiment=cartpole_dqn sets it)")
         self.net = build_net(net, observation_size=observation_size, num_actions=num_actions)
         self.target_net = copy.deepcopy(self.net).requires_grad_(False)  # frozen: never reaches the optimizer
-        self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.HuberLoss()
+        self.loss_fn: nn.Module = build_loss(loss, nn.HuberLoss)
         self.env: Any = None
         self.obs: Any = None
         self.episode_return = 0.0

@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
-from litforge.tasks.base import LitforgeTask, build_net
+from litforge.tasks.base import LitforgeTask, build_loss, build_net
 
 Batch = tuple[Tensor, Tensor, Tensor]  # inputs, next-token targets, document ids (all B x T)
 
@@ -39,7 +38,7 @@ class LanguageModelTask(LitforgeTask):
         self.vocab = vocab  # the characters of a char-level model (None = UTF-8 bytes): what decode() needs
         self.unigram_loss = unigram_loss
         self.net = build_net(net, vocab_size=vocab_size, block_size=block_size)
-        self.loss_fn: nn.Module = instantiate(loss, _convert_="all") if loss else nn.CrossEntropyLoss()
+        self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         self.val_ppl = Perplexity()
         self.test_ppl = Perplexity()
 
