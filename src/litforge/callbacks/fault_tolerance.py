@@ -79,9 +79,8 @@ class StopOnNonFiniteLoss(Callback):
         if losses[0].device.type == "cpu":  # nothing to sync with: plain floats are the cheapest check
             values = [t.reshape(-1).tolist() for t in losses]
         else:  # one device->host copy for all kept losses
-            sizes = [t.numel() for t in losses]
-            flat = torch.cat([t.reshape(-1) for t in losses]).tolist()
-            values = [flat[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+            flat = torch.cat([t.reshape(-1) for t in losses]).cpu()
+            values = [part.tolist() for part in flat.split([t.numel() for t in losses])]
         found = next(((i, j) for i, vs in enumerate(values) for j, v in enumerate(vs) if not math.isfinite(v)), None)
         if found is None:
             return
