@@ -56,7 +56,7 @@ def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
     from litforge.models.mlp import MLP
     from litforge.models.resnet import ResNet
     from litforge.models.vit import VisionTransformer
-    from litforge.parallel.plans import apply_tensor_parallel, sharding_units, transformer_blocks
+    from litforge.parallel.plans import apply_tensor_parallel, sharding_units, tensor_parallel_plan
 
     shape = {"in_channels": 1, "image_size": (8, 8), "num_classes": 10}
     nets = {"mlp": MLP(**shape), "cnn": CNN(**shape), "resnet": ResNet(**shape), "vit": VisionTransformer(**shape)}
@@ -65,13 +65,14 @@ def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
         units = sharding_units(net)
         assert len(units) == expected_units[name], name
         assert all(any(True for _ in u.parameters()) for u in units)
-    assert len(transformer_blocks(nets["vit"])) == 4
-    with pytest.raises(ConfigError, match="transformer"):
+    plan = tensor_parallel_plan(nets["vit"])  # 6 projections split per block, 4 blocks
+    assert len(plan) == 24 and plan["blocks.3.attn.q"] == "colwise" and plan["blocks.3.mlp.fc2"] == "rowwise"
+    with pytest.raises(ConfigError, match="tensor_parallel_plan"):
         apply_tensor_parallel(nets["mlp"], mesh=None)
 
 
 def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
-    from litforge.cli import is_rank_zero
+    from litforge.runtime import is_rank_zero
     from litforge.parallel.launch import config_flags
 
     for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK"):
@@ -86,9 +87,10 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 
 
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
-    from litforge.builders import build_strategy, instantiate_group
+    from litforge.builders import build_strategy
+    from litforge.instantiate import instantiate_group
     from litforge.errors import ConfigError
-    from litforge.train import build_trainer
+    from litforge.builders import build_trainer
 
     cfg = compose_cfg("strategy=tpu")
     assert cfg.trainer.accelerator == "tpu" and cfg.trainer.devices == 8 and cfg.strategy.name == "xla"
@@ -98,7 +100,7 @@ def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
 
 def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
     from litforge.errors import ConfigError
-    from litforge.train import build_trainer
+    from litforge.builders import build_trainer
 
     with pytest.raises(ConfigError, match="sync_batchnorm"):
         build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
@@ -181,7 +183,7 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     """FSDP2 over 2 ranks: each holds ~half the elements, loss falls, the merged file predicts like the sharded model;
     the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load)."""
     from litforge.checkpoints import load_checkpoint
-    from litforge.tasks.base import restore_task
+    from litforge.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
     fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",

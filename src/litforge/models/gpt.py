@@ -1,9 +1,7 @@
 """A GPT-style decoder (Radford et al. 2019), small enough to read top to bottom (after karpathy/nanoGPT).
 
-Layout contract with `litforge.parallel`, shared with `litforge.models.vit` (keep these names stable):
-- `self.blocks` (nn.ModuleList of :class:`Block`) are the FSDP wrapping units.
-- In each block, `attn.q`, `attn.k`, `attn.v` and `mlp.fc1` are column-parallel, `attn.proj` and `mlp.fc2`
-  row-parallel. The number of heads is taken from the local width of `q`, so a shard holding some heads runs as is.
+Its blocks are the causal :class:`litforge.models.layers.TransformerBlock`s the ViT uses too, in `self.blocks`:
+the FSDP units and the tensor-parallel plan's targets (see that module for the layout contract).
 
 Packed sequences (a dynamic graph): `forward(idx, doc_ids)` accepts several documents packed into one row of
 `block_size` tokens with no padding. The attention mask and the positions are then computed from the data of each
@@ -16,22 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from litforge.models.vit import Attention, FeedForward
-
-
-class Block(nn.Module):
-    """Pre-norm residual block: attention, then the MLP (same module names as the ViT block)."""
-
-    def __init__(self, dim: int, heads: int, mlp_ratio: float, dropout: float) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads, dropout, causal=True)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = FeedForward(dim, int(dim * mlp_ratio), dropout)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        x = x + self.attn(self.norm1(x), mask)
-        return x + self.mlp(self.norm2(x))
+from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan
 
 
 def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -75,7 +58,8 @@ class GPT(nn.Module):
         self.tok_embed = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Embedding(block_size, dim)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, dropout) for _ in range(depth))
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, mlp_ratio, dropout, causal=True)
+                                    for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.tok_embed.weight  # weight tying: fewer parameters, better small-data perplexity
@@ -87,6 +71,19 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    # ---- sharding facts (litforge.parallel) -----------------------------------------------------------------------
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units: the transformer blocks (the root unit gathers the rest: embeddings, head)."""
+        return list(self.blocks)
+
+    def tensor_parallel_plan(self) -> dict[str, str]:
+        """Submodule → `colwise` | `rowwise`: every block split the Megatron way (litforge.models.layers)."""
+        return blocks_tensor_parallel_plan(self.blocks)
+
+    def check_tensor_parallel(self, tp_size: int) -> None:
+        for block in self.blocks:
+            block.check_tensor_parallel(tp_size)
 
     def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
         """Next-token logits (B, T, vocab) for token ids `idx` (B, T); see the module docstring for `doc_ids`."""

@@ -1,13 +1,13 @@
-"""Where to cut a net for FSDP2 and tensor parallelism, and applying the cuts to a device mesh.
+"""Applying a net's own sharding facts to a device mesh: FSDP2 units and the tensor-parallel plan.
 
-A net declares its FSDP units with a `fsdp_units()` method (each unit becomes one all-gather/reshard group: big
-enough to amortise the communication, small enough that only one unit's full weights are materialised at a time).
-Transformer nets that keep their blocks in `self.blocks` need not declare anything.
+The facts live beside each model, as torchtitan keeps a model's parallel plan beside the model (the model contract,
+docs/extending.md):
 
-The tensor-parallel plan is keyed on module names, not classes, so it fits any transformer whose blocks name their
-projections `attn.q/k/v/proj` and `mlp.fc1/fc2` (the ViT here, and any GPT-style decoder with the same layout):
-q/k/v and fc1 are split by output columns, proj and fc2 by input rows, so each block needs one all-reduce after
-attention and one after the MLP (Megatron-LM, Shoeybi et al. 2019).
+- `fsdp_units() -> list[nn.Module]`: each unit becomes one all-gather/reshard group, big enough to amortise the
+  communication, small enough that only one unit's full weights are materialised at a time. A net that declares
+  none is sharded as one unit.
+- `tensor_parallel_plan() -> {submodule: "colwise" | "rowwise"}` (optional), with `check_tensor_parallel(tp_size)`
+  to refuse sizes that do not divide: only nets that declare a plan run under tensor parallelism.
 """
 
 from __future__ import annotations
@@ -18,19 +18,13 @@ from torch import nn
 
 from litforge.errors import ConfigError
 
-COLWISE = ("attn.q", "attn.k", "attn.v", "mlp.fc1")
-ROWWISE = ("attn.proj", "mlp.fc2")
+TP_STYLES = ("colwise", "rowwise")
 
 
 def sharding_units(net: nn.Module) -> list[nn.Module]:
-    """The modules to wrap with `fully_shard` before the root: the net's own `fsdp_units()`, else its `blocks`."""
+    """The modules to wrap with `fully_shard` before the root: the net's own `fsdp_units()` (with parameters)."""
     declared = getattr(net, "fsdp_units", None)
-    if callable(declared):
-        units = list(declared())
-    elif isinstance(getattr(net, "blocks", None), nn.ModuleList):
-        units = list(net.blocks)
-    else:
-        units = []
+    units = list(declared()) if callable(declared) else []
     return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
@@ -48,43 +42,31 @@ def apply_fsdp(net: nn.Module, mesh: Any) -> int:
     return len(units)
 
 
-def transformer_blocks(net: nn.Module) -> list[nn.Module]:
-    """The blocks a tensor-parallel plan applies to: entries of `net.blocks` that have the projection names."""
-    blocks = getattr(net, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        return []
-    return [block for block in blocks if all(_has(block, name) for name in COLWISE + ROWWISE)]
-
-
-def check_divisible(block: nn.Module, tp_size: int) -> None:
-    """Heads and MLP width must split evenly over the tensor-parallel ranks, or shards would differ in shape."""
-    q: nn.Linear = block.get_submodule("attn.q")
-    fc1: nn.Linear = block.get_submodule("mlp.fc1")
-    head_dim = getattr(block.get_submodule("attn"), "head_dim", None)
-    heads = q.out_features // head_dim if head_dim else q.out_features
-    if heads % tp_size or fc1.out_features % tp_size:
-        raise ConfigError(
-            f"tensor parallelism over {tp_size} ranks needs the number of heads ({heads}) and the MLP width "
-            f"({fc1.out_features}) to be divisible by {tp_size}: change model.heads / model.mlp_ratio or "
-            f"strategy.tensor_parallel_size"
-        )
+def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
+    """The net's declared plan, checked: every entry names a Linear submodule and a known style."""
+    declared = getattr(net, "tensor_parallel_plan", None)
+    if not callable(declared):
+        raise ConfigError(f"tensor parallelism needs a net that declares a tensor_parallel_plan() (model=vit, "
+                          f"model=gpt); {type(net).__name__} has none: use strategy=fsdp or strategy=ddp for this model")
+    plan = dict(declared())
+    for name, style in plan.items():
+        if style not in TP_STYLES or not isinstance(net.get_submodule(name), nn.Linear):
+            raise ValueError(f"{type(net).__name__}.tensor_parallel_plan(): {name}={style!r} must name an nn.Linear "
+                             f"and one of {TP_STYLES}")
+    return plan
 
 
 def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
-    """Parallelise every transformer block of `net` over the 1-D tensor-parallel `mesh`; returns the block count."""
+    """Parallelise `net` over the 1-D tensor-parallel `mesh` by its own plan; returns the number of split layers."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    blocks = transformer_blocks(net)
-    if not blocks:
-        raise ConfigError(
-            f"tensor parallelism needs a transformer net with `self.blocks` whose blocks have {', '.join(COLWISE + ROWWISE)} "
-            f"(e.g. model=vit); {type(net).__name__} has none: use strategy=fsdp or strategy=ddp for this model"
-        )
-    plan = {name: ColwiseParallel() for name in COLWISE} | {name: RowwiseParallel() for name in ROWWISE}
-    for block in blocks:
-        check_divisible(block, mesh.size())
-        parallelize_module(block, mesh, plan)
-    return len(blocks)
+    plan = tensor_parallel_plan(net)
+    check = getattr(net, "check_tensor_parallel", None)
+    if callable(check):
+        check(mesh.size())
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(net, mesh, {name: styles[style]() for name, style in plan.items()})
+    return len(plan)
 
 
 def shard(net: nn.Module, device_mesh: Any) -> None:
@@ -110,10 +92,3 @@ def local_numel(module: nn.Module) -> tuple[int, int]:
         total += param.numel()
         local += param.to_local().numel() if hasattr(param, "to_local") else param.numel()
     return local, total
-
-
-def _has(module: nn.Module, name: str) -> bool:
-    try:
-        return isinstance(module.get_submodule(name), nn.Linear)
-    except AttributeError:
-        return False
