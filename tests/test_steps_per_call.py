@@ -52,6 +52,17 @@ def test_steps_per_call_trains_exactly_like_one_step_per_call(compose_cfg, tmp_p
     assert _logged_steps(tmp_path / "four", "val/acc") == _logged_steps(tmp_path / "one", "val/acc") == [20, 41]
 
 
+def test_steps_per_call_trains_the_language_model_exactly_like_one_step_per_call(compose_cfg, tmp_path: Path):
+    """Any task with a per-step loss gets steps_per_call: the GPT on packed text, clipping and a step schedule on."""
+    small = ["experiment=gpt_char", "data.max_chars=6000", "data.block_size=16", "data.batch_size=8", "model.dim=32",
+             "model.depth=1", "trainer.val_check_interval=null", "callbacks.text_samples=null", "scheduler=onecycle"]
+    _, one = _train(compose_cfg, tmp_path / "one", *small)
+    _, three = _train(compose_cfg, tmp_path / "three", *small, "steps_per_call=3")
+    assert three["global_step"] == one["global_step"] > 3
+    for key, value in one["state_dict"].items():
+        torch.testing.assert_close(three["state_dict"][key], value, rtol=0, atol=0, msg=key)
+
+
 @pytest.mark.parametrize("K", [1, 4])
 def test_steps_per_call_resumes_like_an_uninterrupted_run(compose_cfg, tmp_path: Path, K: int):
     _, whole = _train(compose_cfg, tmp_path / "whole", f"steps_per_call={K}", "trainer.max_epochs=3")
@@ -82,7 +93,7 @@ def test_plateau_scheduler_steps_on_the_monitored_metric(compose_cfg, tmp_path: 
     (["steps_per_call=2", "trainer.accumulate_grad_batches=2"], "accumulate_grad_batches=2 cannot be combined"),
     (["steps_per_call=2", "trainer.precision=16-mixed"], "does not do fp16 loss scaling"),
     (["steps_per_call=2", "callbacks=[default,ema]"], "EMAWeightAveraging averages once per Lightning step"),
-    (["steps_per_call=2", "experiment=cartpole_dqn"], "supported by task=classification only"),
+    (["steps_per_call=2", "experiment=cartpole_dqn"], "needs a task with a per-step loss"),
 ])
 def test_settings_steps_per_call_would_change_are_refused(compose_cfg, overrides: list[str], expected: str):
     from litforge.train import train

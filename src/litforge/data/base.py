@@ -62,8 +62,6 @@ class ImageDataModule(pl.LightningDataModule):
         self.augment = augment
         # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU)
         self.on_device = on_device
-        # steps_per_call > 1 (litforge.steps_per_call): each training batch holds that many optimizer steps' samples
-        self.steps_per_call = 1
         self.input_shape: tuple[int, int, int] = (1, 1, 1)
         self.num_classes: int = 0
         self.class_names: list[str] = []
@@ -103,18 +101,13 @@ class ImageDataModule(pl.LightningDataModule):
         replicas = trainer.distributed_sampler_kwargs if trainer is not None else None
         return InMemoryLoader(
             self._split_on_device(split),
-            batch_size=self.train_batch_size if train else self.eval_batch_size,
+            batch_size=self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             drop_last=False,
             seed=self.shuffle_seed,
             rank=replicas["rank"] if replicas else 0,
             world_size=replicas["num_replicas"] if replicas else 1,
         )
-
-    @property
-    def train_batch_size(self) -> int:
-        """Samples per loaded training batch: `batch_size` per optimizer step, times the steps run on each batch."""
-        return self.batch_size * self.steps_per_call
 
     def _split_on_device(self, split: str) -> tuple[Tensor, Tensor]:
         """The split's tensors, moved once to the trainer's device when `on_device` (whole dataset on the GPU).

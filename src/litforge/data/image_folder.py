@@ -391,7 +391,7 @@ class ImageFolderDataModule(ImageDataModule):
     def _stream_loader(self, split: str, train: bool) -> DataLoader:
         return DataLoader(
             self._datasets[split],
-            batch_size=self.train_batch_size if train else self.eval_batch_size,
+            batch_size=self.batch_size if train else self.eval_batch_size,
             shuffle=train,
             drop_last=False,
             num_workers=self.num_workers,

@@ -11,7 +11,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpoints import load_checkpoint
 from litforge.models import transfer
-from litforge.tasks.base import LitforgeTask, build_loss, build_net
+from litforge.models.factory import build_net
+from litforge.tasks.base import LitforgeTask, build_loss
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,6 @@ class ClassificationTask(LitforgeTask):
     net config never repeats numbers that the data already knows.
     """
 
-    supports_steps_per_call = True  # (images, labels) batches slice into per-step batches
-
     def __init__(
         self,
         net: dict[str, Any],
@@ -34,14 +33,17 @@ class ClassificationTask(LitforgeTask):
         class_names: list[str] | None = None,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
+        init_from: str | None = None,
+        lr_scaling: str = "none",
         run_config: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
+        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         channels, height, width = input_shape
-        # model.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
-        # rebuild the task from a checkpoint that already holds the trained weights) never need that file
-        self.init_from: str | None = net.get("init_from")
+        # task.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
+        # rebuild the task from a checkpoint that already holds the trained weights) never need that file. Older
+        # checkpoints recorded it in their net config (model.init_from)
+        self.init_from: str | None = init_from or net.get("init_from")
         self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         self.class_names = class_names or [str(i) for i in range(num_classes)]
@@ -77,17 +79,7 @@ class ClassificationTask(LitforgeTask):
         logits = self(images)
         return self.loss_fn(logits, labels), logits, labels
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        # steps_per_call > 1: several optimizer steps on slices of this batch, one loss each (their mean is logged)
-        loss = self.steps_on_batch(batch, self._train_loss) if self.steps_per_call > 1 else self._train_loss(batch)
-        # `train/loss` only on the steps Lightning writes to the loggers: each `self.log` costs ~600 Python calls,
-        # more than a small net's whole step (see benchmarks/step_overhead.py)
-        if self.logs_this_step():
-            self.log("train/loss", loss.detach().mean(), on_step=True, on_epoch=False, prog_bar=True,
-                     batch_size=len(batch[1]))
-        return loss
-
-    def _train_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+    def step_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         loss, logits, labels = self._shared_step(batch)
         self.train_acc.update(logits.detach(), labels)
         return loss

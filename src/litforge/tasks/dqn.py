@@ -18,7 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
-from litforge.tasks.base import LitforgeTask, build_loss, build_net
+from litforge.models.factory import build_net
+from litforge.tasks.base import LitforgeTask, build_loss
 
 REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
 
@@ -43,9 +44,10 @@ class DQNTask(LitforgeTask):
         eps_start: float = 1.0,
         eps_end: float = 0.05,
         eps_decay_steps: int = 10_000,
+        lr_scaling: str = "none",
         run_config: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
+        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         if not 0.0 < target_tau <= 1.0:
             raise ConfigError(f"task.target_tau={target_tau} must be in (0, 1]: 1.0 copies the online net into the "
@@ -151,8 +153,8 @@ class DQNTask(LitforgeTask):
             if tau == 1.0:
                 self.target_net.load_state_dict(self.net.state_dict())
             else:
-                online, target = list(self.net.parameters()), list(self.target_net.parameters())
-                torch._foreach_lerp_(target, online, tau)
+                for t_param, o_param in zip(self.target_net.parameters(), self.net.parameters(), strict=True):
+                    t_param.lerp_(o_param, tau)
                 for t_buf, o_buf in zip(self.target_net.buffers(), self.net.buffers(), strict=True):
                     t_buf.copy_(o_buf)  # running statistics, if any, are copied rather than averaged
         return True

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
-from litforge.tasks.base import LitforgeTask, build_loss, build_net
+from litforge.models.factory import build_net
+from litforge.tasks.base import LitforgeTask, build_loss
 
 Batch = tuple[Tensor, Tensor, Tensor]  # inputs, next-token targets, document ids (all B x T)
 
@@ -31,9 +32,10 @@ class LanguageModelTask(LitforgeTask):
         unigram_loss: float | None = None,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
+        lr_scaling: str = "none",
         run_config: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config)
+        super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         self.vocab = vocab  # the characters of a char-level model (None = UTF-8 bytes): what decode() needs
         self.unigram_loss = unigram_loss
@@ -51,10 +53,8 @@ class LanguageModelTask(LitforgeTask):
         loss = self.loss_fn(logits.flatten(0, 1), targets.flatten())
         return loss, logits, targets
 
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        loss, _, targets = self._shared_step(batch)
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=len(targets))
-        return loss
+    def step_loss(self, batch: Batch) -> Tensor:
+        return self._shared_step(batch)[0]
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, logits, targets = self._shared_step(batch)

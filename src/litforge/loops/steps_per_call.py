@@ -1,0 +1,217 @@
+"""`steps_per_call=N`: N optimizer steps per Lightning training step, on one device (Keras' `steps_per_execution`).
+
+Why: Lightning's per-step machinery (the hooks of every callback, progress tracking, logging) costs ~1,000-2,000
+Python calls, more than a small net's whole step; paid once per N optimizer steps it nearly vanishes
+(benchmarks/step_overhead.py measures it). Lightning has no such switch.
+
+How, without changing tasks or datamodules: :func:`install` attaches the mechanism to an unmodified task and
+datamodule before `trainer.fit`:
+
+- the datamodule's training loader is wrapped in :class:`GroupedBatches`: each item is N consecutive batches of
+  the original loader, concatenated (the very samples, in the very order, of N=1);
+- the task switches to manual optimization and its `training_step` is replaced (on the instance) by
+  :meth:`StepsPerCall.training_step`, which slices the item back into the N batches and, for each, calls the task's
+  per-step loss `step_loss(batch)`, then backward, clipping, `optimizer.step()` and the step-interval schedulers:
+  what Lightning's automatic optimization does on one device, written out;
+- a callback steps epoch-interval schedulers (Lightning does so only under automatic optimization).
+
+`trainer.global_step`, `max_steps`, checkpoint names and the loggers' x-axis all count optimizer steps, so a run
+equals its N=1 twin bit for bit (tests/test_steps_per_call.py). The three Lightning internals this needs are in
+litforge.compat. Settings whose meaning N>1 would change are refused in one line by :func:`install`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from litforge.compat import advance_logger_step, counted_optimizer_step
+from litforge.errors import ConfigError
+
+
+class GroupedBatches:
+    """The items of `loader`, `steps` at a time, concatenated along the batch dimension (tuples of tensors).
+
+    Lightning sees a loader `steps` times shorter. It finds the inner loader's sampler (`set_epoch` each epoch) and,
+    when the inner loader is stateful (litforge's in-memory loader), its `state_dict` for mid-epoch resume: each
+    item is consumed whole by the training step, so the inner position is always at an item boundary.
+    """
+
+    def __init__(self, loader: Any, steps: int) -> None:
+        self.loader = loader
+        self.steps = steps
+
+    def __len__(self) -> int:
+        return -(-len(self.loader) // self.steps)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = iter(self.loader)
+        while group := list(itertools.islice(batches, self.steps)):
+            yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group))
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.loader, "sampler", None)
+
+    @property
+    def batch_sampler(self) -> Any:
+        return getattr(self.loader, "batch_sampler", None)
+
+
+class StatefulGroupedBatches(GroupedBatches):
+    """:class:`GroupedBatches` of a loader with `state_dict`/`load_state_dict`, which Lightning saves in checkpoints."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+
+def grouped(loader: Any, steps: int) -> GroupedBatches:
+    stateful = callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+    return (StatefulGroupedBatches if stateful else GroupedBatches)(loader, steps)
+
+
+def optimizer_steps_in_run(trainer: pl.Trainer) -> int:
+    """Optimizer steps the run will take: what a schedule sized to the run (cosine's T_max, onecycle) needs.
+
+    Lightning's estimate counts loaded batches; when each holds several optimizer steps, count those instead
+    (exactly, so that the schedule equals the one of steps_per_call=1).
+    """
+    estimate = int(trainer.estimated_stepping_batches)  # also sets up the training loader
+    loader = trainer.train_dataloader
+    if not isinstance(loader, GroupedBatches):
+        return estimate
+    calls = int(trainer.num_training_batches)
+    per_epoch = len(loader.loader) if calls >= len(loader) else calls * loader.steps  # limit_train_batches cut
+    steps = per_epoch * max(1, trainer.max_epochs or 1)
+    return min(steps, trainer.max_steps) if trainer.max_steps > 0 else steps
+
+
+class StepsPerCall:
+    """The training step that runs `steps` optimizer steps on one loaded item (see the module docstring)."""
+
+    def __init__(self, task: pl.LightningModule, steps: int, micro_batch_size: int, clip_val: float | None,
+                 clip_algorithm: str) -> None:
+        self.task = task
+        self.steps = steps
+        self.micro_batch_size = micro_batch_size
+        self.clip_val = clip_val
+        self.clip_algorithm = clip_algorithm
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        losses = self.run_steps(batch, self.task.step_loss)
+        self.task.log_training_loss(losses, batch)
+        return losses  # one loss per optimizer step: the NaN guard names the exact step
+
+    def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:
+        """Optimizer steps on consecutive `micro_batch_size` slices of `batch`; the loss of each step."""
+        task = self.task
+        trainer = task.trainer
+        lightning_optimizer = task.optimizers()
+        optimizer = lightning_optimizer.optimizer
+        step_schedulers = [c for c in trainer.lr_scheduler_configs if c.interval == "step"]
+        params = [p for group in optimizer.param_groups for p in group["params"]] if self.clip_val else []
+        losses = []
+        for micro in zip(*(t.split(self.micro_batch_size) for t in batch)):
+            if 0 < trainer.max_steps <= trainer.global_step:
+                break  # the step budget ends inside this batch
+            loss = step_loss(micro)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.clip_val:
+                if self.clip_algorithm == "value":
+                    torch.nn.utils.clip_grad_value_(params, self.clip_val)
+                else:
+                    torch.nn.utils.clip_grad_norm_(params, self.clip_val)
+            with counted_optimizer_step(lightning_optimizer):  # global_step counts this step
+                optimizer.step()
+            for config in step_schedulers:
+                if trainer.global_step % config.frequency == 0:
+                    task.lr_scheduler_step(config.scheduler, None)
+            losses.append(loss.detach())
+        # the loggers' x-axis: Lightning advances it by one per training step; make it count optimizer steps, as
+        # with steps_per_call=1 (curves of runs with different N line up, and match checkpoint names)
+        advance_logger_step(trainer, len(losses) - 1)
+        return torch.stack(losses)
+
+
+class EpochSchedulers(pl.Callback):
+    """Epoch-interval LR schedulers under manual optimization (Lightning steps them only under automatic)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.world_size > 1:  # e.g. trainer.devices=2 picked DDP
+            raise ConfigError(f"steps_per_call={self.steps} runs on one device, but this run has {trainer.world_size} "
+                              "processes: set steps_per_call=1 for multi-device training")
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        monitor = (getattr(pl_module, "scheduler_cfg", None) or {}).get("monitor")
+        for config in trainer.lr_scheduler_configs:
+            if config.interval != "epoch" or (trainer.current_epoch + 1) % config.frequency:
+                continue
+            metric = None
+            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                metric = trainer.callback_metrics.get(monitor)
+                if metric is None:
+                    raise ConfigError(f"scheduler.monitor={monitor} is not logged by this run; logged: "
+                                      f"{', '.join(sorted(trainer.callback_metrics))}")
+            pl_module.lr_scheduler_step(config.scheduler, metric)
+
+
+def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any,
+            callbacks: list[Any]) -> None:
+    """Attach steps_per_call=`steps` to `task` and `datamodule` (1: leave both as they are).
+
+    Refuses, with the fix, the settings whose meaning would silently change: several devices (each step needs its
+    own DDP forward), gradient accumulation, fp16 loss scaling and weight averaging (which Lightning applies per
+    training step), and tasks without a per-step loss. Gradient clipping moves from the Trainer (which refuses it
+    without automatic optimization) into the step loop. Appends the epoch-scheduler callback to `callbacks`.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"steps_per_call={steps!r} must be a whole number >= 1 (1 = one optimizer step per "
+                          "Lightning step, the default)")
+    if steps == 1:
+        return
+    fix = "set steps_per_call=1"
+    if not callable(getattr(task, "step_loss", None)):
+        raise ConfigError(f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
+                          f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}")
+    if not isinstance(getattr(datamodule, "batch_size", None), int):
+        raise ConfigError(f"steps_per_call={steps} needs a datamodule with a `batch_size` (data="
+                          f"{type(datamodule).__name__} has none): {fix}")
+    if strategy not in (None, "auto"):
+        raise ConfigError(f"steps_per_call={steps} runs on one device, not with a strategy={strategy}: "
+                          f"{fix} for multi-process training")
+    if trainer_kwargs.get("accumulate_grad_batches", 1) != 1:
+        raise ConfigError(f"steps_per_call={steps} and trainer.accumulate_grad_batches="
+                          f"{trainer_kwargs['accumulate_grad_batches']} cannot be combined: raise data.batch_size "
+                          f"instead, or {fix}")
+    if str(trainer_kwargs.get("precision", "")).startswith("16"):
+        raise ConfigError(f"steps_per_call={steps} does not do fp16 loss scaling: use trainer.precision=bf16-mixed "
+                          f"or 32-true, or {fix}")
+    from pytorch_lightning.callbacks import WeightAveraging
+
+    averaging = [type(cb).__name__ for cb in callbacks if isinstance(cb, WeightAveraging)]
+    if averaging:
+        raise ConfigError(f"steps_per_call={steps}: {averaging[0]} averages once per Lightning step, i.e. every "
+                          f"{steps} optimizer steps; drop the ema callback or {fix}")
+    clip_val = trainer_kwargs.pop("gradient_clip_val", None)
+    clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"
+    if clip_algorithm not in ("norm", "value"):
+        raise ConfigError(f"trainer.gradient_clip_algorithm={clip_algorithm!r} is not one of norm, value")
+
+    mechanism = StepsPerCall(task, steps, datamodule.batch_size, clip_val, clip_algorithm)
+    task.automatic_optimization = False
+    task.training_step = mechanism.training_step  # on the instance: the task's class stays as it is
+    train_dataloader = datamodule.train_dataloader
+    datamodule.train_dataloader = lambda: grouped(train_dataloader(), steps)
+    callbacks.append(EpochSchedulers(steps))
