@@ -37,7 +37,7 @@ def compose(*overrides: str, output_dir: str | None = None) -> Any:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.cli  # noqa: F401  (registers the ${uid:} resolver)
+    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
 
     output_dir = output_dir or tempfile.mkdtemp(prefix="litforge-bench-")
     GlobalHydra.instance().clear()
@@ -175,7 +175,7 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     from hydra.utils import instantiate
 
     from litforge.builders import build_task
-    from litforge.tasks.base import call_partial
+    from litforge.instantiate import call_partial
 
     torch.manual_seed(cfg.seed)
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -185,7 +185,7 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     net.to(device)
     split = {name: (datamodule.normalize(x).to(device), y.to(device)) for name, (x, y) in datamodule._splits.items()}
     x_train, y_train = split["train"]
-    optimizer_cfg = {k: v for k, v in cfg.optimizer.items() if k != "lr_scaling"}  # one process: nothing to scale
+    optimizer_cfg = dict(cfg.optimizer)
     optimizer = call_partial(optimizer_cfg, [p for p in net.parameters() if p.requires_grad])
     epochs = cfg.trainer.max_epochs
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)

@@ -27,7 +27,7 @@ def build_net(args: argparse.Namespace):  # noqa: ANN201
     from omegaconf import OmegaConf
 
     if args.ckpt:
-        from litforge.eval import load_for_inference
+        from litforge.restore import load_for_inference
         from litforge.export import calibration_batches, exportable_net
 
         task, datamodule, _ = load_for_inference(OmegaConf.create({"ckpt_path": args.ckpt, "data": None}))
@@ -36,7 +36,7 @@ def build_net(args: argparse.Namespace):  # noqa: ANN201
         x = datamodule.normalize(images).float()
         return net, x, calibration_batches(datamodule, 256, 64, 0)
 
-    from litforge.tasks.base import build_net as build
+    from litforge.models.factory import build_net as build
 
     channels, height, width = (int(v) for v in args.shape.split(","))
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"))

@@ -155,7 +155,7 @@ def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
 
 def test_a_checkpoints_net_config_cannot_name_code_to_run(checkpoint: Path, tmp_path: Path):
     from litforge.errors import CheckpointError
-    from litforge.tasks.base import restore_task
+    from litforge.restore import restore_task
 
     loaded = torch.load(checkpoint, weights_only=True)
     loaded["hyper_parameters"]["net"] = {"_target_": "os.system", "_partial_": True}

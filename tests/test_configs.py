@@ -42,7 +42,8 @@ def test_every_group_has_options():
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate
 
-    from litforge.builders import build_task, instantiate_named
+    from litforge.builders import build_task
+    from litforge.instantiate import instantiate_named
     from litforge.train import train
 
     partners = [o for o in PARTNERS.get((group, option), []) if not o.startswith(f"{group}=")]

@@ -69,7 +69,7 @@ def test_config_tree_and_summary_print_on_rank_zero_only(rank, monkeypatch, caps
     monkeypatch.setenv("RANK", rank)
     cfg = OmegaConf.create({"print_config": True, "seed": 1})
     result = cli.run_job(lambda c: {"metrics": {"val/acc": 0.5}, "output_dir": "/tmp/run"}, cfg)
-    cli.print_summary("train: final metrics", result)
+    cli.print_summary("train", result)
     out = capsys.readouterr().out
     if rank == "0":
         assert "seed" in out and "val/acc" in out and "tensorboard --logdir /tmp/run" in out

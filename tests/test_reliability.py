@@ -185,9 +185,9 @@ print("second saved", flush=True)
 
 
 def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
-    from litforge.builders import instantiate_group
+    from litforge.instantiate import instantiate_group
     from litforge.checkpoint_io import AtomicCheckpointIO
-    from litforge.train import build_trainer
+    from litforge.builders import build_trainer
 
     cfg = compose_cfg()
     trainer = build_trainer(instantiate_group("trainer", cfg.trainer), logger=False)
@@ -263,7 +263,7 @@ def test_full_disk_and_read_only_folders_are_refused(tmp_path, monkeypatch):
     from collections import namedtuple
 
     from litforge.errors import ConfigError
-    from litforge.preflight import check_folder
+    from litforge.folders import check_folder
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))

@@ -101,7 +101,7 @@ def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_c
 def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypatch):
     """compile=true compiles the net in place: the checkpoint loads into an uncompiled task (eval/predict path)."""
     from litforge.checkpoints import load_checkpoint
-    from litforge.tasks.base import restore_task
+    from litforge.restore import restore_task
     from litforge.train import train
 
     # the eager backend traces the net like inductor does but skips code generation (minutes on 2 busy cores);

@@ -37,7 +37,7 @@ def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.cli  # noqa: F401
+    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -20,7 +20,7 @@ def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.cli  # noqa: F401  (the ${uid:} resolver)
+    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
     from litforge.train import train
 
     out = tmp_path / "logs" / name

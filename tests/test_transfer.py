@@ -1,4 +1,4 @@
-"""Transfer learning: head/backbone split of every net, model.init_from, BackboneFinetuning, and that it pays."""
+"""Transfer learning: head/backbone split of every net, task.init_from, BackboneFinetuning, and that it pays."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_init_from_and_backbone_finetuning(compose_cfg, tmp_path: Path, schedule
     pre = _train(compose_cfg, tmp_path / "pre", *small, "data.classes=[0,1,2,3,4]", "trainer.max_epochs=1",
                  "trainer.limit_train_batches=3")
     pre_state = torch.load(pre["last_checkpoint"], weights_only=True)["state_dict"]
-    common = [*small, "experiment=transfer_digits", f"model.init_from={pre['last_checkpoint']}", f"scheduler={scheduler}",
+    common = [*small, "experiment=transfer_digits", f"task.init_from={pre['last_checkpoint']}", f"scheduler={scheduler}",
               "callbacks.finetune.unfreeze_backbone_at_epoch=1", "trainer.check_val_every_n_epoch=1"]
     if scheduler == "onecycle":
         with pytest.raises(ConfigError, match="onecycle"):
@@ -84,7 +84,7 @@ def test_init_from_a_different_net_is_a_clear_error(compose_cfg, tmp_path: Path)
     pre = _train(compose_cfg, tmp_path / "pre", "model=mlp", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
                  "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")
     with pytest.raises(CheckpointError, match="different architecture"):
-        _train(compose_cfg, tmp_path / "ft", "model=cnn", f"model.init_from={pre['best_checkpoint']}",
+        _train(compose_cfg, tmp_path / "ft", "model=cnn", f"task.init_from={pre['best_checkpoint']}",
                "trainer.max_epochs=1", "trainer.limit_train_batches=1")
 
 
@@ -93,6 +93,6 @@ def test_transfer_beats_scratch_on_few_examples(compose_cfg, tmp_path: Path):
     """The claim of experiment=transfer_digits, on one seed: 5 examples per digit 5-9 (benchmarks/ averages more)."""
     pre = _train(compose_cfg, tmp_path / "pre", "model=cnn", "data.classes=[0,1,2,3,4]", "trainer.max_epochs=10")
     few = ["experiment=transfer_digits", "data.train_per_class=5"]
-    transfer_acc = _train(compose_cfg, tmp_path / "t", *few, f"model.init_from={pre['last_checkpoint']}")
+    transfer_acc = _train(compose_cfg, tmp_path / "t", *few, f"task.init_from={pre['last_checkpoint']}")
     scratch_acc = _train(compose_cfg, tmp_path / "s", *few, "~callbacks.finetune")
     assert transfer_acc["metrics"]["test/acc"] > scratch_acc["metrics"]["test/acc"], (transfer_acc, scratch_acc)

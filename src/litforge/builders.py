@@ -1,7 +1,7 @@
-"""Turning the composed Hydra config into Lightning objects.
+"""What the jobs build from the composed config: the task, the strategy and the Trainer.
 
-All user-facing failures of `instantiate` (a bad `_target_`, an unknown argument, a wrong value) become a
-ConfigError naming the config group, so the CLI can print one line instead of a traceback from inside Hydra.
+Each builder turns a mistake a user can make into one ConfigError naming the key and the fix (the CLI prints it as
+one line), so no job repeats the checks.
 """
 
 from __future__ import annotations
@@ -9,44 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import get_class
+from omegaconf import DictConfig
 
-from litforge.errors import ConfigError, LitforgeError
-
-
-def to_plain(node: Any) -> Any:
-    """A resolved, plain-Python copy of a config node (what may go into hparams and checkpoints)."""
-    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
-        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
-    return node
-
-
-def instantiate_group(group: str, node: Any, **kwargs: Any) -> Any:
-    """`instantiate` with errors reported against the config group the user typed."""
-    try:
-        return instantiate(node, **kwargs, _convert_="all")
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, LitforgeError):
-            raise cause from None
-        raise ConfigError(f"could not build `{group}`: {_short(exc)}. Check the `{group}` options with "
-                          f"`python train.py --cfg job --package {group}`") from None
-
-
-def instantiate_named(group: str, node: Mapping[str, Any] | None) -> list[Any]:
-    """Instantiate every `{name: {_target_: ...}}` entry of a group (callbacks, loggers); `name: null` disables one."""
-    if not node:
-        return []
-    objects = []
-    for name, item in node.items():
-        if item is None:
-            continue
-        if not (isinstance(item, Mapping) or OmegaConf.is_dict(item)) or "_target_" not in item:
-            raise ConfigError(f"`{group}.{name}` must be a mapping with a `_target_`, got {item!r}")
-        objects.append(instantiate_group(f"{group}.{name}", item))
-    return objects
+from litforge.errors import ConfigError
+from litforge.instantiate import instantiate_group, to_plain
+from litforge.validation import check_moved_keys
 
 
 def task_class(cfg: DictConfig) -> type:
@@ -60,6 +28,7 @@ def task_class(cfg: DictConfig) -> type:
 
 def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
     """The task's LightningModule, given plain-data configs for everything it builds itself."""
+    check_moved_keys(cfg)
     task_cfg = to_plain(cfg.task)
     target = task_cfg.pop("_target_")
     task_cls = task_class(cfg)
@@ -87,6 +56,52 @@ def build_strategy(node: Any) -> Any:
     return node.get("name", "auto")
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc.__cause__ or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
+    """`pl.Trainer(...)`, with hardware and argument mistakes reported as one actionable line."""
+    import pytorch_lightning as pl
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    check_cpu_processes(trainer_kwargs)
+    try:
+        trainer = pl.Trainer(**trainer_kwargs, **kwargs)
+    except MisconfigurationException as exc:
+        raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
+                          "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid trainer settings: {exc}") from None
+    if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
+        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
+        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
+                          "drop it for CPU runs")
+    return trainer
+
+
+def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:
+    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
+    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
+    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
+    import os
+
+    import torch
+
+    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
+        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
+                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
+
+
+def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:
+    """Switching something off (progress bar, model summary, logger) wins over the callbacks group, not clashes."""
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
+
+    drop: tuple[type, ...] = () if loggers else (LearningRateMonitor,)
+    if trainer_kwargs.get("enable_progress_bar") is False:
+        drop += (ProgressBar,)
+    if trainer_kwargs.get("enable_model_summary") is False:
+        drop += (ModelSummary,)
+    return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning_fabric.utilities.types import _PATH
 
 PARTIAL_SUFFIX = ".partial"  # `.last.ckpt.partial`: what a crash mid-write leaves behind (replaced by the next save)
 
@@ -28,7 +27,7 @@ PARTIAL_SUFFIX = ".partial"  # `.last.ckpt.partial`: what a crash mid-write leav
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` whose writes are atomic and durable on local and network filesystems."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None) -> None:
         target = Path(path)
         if "://" in str(path):  # remote URLs (s3://, gs://): object stores are atomic per object already
             return super().save_checkpoint(checkpoint, path, storage_options)

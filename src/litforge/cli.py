@@ -1,56 +1,69 @@
-"""What the `train.py`/`eval.py`/`predict.py` entry points share: resolvers, error reporting, console output.
+"""The one entry point of every root script: `python train.py ...` is `litforge.cli.main("train")`.
 
-Kept free of torch and Lightning imports: Hydra composes the config (and answers `--help`, `--cfg job`) before any
-job runs, and that must stay fast.
+For each job (`train`, `eval`, `predict`, `export`, `generate`) it does the same four things:
+
+1. `--help` alone is answered from the files in conf/ (litforge.help), without starting Hydra or importing torch;
+2. the command line is checked before anything slow starts (litforge.preflight: value types and ranges, the log
+   folder, `resume=`), so a typo costs a second, not a run;
+3. Hydra composes `conf/<job>.yaml` and calls the job function; a user mistake (LitforgeError, or a config error
+   from OmegaConf) ends it with one `litforge: error:` line and exit code 1, never a traceback;
+4. a one-screen summary: metrics, what was written where, how to look at it.
+
+Kept free of torch and Lightning imports at module level: composing a config (and `--cfg job`) must stay fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-import os
-import secrets
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.errors import LitforgeError
+from litforge.runtime import in_multirun, is_rank_zero
 
 log = logging.getLogger("litforge")
 
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the repository's conf/ (src/litforge/cli.py → ../../conf)
 
-def _register_resolvers() -> None:
-    # A short random tag after the timestamp keeps run folders apart when jobs start in the same second.
-    # use_cache: every later resolution of the same config (Lightning reads hydra.run.dir again when it launches
-    # DDP ranks) sees the same value.
-    if not OmegaConf.has_resolver("uid"):
-        OmegaConf.register_new_resolver("uid", lambda: secrets.token_hex(3), use_cache=True)
-    # Only rank 0 writes the run's log file and .hydra/ folder; other ranks of a DDP/FSDP job get the null device /
-    # no folder (hydra/default.yaml), so several processes never write the same files.
-    if not OmegaConf.has_resolver("rank_zero_path"):
-        OmegaConf.register_new_resolver("rank_zero_path", lambda path: path if is_rank_zero() else os.devnull)
-    if not OmegaConf.has_resolver("rank_zero_only"):
-        OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
+# job name (= conf/<name>.yaml and <name>.py) → (module, function); every job is a plain function of the config
+JOBS: dict[str, tuple[str, str]] = {
+    "train": ("litforge.train", "train"),
+    "eval": ("litforge.eval", "evaluate"),
+    "predict": ("litforge.predict", "predict"),
+    "export": ("litforge.export", "export"),
+    "generate": ("litforge.generate", "generate"),
+}
 
 
-_register_resolvers()
+def main(job_name: str) -> None:
+    """Run job `job_name` from the command line in `sys.argv`."""
+    import hydra
+
+    from litforge.help import answer_help
+    from litforge.preflight import prepare_command_line
+
+    if job_name not in JOBS:
+        raise ValueError(f"unknown job {job_name!r}; known: {', '.join(JOBS)}")
+    answer_help(job_name, CONF_DIR)  # `--help` alone: fast, without starting Hydra
+    prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
+
+    def task_function(cfg: DictConfig) -> float | None:
+        result = run_job(job_function(job_name), cfg)
+        print_summary(job_name, result)
+        return (result.get("objective") or {}).get("value")  # what a sweeper (Optuna) optimises
+
+    hydra.main(config_path=str(CONF_DIR), config_name=job_name, version_base="1.3")(task_function)()
 
 
-def is_rank_zero() -> bool:
-    """Rank as set by torchrun/SLURM/Lightning's launcher, known before any process group exists."""
-    for var in ("RANK", "SLURM_PROCID"):
-        if var in os.environ:
-            return int(os.environ[var]) == 0
-    # Lightning's own launcher sets only the local rank (and the node rank on multi-node runs)
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
-
-
-def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+def job_function(job_name: str) -> Callable[[DictConfig], dict[str, Any]]:
+    """The job's function, imported only when it runs (importing a job imports torch and Lightning)."""
+    module, name = JOBS[job_name]
+    return getattr(importlib.import_module(module), name)
 
 
 def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
@@ -117,32 +130,28 @@ def print_config(cfg: DictConfig) -> None:
     Console().print(tree)
 
 
-def print_summary(title: str, result: dict[str, Any]) -> None:
+SUMMARY_TITLES = {"train": "train: final metrics"}
+
+
+def print_summary(job_name: str, result: dict[str, Any]) -> None:
     """One screen at the end of a job: metrics, where things were written, how to look at them."""
     if not is_rank_zero():
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, show_header=True, header_style="bold")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in result.get("metrics", {}).items():
-        table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
     console = Console()
-    console.print(table)
+    metrics = result.get("metrics") or {}
+    if metrics:
+        table = Table(title=SUMMARY_TITLES.get(job_name, job_name), show_header=True, header_style="bold")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value in metrics.items():
+            table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
+        console.print(table)
     for label, key in (("best checkpoint", "best_checkpoint"), ("last checkpoint", "last_checkpoint"),
                        ("run folder", "output_dir"), ("written", "written")):
         if result.get(key):
             console.print(f"{label}: {result[key]}")
-    if result.get("output_dir") and title.startswith("train"):
+    if result.get("output_dir") and job_name == "train":
         console.print(f"view it: tensorboard --logdir {result['output_dir']} --host 127.0.0.1")
-
-
-def prepare_command_line(config_name: str) -> None:
-    """Before `@hydra.main`: value-type and log-folder checks, `resume=` → that run's folder (litforge.preflight)."""
-    from pathlib import Path
-
-    from litforge.preflight import prepare_command_line as prepare
-
-    prepare(Path(sys.argv[0]).resolve().parent / "conf", config_name)

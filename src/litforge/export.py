@@ -56,7 +56,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from litforge.checkpoints import load_checkpoint
-    from litforge.eval import load_for_inference
+    from litforge.restore import load_for_inference
 
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))

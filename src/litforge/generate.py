@@ -13,7 +13,7 @@ from litforge.errors import ConfigError
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpoints import load_checkpoint
-    from litforge.tasks.base import restore_task
+    from litforge.restore import restore_task
 
     path = str(cfg.ckpt_path)
     task = restore_task(load_checkpoint(path), path)
@@ -26,6 +26,7 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
     for i, text in enumerate(samples):
         print(f"----- sample {i} -----\n{text}")
     (output_dir / "samples.txt").write_text("\n\n".join(samples))
-    result = {"metrics": {}, "samples": samples, "checkpoint": path, "output_dir": str(output_dir)}
+    result = {"metrics": {}, "samples": samples, "checkpoint": path, "output_dir": str(output_dir),
+              "written": str(output_dir / "samples.txt")}
     (output_dir / "samples.json").write_text(json.dumps(result, indent=2))
     return result

@@ -25,7 +25,7 @@ def find_images(path: Path) -> list[Path]:
 def predict(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
-    from litforge.eval import load_for_inference
+    from litforge.restore import load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
     rows: list[dict[str, Any]] = []

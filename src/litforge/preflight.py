@@ -18,15 +18,16 @@ whose own error messages then apply. Every failure is one `litforge: error: ...`
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from litforge.errors import ConfigError, LitforgeError
+from litforge.folders import check_folder
+from litforge.runtime import is_rank_zero, register_resolvers
+from litforge.validation import MOVED_KEYS, moved_key_message
 
 log = logging.getLogger("litforge")
 
@@ -40,8 +41,6 @@ _OTHER_FLAGS = {"--multirun", "-m", "--config-path", "-cp", "--config-name", "-c
 
 def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str] | None = None) -> None:
     """Validate the command line in `argv` (default `sys.argv`) and rewrite it in place for `resume=`."""
-    from litforge.cli import is_rank_zero
-
     argv = sys.argv if argv is None else argv
     args = argv[1:]
     if not is_rank_zero():  # a DDP rank Lightning launched: rank 0 already checked (and rewrote) this command line
@@ -64,6 +63,10 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:
         return overrides  # Hydra reports syntax errors itself
+    for override in parsed:
+        if override.key_or_group in MOVED_KEYS:
+            raise ConfigError(moved_key_message(override.key_or_group, override.get_value_element_as_str()
+                                                if not override.is_sweep_override() else "<value>"))
     if any(o.is_sweep_override() for o in parsed):
         return overrides
     # one composition with the group choices (the defaults of every key), then the key=value overrides on a copy
@@ -114,36 +117,6 @@ def _select(cfg: DictConfig, key: str) -> Any:
     return node if not OmegaConf.is_config(node) else None
 
 
-# ---- the log folder ------------------------------------------------------------------------------------------------
-def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -> None:
-    """`folder` exists or can be created, accepts a file, and has `min_free_mb` free; else a ConfigError saying so.
-
-    A real write is the only reliable test: permission bits do not stop root, and a read-only or full filesystem
-    only shows itself on write.
-    """
-    fix = f"pass {key}=<a writable folder>"
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"{key}={folder}: {parent} is a file, not a folder; {fix}")
-            break
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder) as probe:
-            probe.write(b"litforge write probe")
-            probe.flush()
-    except OSError as exc:
-        raise ConfigError(f"cannot write to {key}={folder} ({exc.strerror or exc}); {fix}") from None
-    if min_free_mb > 0:
-        free_mb = shutil.disk_usage(folder).free / 2**20
-        if free_mb < min_free_mb:
-            raise ConfigError(
-                f"only {free_mb:.0f} MB free under {key}={folder}, and runs need paths.min_free_mb={min_free_mb:g} "
-                f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
-                "to skip this check"
-            )
-
-
 # ---- resume --------------------------------------------------------------------------------------------------------
 def resume_overrides(cfg: DictConfig, parsed: list[Any], overrides: list[str]) -> list[str]:
     """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`."""
@@ -188,7 +161,7 @@ def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> DictConf
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.cli  # noqa: F401  (registers the ${uid:} resolver used by hydra.run.dir)
+    register_resolvers()  # the ${uid:} resolver used by hydra.run.dir
 
     try:
         with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
@@ -205,12 +178,32 @@ def _quote(path: Path) -> str:
 
 
 def _apply(baseline: DictConfig, values: list[Any]) -> DictConfig | None:
-    """`baseline` with the key=value overrides applied exactly as Hydra applies them (None if one does not fit)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    """`baseline` with the key=value overrides applied as Hydra applies them (None if one does not fit).
 
+    The same rules as Hydra's own (private) `ConfigLoaderImpl._apply_overrides_to_config`, written with OmegaConf's
+    public API: `key=v` must name an existing key, `+key=v` a new one, `++key=v` either, `~key` an existing one.
+    Composing the config a second time with every override would do the same through Hydra's public `compose`,
+    at twice the start-up cost.
+    """
     cfg = baseline.copy()
     try:
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        for override in values:
+            if override.package is not None:
+                return None
+            key, value = override.key_or_group, override.value()
+            exists = OmegaConf.select(cfg, key, throw_on_missing=False) is not None
+            if override.is_delete():
+                if not exists:
+                    return None
+                parent, _, leaf = key.rpartition(".")
+                with open_dict(cfg):
+                    del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
+            elif override.is_add() or override.is_force_add():
+                if override.is_add() and exists and not isinstance(value, (dict, list)):
+                    return None
+                OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+            else:
+                OmegaConf.update(cfg, key, value, merge=True)
     except Exception:
         return None
     return cfg

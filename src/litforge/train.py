@@ -15,10 +15,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.builders import build_strategy, build_task, instantiate_group, instantiate_named, task_class, to_plain
+from litforge.builders import build_strategy, build_task, build_trainer, respect_trainer_switches, task_class
+from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
-from litforge.preflight import check_folder
+from litforge.folders import check_folder
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     from litforge.checkpoints import load_checkpoint
     from litforge.parallel import launch
-    from litforge.speed import apply_speed_options, use_steps_per_call
-    from litforge.tasks.base import task_class_from_checkpoint
+    from litforge.loops import steps_per_call
+    from litforge.speed import apply_speed_options
+    from litforge.restore import task_class_from_checkpoint
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
@@ -54,7 +56,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
     strategy = build_strategy(cfg.get("strategy"))
-    use_steps_per_call(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
+    steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
 
     fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
@@ -83,7 +85,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def starting_checkpoint(cfg: DictConfig) -> str | None:
     """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.resume)."""
     from litforge import resume
-    from litforge.cli import in_multirun
+    from litforge.runtime import in_multirun
 
     value = cfg.get("resume") or ("auto" if cfg.get("ckpt_path") == "last" else None)
     if not value:
@@ -114,57 +116,6 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
                "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
             exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
         ) from None
-
-
-def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
-    """`pl.Trainer(...)`, with hardware and argument mistakes reported as one actionable line."""
-    import pytorch_lightning as pl
-    from lightning_fabric.utilities.exceptions import MisconfigurationException
-
-    check_cpu_processes(trainer_kwargs)
-    try:
-        trainer = pl.Trainer(**trainer_kwargs, **kwargs)
-    except MisconfigurationException as exc:
-        raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
-                          "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
-                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid trainer settings: {exc}") from None
-    if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
-        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
-        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
-                          "drop it for CPU runs")
-    return trainer
-
-
-def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:
-    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
-    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
-    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
-    import os
-
-    import torch
-
-    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-    cores = os.cpu_count() or 1
-    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
-        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
-                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
-
-
-def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:
-    """Switching something off (progress bar, model summary, logger) wins over the callbacks group, not clashes."""
-    from pytorch_lightning.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
-
-    drop: tuple[type, ...] = () if loggers else (LearningRateMonitor,)
-    if trainer_kwargs.get("enable_progress_bar") is False:
-        drop += (ProgressBar,)
-    if trainer_kwargs.get("enable_model_summary") is False:
-        drop += (ModelSummary,)
-    return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]
 
 
 def check_compatible(task_cls: type, datamodule: Any) -> None:

@@ -23,6 +23,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from litforge.compat import override_value_text
+
 log = logging.getLogger(__name__)
 
 DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
@@ -149,12 +151,12 @@ def distribution(key: str, override: Override) -> Any:
     sweep = override.value()
     if isinstance(sweep, ChoiceSweep):
         # choices as override text: Optuna's categoricals hold only scalars, this also allows lists ([64,64])
-        return CategoricalDistribution([Override._get_value_element_as_str(x) for x in sweep.list])
+        return CategoricalDistribution([override_value_text(x) for x in sweep.list])
     if isinstance(sweep, RangeSweep):
         values = list(override.sweep_iterator())
         if all(isinstance(v, int) for v in values) and values:
             return IntDistribution(values[0], values[-1], step=int(sweep.step))
-        return CategoricalDistribution([Override._get_value_element_as_str(v) for v in values])
+        return CategoricalDistribution([override_value_text(v) for v in values])
     if isinstance(sweep, IntervalSweep):
         log_scale = "log" in sweep.tags
         if "int" in sweep.tags:
@@ -166,7 +168,7 @@ def distribution(key: str, override: Override) -> Any:
 
 def trial_overrides(params: Mapping[str, Any]) -> list[str]:
     """A trial's parameters as Hydra overrides (categoricals already are override text)."""
-    return [f"{key}={value if isinstance(value, str) else Override._get_value_element_as_str(value)}"
+    return [f"{key}={value if isinstance(value, str) else override_value_text(value)}"
             for key, value in params.items()]
 
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.callbacks.selection import restart_selection
+from litforge.compat import pruning_targets, set_pruning_targets
 from litforge.errors import ConfigError
 
 METHODS = ("l1_unstructured", "random_unstructured", "ln_structured", "random_structured")
@@ -109,9 +110,9 @@ class Pruning(ModelPruning):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._module = pl_module
         self._module_names = {m: name for name, m in pl_module.named_modules()}
-        self._parameters_to_prune = ()  # select afresh from the model on every stage (fit, then test)
+        set_pruning_targets(self, ())  # select afresh from the model on every stage (fit, then test)
         super().setup(trainer, pl_module, stage)
-        self._names = [self._module_names[m] for m, _ in self._parameters_to_prune]
+        self._names = [self._module_names[m] for m, _ in pruning_targets(self)]
         if not self._names:
             raise ConfigError(f"callbacks.pruning found no Linear/Conv weights to prune in {type(pl_module).__name__}"
                               f" (exclude={list(self.exclude)}): check callbacks.pruning.exclude")
@@ -135,7 +136,7 @@ class Pruning(ModelPruning):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         target = self.target_sparsity(trainer.current_epoch)
-        self._parameters_to_prune = self._resolve(pl_module)
+        set_pruning_targets(self, self._resolve(pl_module))
         current = self.sparsity(pl_module)["overall"]
         if target > current + 1e-6:
             # torch.nn.utils.prune takes a fraction of the weights that are still unpruned

@@ -206,7 +206,7 @@ def load_int8_model(path: str | Path) -> nn.Module:
     import torchao  # noqa: F401  (registers the int8 tensor subclasses as safe globals for weights_only loading)
     from torchao.quantization import quantize_
 
-    from litforge.tasks.base import build_net
+    from litforge.models.factory import build_net
 
     file = Path(path)
     if not file.is_file():

@@ -16,6 +16,7 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from litforge.compat import tracing_lightning_module
 from litforge.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ModelGraph(pl.Callback):
         was_training = pl_module.training
         pl_module.eval()
         try:
-            with torch.no_grad(), pl.core.module._jit_is_scripting(), warnings.catch_warnings():
+            with torch.no_grad(), tracing_lightning_module(), warnings.catch_warnings():
                 # TensorBoard's add_graph still traces with torch.jit, which torch now flags as deprecated
                 warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace", category=FutureWarning)
                 for logger in loggers:

@@ -8,7 +8,7 @@ values, so every rank would start a sweep of its own in a new folder. :func:`ran
 command from the job Hydra is running: its resolved overrides (`seed=1`, not `seed=1,2,3`) and its output folder.
 
 Ranks > 0 run as plain single runs with `hydra.output_subdir=null` (only rank 0 writes `.hydra/`); the log file
-handler of non-zero ranks points at the null device (see the `rank_zero_path` resolver in `litforge.cli`).
+handler of non-zero ranks points at the null device (see the `rank_zero_path` resolver in `litforge.runtime`).
 """
 
 from __future__ import annotations
@@ -58,11 +58,9 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
 def install() -> None:
     """Route Lightning's Hydra relaunch through :func:`rank_command` (idempotent)."""
-    from lightning_fabric.strategies.launchers import subprocess_script as fabric_launcher
-    from pytorch_lightning.strategies.launchers import subprocess_script as trainer_launcher
+    from litforge.compat import route_hydra_relaunch
 
-    fabric_launcher._hydra_subprocess_cmd = rank_command
-    trainer_launcher._hydra_subprocess_cmd = rank_command  # the Trainer's launcher imported its own reference
+    route_hydra_relaunch(rank_command)
 
 
 @contextmanager

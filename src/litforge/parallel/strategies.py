@@ -7,8 +7,8 @@
   DDP for `warmup_steps`, then every rank steps on its own gradients and the models are averaged every `period`
   steps. Lightning's `DDPStrategy` supports this only on CUDA: it registers DDP communication hooks only for CUDA
   devices (silently dropping them otherwise) and torch's default post-local state builds per-node subgroups from
-  the CUDA device count. This subclass registers the hook on any device and makes the post-warm-up steps purely
-  local, which is what lets it run (and be tested) on CPU with gloo.
+  the CUDA device count. This subclass registers the hook on any device (through DDP's public `register_comm_hook`)
+  and makes the post-warm-up steps purely local, which is what lets it run (and be tested) on CPU with gloo.
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ class ModelParallel(ModelParallelStrategy):
     strategy_name = "litforge_model_parallel"
 
     def setup_environment(self) -> None:
-        world = self.num_processes * self.num_nodes
-        dp, tp = self._data_parallel_size, self._tensor_parallel_size
-        if dp == "auto" and tp != "auto":
-            self._data_parallel_size = max(1, world // int(tp))
-        elif tp == "auto" and dp != "auto":
-            self._tensor_parallel_size = max(1, world // int(dp))
+        from litforge.compat import fill_auto_mesh_sizes
+
+        fill_auto_mesh_sizes(self, self.num_processes * self.num_nodes)
         super().setup_environment()
 
 
@@ -41,25 +38,24 @@ class LocalSGD(DDPStrategy):
     def __init__(self, period: int = 4, warmup_steps: int = 0, **kwargs: Any) -> None:
         if period < 1:
             raise ValueError(f"strategy.period must be >= 1 (optimizer steps between model averages), got {period}")
-        super().__init__(model_averaging_period=period, **kwargs)
-        self.warmup_steps = warmup_steps
-
-    def setup_distributed(self) -> None:
-        super().setup_distributed()
         from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
             PostLocalSGDState,
             post_localSGD_hook,
         )
 
         # post_local_gradient_allreduce=False: after warm-up each rank uses its own gradients (no per-node subgroup,
-        # which torch would size from the CUDA device count); the averager below is then the only communication.
-        self._ddp_comm_state = PostLocalSGDState(process_group=None, subgroup=None,
-                                                 start_localSGD_iter=self.warmup_steps,
-                                                 post_local_gradient_allreduce=False)
-        self._ddp_comm_hook = post_localSGD_hook
+        # which torch would size from the CUDA device count); the averager is then the only communication.
+        # process_group=None: the default group, created later by setup_distributed.
+        self.comm_state = PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=warmup_steps,
+                                            post_local_gradient_allreduce=False)
+        super().__init__(model_averaging_period=period, ddp_comm_state=self.comm_state,
+                         ddp_comm_hook=post_localSGD_hook, **kwargs)
+        self.warmup_steps = warmup_steps
 
-    def _register_ddp_hooks(self) -> None:
-        from pytorch_lightning.overrides.distributed import _register_ddp_comm_hook
+    def configure_ddp(self) -> None:
+        """Wrap the model in DDP; on CPU (gloo) register the post-local SGD hook that Lightning registers on CUDA only."""
+        super().configure_ddp()
+        if self.root_device.type != "cuda":
+            from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
 
-        _register_ddp_comm_hook(model=self.model, ddp_comm_state=self._ddp_comm_state,
-                                ddp_comm_hook=self._ddp_comm_hook, ddp_comm_wrapper=self._ddp_comm_wrapper)
+            self.model.register_comm_hook(self.comm_state, post_localSGD_hook)

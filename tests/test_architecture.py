@@ -1,0 +1,105 @@
+"""The layer rules of docs/extending.md, checked on the source: imports point one way and no job imports another.
+
+The import graph counts every import, at module level or inside a function (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+JOBS = {"litforge.train", "litforge.eval", "litforge.predict", "litforge.export", "litforge.generate"}
+ENTRY = {"litforge.cli", "litforge.preflight", "litforge.help"}  # above the jobs: only they may import a job
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, base] if base else parent)
+                deps.add(base)
+                deps.update(f"{base}.{alias.name}" for alias in node.names)
+        # `import litforge.x` also imports the package `litforge`, which imports nothing: keep modules only
+        graph[name] = {d for d in deps if d in files and d != name and d != "litforge"}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = import_graph()
+    assert "litforge.restore" in graph["litforge.eval"]  # module level
+    assert "litforge.loops.steps_per_call" in graph["litforge.train"]  # inside train()
+
+
+def test_no_import_cycle_anywhere_in_src():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_job_imports_another_job_and_only_the_cli_imports_jobs():
+    graph = import_graph()
+    for module, deps in graph.items():
+        jobs = deps & JOBS
+        if module in JOBS:
+            assert not jobs, f"job {module} imports job(s) {sorted(jobs)}: move the shared code below the jobs"
+        elif module not in ENTRY:
+            assert not jobs, f"{module} imports job(s) {sorted(jobs)}: only litforge.cli may"
+
+
+def test_lower_layers_do_not_reach_up():
+    """models know nothing of tasks or Lightning; data stands alone; nothing below the CLI imports it."""
+    graph = import_graph()
+    for module, deps in graph.items():
+        if module.startswith("litforge.models"):
+            assert not {d for d in deps if d.startswith(("litforge.tasks", "litforge.callbacks", "litforge.data"))}, module
+            source = (SRC / Path(*module.split("."))).with_suffix(".py")
+            source = source if source.exists() else SRC / Path(*module.split(".")) / "__init__.py"
+            assert "lightning" not in source.read_text(), f"{module} imports Lightning: a model is a plain nn.Module"
+        if module.startswith("litforge.data"):
+            assert all(d.startswith("litforge.data") or d in {"litforge.errors"} for d in deps), (module, deps)
+        if module not in ENTRY:
+            assert not deps & ENTRY, f"{module} imports the entry layer {sorted(deps & ENTRY)}"
+
+
+def test_the_five_root_scripts_hand_their_name_to_the_cli():
+    root = SRC.parent
+    for job in ("train", "eval", "predict", "export", "generate"):
+        text = (root / f"{job}.py").read_text()
+        code = [line for line in text.splitlines() if line.strip() and not line.startswith(('"""', "#"))]
+        assert code[-3:] == ["from litforge.cli import main", 'if __name__ == "__main__":', f'    main("{job}")'], job
