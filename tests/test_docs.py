@@ -1,0 +1,204 @@
+"""The docs must not rot: README.md stays short, and every link, `litforge.<name>` and `python <script>.py` in the
+Markdown pages points at something that exists.
+
+Fast and torch-free on purpose (it reads files only): a `litforge.x.y.Name` is resolved with importlib's finders
+for the module part (locating a module, not importing it) and the module's syntax tree for the attribute part, so
+checking every name costs milliseconds instead of importing torch and Lightning.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_README_LINES = 300
+# written by another change at the same time; a link to it may land first
+NOT_YET_WRITTEN = {ROOT / "docs" / "extending.md"}
+
+FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LITFORGE_NAME = re.compile(r"(?<![\w./-])litforge(?:\.[A-Za-z_]\w*)+")
+SCRIPT = re.compile(r"\bpython3?\s+((?:[\w.-]+/)*[\w.-]+\.py)\b")
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "benchmarks" / "README.md"]
+
+
+def _prose(text: str) -> str:
+    """The text without fenced code blocks or inline code: what renders as Markdown (and so holds links)."""
+    return INLINE_CODE.sub("", FENCE.sub("", text))
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out: set[str] = set()
+    for line in FENCE.sub("", path.read_text(encoding="utf-8")).splitlines():
+        match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if match:
+            slug = github_anchor(match.group(1))
+            out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+def broken_links(path: Path) -> list[str]:
+    """Relative links of `path` whose file (or `#heading` in it) does not exist; http(s) and pure #anchors skipped."""
+    problems = []
+    for target in LINK.findall(_prose(path.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            continue  # http(s)://, mailto:, ... and anchors within the page
+        file_part, _, anchor = target.partition("#")
+        resolved = (path.parent / file_part).resolve()
+        if not resolved.exists():
+            if resolved not in NOT_YET_WRITTEN:
+                problems.append(f"{target}: no such file {resolved}")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            problems.append(f"{target}: {resolved.name} has no heading with the anchor #{anchor}")
+    return problems
+
+
+def litforge_names(path: Path) -> list[str]:
+    """Every dotted `litforge.<name>` in backticks: inline code and fenced code blocks."""
+    text = path.read_text(encoding="utf-8")
+    code = [block.group(0) for block in FENCE.finditer(text)]
+    code += [span for _, span in INLINE_CODE.findall(FENCE.sub("", text))]
+    return [name for block in code for name in LITFORGE_NAME.findall(block)]
+
+
+def _top_level_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names defined at the top of a module or class body (also inside top-level if/try blocks).
+
+    Imported names do not count: `litforge.eval.load_for_inference` exists at run time only because eval imports it
+    from litforge.restore, and docs must name the module where a thing lives.
+    """
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        names[leaf.id] = node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            blocks += [handler.body for handler in getattr(node, "handlers", [])]
+            for block in blocks:
+                names.update(_top_level_names(block))
+    return names
+
+
+def _locate(parts: list[str]) -> tuple[object | None, int]:
+    """The spec of the longest module prefix of `parts` and its length, found without importing anything.
+
+    `importlib.util.find_spec("a.b.c")` would import `a.b` (and so torch); walking the packages' search paths with
+    `PathFinder` does not.
+    """
+    spec = importlib.util.find_spec(parts[0])
+    depth = 1
+    while spec is not None and depth < len(parts) and spec.submodule_search_locations:
+        sub = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), spec.submodule_search_locations)
+        if sub is None:
+            break
+        spec, depth = sub, depth + 1
+    return spec, depth
+
+
+def resolve(name: str) -> str | None:
+    """None if `name` is a module or an attribute (class, function, constant, method) of one; else why not."""
+    parts = name.split(".")
+    spec, depth = _locate(parts)
+    if spec is None:
+        return f"no module {parts[0]}"
+    module, rest = ".".join(parts[:depth]), parts[depth:]
+    if not rest:
+        return None
+    if not spec.origin or not spec.origin.endswith(".py"):
+        return f"{module} has no Python source to look up {'.'.join(rest)} in"
+    scope = _top_level_names(ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body)
+    for i, attr in enumerate(rest):
+        node = scope.get(attr)
+        if node is None:
+            return f"{'.'.join([module, *rest[:i]])} has no attribute {attr!r} (no module {module}.{attr} either)"
+        if i + 1 < len(rest):
+            if not isinstance(node, ast.ClassDef):
+                return f"{'.'.join([module, *rest[:i + 1]])} is not a class: cannot look up {rest[i + 1]!r}"
+            scope = _top_level_names(node.body)
+    return None
+
+
+def missing_scripts(path: Path, root: Path = ROOT) -> list[str]:
+    """`python <x>.py` commands (run from the repository root) whose script does not exist."""
+    scripts = SCRIPT.findall(path.read_text(encoding="utf-8"))
+    return [s for s in scripts if not (root / s).is_file()]
+
+
+# ---- the checks ----------------------------------------------------------------------------------------------------
+def test_readme_fits():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_README_LINES, (f"README.md has {lines} lines (at most {MAX_README_LINES}): move the details "
+                                       "into a docs/ page and link it")
+
+
+def test_readme_keeps_the_test_command_ci_runs():
+    assert "```bash\npip install -e \".[dev]\" && pytest\n```" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_to_files_that_exist(path: Path):
+    assert path.is_file(), path
+    assert broken_links(path) == []
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_litforge_names_in_backticks_resolve(path: Path):
+    unresolved = {name: why for name in litforge_names(path) if (why := resolve(name))}
+    assert unresolved == {}, f"{path.name}: names that moved or never existed: grep for them and fix the docs"
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_commands_name_scripts_that_exist(path: Path):
+    assert missing_scripts(path) == []
+
+
+def test_the_pages_are_scanned_at_all():
+    """A scanner that matched nothing would pass everything: the real pages hold many of each kind."""
+    files = doc_files()
+    assert sum(len(LINK.findall(_prose(p.read_text(encoding="utf-8")))) for p in files) > 30
+    assert sum(len(litforge_names(p)) for p in files) > 30
+    assert sum(len(SCRIPT.findall(p.read_text(encoding="utf-8"))) for p in files) > 50
+
+
+def test_each_check_catches_a_mistake(tmp_path: Path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "there.md").write_text("# A title: `with_code.py`\n")
+    page = tmp_path / "README.md"
+    page.write_text(
+        "[ok](docs/there.md) [ok anchor](docs/there.md#a-title-with_codepy) [web](https://example.com) [top](#x)\n"
+        "[gone](docs/gone.md) [bad anchor](docs/there.md#nope) `[not a link](docs/in_code.md)`\n"
+        "```\n[in a fence](docs/fenced.md)\n```\n"
+        "`litforge.restore.load_for_inference` `litforge.tasks.classification.ClassificationTask.step_loss`\n"
+        "`litforge.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.CONF_DIR.parent`\n"
+        "python train.py, python benchmarks/gone.py\n")
+    (tmp_path / "train.py").write_text("")
+    assert broken_links(page) == [f"docs/gone.md: no such file {tmp_path / 'docs' / 'gone.md'}",
+                                  "docs/there.md#nope: there.md has no heading with the anchor #nope"]
+    names = litforge_names(page)
+    assert [n for n in names if resolve(n)] == ["litforge.eval.load_for_inference", "litforge.no_such_module",
+                                                "litforge.cli.CONF_DIR.parent"]
+    assert missing_scripts(page, root=tmp_path) == ["benchmarks/gone.py"]
