@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY, make_image_folder, read_metrics, run_cli, run_dirs, single_run
+from conftest import CONF, TINY, make_image_folder, read_metrics, run_cli, run_dirs, single_run
 
 pytestmark = pytest.mark.slow
 
@@ -190,3 +190,24 @@ def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, c
     else:
         assert free.abs().max() > 10 * clip
         assert clipped.abs().max() == pytest.approx(clip, rel=1e-4)
+
+
+@pytest.mark.parametrize("override, new", [("model.init_from=runs/a.ckpt", "task.init_from=runs/a.ckpt"),
+                                           ("optimizer.lr_scaling=linear", "task.lr_scaling=linear")])
+def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, compose_cfg):
+    """A key that moved groups is refused on the command line (before Hydra) and in a composed config, never ignored."""
+    from omegaconf import open_dict
+
+    from litforge.builders import build_task
+    from litforge.errors import ConfigError
+    from litforge.preflight import checked_overrides
+
+    with pytest.raises(ConfigError, match=f"has moved to {new.split('=')[0]}: pass {new} instead"):
+        checked_overrides(CONF, "train", [override])
+    cfg = compose_cfg()
+    key, value = override.split("=")
+    group, leaf = key.split(".")
+    with open_dict(cfg):
+        cfg[group][leaf] = value  # as a user's own YAML would set it
+    with pytest.raises(ConfigError, match=f"pass {new} instead"):
+        build_task(cfg, {"input_shape": [1, 8, 8], "num_classes": 10})

@@ -8,6 +8,7 @@ used, because only it can show their effect on the composed config.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +19,10 @@ def answer_help(config_name: str, conf_dir: Path, argv: list[str] | None = None)
     """Print the fast help and exit when the command line is just `--help`; otherwise return and let Hydra run."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 1 and args[0] in HELP_FLAGS:
-        print(help_text(config_name, conf_dir, script=f"{config_name}.py"))
+        try:
+            print(help_text(config_name, conf_dir, script=f"{config_name}.py"), flush=True)
+        except BrokenPipeError:  # `python train.py --help | head`: the reader left, which is not an error
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)
         sys.exit(0)
 
 
