@@ -13,7 +13,8 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from litforge.data.image_folder import ImageFolderDataModule, load_image_tensor
+from litforge.data.image_folder import ImageFolderDataModule
+from litforge.data.images import load_image_tensor
 from litforge.data.loader import InMemoryLoader
 from litforge.errors import ConfigError, DataError
 
@@ -166,7 +167,8 @@ def test_load_image_tensor_matches_training(tmp_path: Path) -> None:
     images, _ = dm.split_arrays("train")
     for image, (path, _) in zip(images, dm.split_samples("train")):
         assert torch.equal(load_image_tensor(path, 3), image)
-        assert torch.equal(dm.load_image(path), image)  # input_shape[1:] == native size: no resampling
+        # what predict.py does: the datamodule's own shape (here the native size, so no resampling)
+        assert torch.equal(load_image_tensor(path, dm.input_shape[0], dm.input_shape[1:]), image)
     path = next(iter(written))
     grey = load_image_tensor(path, channels=1, image_size=4)
     assert grey.shape == (1, 4, 4) and grey.dtype == torch.uint8

@@ -32,7 +32,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("input"):
         files = find_images(Path(str(cfg.input)))
         channels, height, width = datamodule.input_shape
-        from litforge.data.image_folder import load_image_tensor
+        from litforge.data.images import load_image_tensor
 
         datamodule.ensure_stats()
         names = [str(f) for f in files]
