@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,6 +34,28 @@ def image_extensions() -> tuple[str, ...]:
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     return tuple(IMG_EXTENSIONS)
+
+
+def find_images(path: str | os.PathLike[str]) -> list[Path]:
+    """The image files at `path`: the file itself, or every image file under a folder.
+
+    A folder is walked as torchvision's `make_dataset` walks a class folder (sorted, symbolic links followed, the
+    endings of :func:`image_extensions` in any letter case), leaving out hidden folders (`.ipynb_checkpoints`,
+    `.git`) as the class scan does. A file named explicitly is taken whatever its ending; reading it decides.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"input {path} does not exist: pass input=<an image file or a folder of images>")
+    if path.is_file():
+        return [path]
+    extensions = image_extensions()
+    files = []
+    for folder, dirs, names in os.walk(path, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [Path(folder) / name for name in sorted(names) if name.lower().endswith(extensions)]
+    if not files:
+        raise DataError(f"no images ({', '.join(image_extensions())}) found under {path}")
+    return files
 
 
 def mode_channels(mode: str) -> int:
