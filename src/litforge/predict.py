@@ -27,7 +27,10 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         labels = None
     else:
         images, labels = datamodule.split_arrays("test")
-        names = [f"test[{i}]" for i in range(len(images))]
+        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
+            names = [path for path, _ in datamodule.split_samples("test")]
+        else:
+            names = [f"test[{i}]" for i in range(len(images))]
     class_names = task.class_names
     with torch.inference_mode():
         for start in range(0, len(images), int(cfg.batch_size)):

@@ -163,7 +163,8 @@ class ImageFolderDataModule(ImageDataModule):
         return self._samples
 
     def split_samples(self, split: str) -> Samples:
-        """The (file path, label) pairs of "train", "val" or "test", e.g. to name the files of test predictions."""
+        """The (file path, label) pairs of "train", "val" or "test", in `split_arrays` order (predict names its rows
+        by them)."""
         return list(self._scan()[split])
 
     def _dataset(self, split: str) -> ImageFileDataset:
