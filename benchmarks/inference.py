@@ -5,8 +5,8 @@
     python benchmarks/inference.py --ckpt logs/train/runs/<run>/checkpoints/last.ckpt   # a trained checkpoint
 
 Variants: eager fp32, eager channels_last, eager bf16 autocast, (`--compile`: torch.compile), onnxruntime fp32,
-onnxruntime dynamic int8, onnxruntime static QDQ int8, torchao dynamic int8. Timing is `litforge.latency` — the
-same harness as `export.py`'s compression report: medians of interleaved rounds, thread counts explicit. Latency
+onnxruntime dynamic int8, onnxruntime static QDQ int8, torchao dynamic int8. Timing is `litforge.deploy.latency` —
+the same harness as `export.py`'s compression report: medians of interleaved rounds, thread counts explicit. Latency
 only depends on the weights' shapes, so random weights measure speed faithfully (not accuracy: use export.py).
 """
 
@@ -27,11 +27,10 @@ def build_net(args: argparse.Namespace):  # noqa: ANN201
     from omegaconf import OmegaConf
 
     if args.ckpt:
-        from litforge.restore import load_for_inference
-        from litforge.export import calibration_batches, exportable_net
+        from litforge.deploy.net import load_exportable
+        from litforge.deploy.quantize import calibration_batches
 
-        task, datamodule, _ = load_for_inference(OmegaConf.create({"ckpt_path": args.ckpt, "data": None}))
-        net = exportable_net(task, args.ckpt)
+        _, datamodule, net = load_exportable(OmegaConf.create({"ckpt_path": args.ckpt, "data": None}))
         images, _ = datamodule.split_arrays("test")
         x = datamodule.normalize(images).float()
         return net, x, calibration_batches(datamodule, 256, 64, 0)
@@ -59,17 +58,13 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     parser.add_argument("--skip", nargs="*", default=[], help="variant names to leave out")
     args = parser.parse_args(argv)
 
-    import logging
-
     import torch
 
     from litforge.callbacks.qat import convert_int8
-    from litforge.export import (export_onnx, preprocess_for_quantization, quantize_onnx_dynamic,
-                                 quantize_onnx_static)
-    from litforge.latency import markdown_table, measure, onnx_runner, resolve_threads, torch_runner
+    from litforge.deploy.latency import markdown_table, measure, onnx_runner, resolve_threads, torch_runner
+    from litforge.deploy.onnx import export_onnx
+    from litforge.deploy.quantize import preprocess_for_quantization, quantize_onnx_dynamic, quantize_onnx_static
 
-    for name in ("onnxscript", "onnx_ir"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     net, x, calib = build_net(args)
     variants = {"eager fp32": torch_runner(net)}
     if x.dim() == 4:

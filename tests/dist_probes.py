@@ -27,6 +27,15 @@ class RaiseOnRank(pl.Callback):
             raise RuntimeError(f"injected failure on rank {self.rank}")
 
 
+def local_numel(module: torch.nn.Module) -> tuple[int, int]:
+    """(elements this rank holds, elements of the whole model): what sharding saves per rank."""
+    local = total = 0
+    for param in module.parameters():
+        total += param.numel()
+        local += param.to_local().numel() if hasattr(param, "to_local") else param.numel()
+    return local, total
+
+
 class Record(pl.Callback):
     """Per rank: parameter elements held locally vs in the model, the loss and a weight fingerprint after every step,
     and (all ranks computing, rank 0 writing) the model's outputs on a fixed input at the end of training."""
@@ -36,8 +45,6 @@ class Record(pl.Callback):
         self.record: dict[str, Any] = {"losses": [], "fingerprints": []}
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from litforge.parallel.plans import local_numel
-
         local, total = local_numel(pl_module)
         self.record.update(local_numel=local, total_numel=total, rank=trainer.global_rank,
                            world_size=trainer.world_size)

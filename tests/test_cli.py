@@ -90,6 +90,21 @@ def test_predict_writes_predictions_for_the_test_split_and_for_image_files(defau
     assert len(rows) == 4 and rows[1].startswith(str(images / "a" / "000.png"))
 
 
+def test_predict_names_each_test_row_by_its_file_for_image_folder_data(tmp_path):
+    from litforge.data.image_folder import ImageFolderDataModule
+
+    images = make_image_folder(tmp_path / "images", per_class=5)
+    trained = run_cli("train.py", *TINY, "data=image_folder", f"data.root={images}", log_dir=tmp_path / "logs")
+    assert trained.returncode == 0, trained.output[-3000:]
+    out = tmp_path / "test_split.csv"
+    ckpt = single_run(tmp_path / "logs") / "checkpoints" / "last.ckpt"
+    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"output={out}", log_dir=tmp_path / "logs")
+    assert result.returncode == 0, result.output[-3000:]
+    rows = [line.split(",") for line in out.read_text().splitlines()[1:]]
+    expected = ImageFolderDataModule(root=str(images)).split_samples("test")  # the config's fractions and seed
+    assert len(expected) == 3 and [(row[0], int(row[4])) for row in rows] == expected
+
+
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
 

@@ -165,7 +165,7 @@ def test_onnx_parity_for_every_image_net(model: str, compose_cfg, tmp_path: Path
 
 def test_wrapper_prefixes_are_stripped_from_consolidated_checkpoints():
     """A consolidated sharded/compiled checkpoint may prefix every key; export loads it like a plain one."""
-    from litforge.export import strip_wrapper_prefixes
+    from litforge.deploy.net import strip_wrapper_prefixes
 
     state = {"_forward_module.net.fc.weight": torch.ones(1), "_forward_module.net._orig_mod.fc.bias": torch.ones(1)}
     assert set(strip_wrapper_prefixes({"state_dict": dict(state)})["state_dict"]) == {"net.fc.weight",
@@ -175,7 +175,7 @@ def test_wrapper_prefixes_are_stripped_from_consolidated_checkpoints():
 
 
 def test_latency_harness_interleaves_and_reports_medians():
-    from litforge.latency import measure, resolve_threads, torch_runner
+    from litforge.deploy.latency import measure, resolve_threads, torch_runner
 
     net = torch.nn.Linear(8, 4).eval()
     result = measure({"a": torch_runner(net), "b": torch_runner(net, dtype=torch.bfloat16)},

@@ -13,7 +13,8 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from litforge.data.image_folder import ImageFolderDataModule, load_image_tensor
+from litforge.data.image_folder import ImageFolderDataModule
+from litforge.data.images import find_images, image_extensions, load_image_tensor
 from litforge.data.loader import InMemoryLoader
 from litforge.errors import ConfigError, DataError
 
@@ -166,13 +167,38 @@ def test_load_image_tensor_matches_training(tmp_path: Path) -> None:
     images, _ = dm.split_arrays("train")
     for image, (path, _) in zip(images, dm.split_samples("train")):
         assert torch.equal(load_image_tensor(path, 3), image)
-        assert torch.equal(dm.load_image(path), image)  # input_shape[1:] == native size: no resampling
+        # what predict.py does: the datamodule's own shape (here the native size, so no resampling)
+        assert torch.equal(load_image_tensor(path, dm.input_shape[0], dm.input_shape[1:]), image)
     path = next(iter(written))
     grey = load_image_tensor(path, channels=1, image_size=4)
     assert grey.shape == (1, 4, 4) and grey.dtype == torch.uint8
     assert load_image_tensor(path, channels=3, image_size=[3, 5]).shape == (3, 3, 5)
     with pytest.raises(ConfigError, match="data.channels"):
         load_image_tensor(path, channels=2)
+
+
+def test_predict_finds_exactly_the_files_training_reads(tmp_path: Path) -> None:
+    """find_images (predict.py input=<folder>) and the datamodule decide alike which files are images."""
+    assert {".png", ".jpg", ".webp", ".tif", ".tiff"} <= set(image_extensions()) and ".gif" not in image_extensions()
+    pixels = np.full((8, 8, 3), 7, dtype=np.uint8)
+    names = ["a.png", "b.JPG", "c.jpeg", "d.webp", "e.tif", "f.TIFF", "g.bmp", "h.ppm", "i.gif", "j.txt", "k.png.bak"]
+    for name in CLASSES:
+        for file in names:
+            fmt = {".gif": "GIF", ".txt": "PNG", ".bak": "PNG"}.get(Path(file).suffix.lower())
+            (tmp_path / name).mkdir(exist_ok=True)
+            Image.fromarray(pixels).save(tmp_path / name / f"{name}_{file}", format=fmt)
+    (tmp_path / ".ipynb_checkpoints").mkdir()  # hidden folders are neither classes nor inputs
+    Image.fromarray(pixels).save(tmp_path / ".ipynb_checkpoints" / "copy.png")
+    dm = ImageFolderDataModule(root=str(tmp_path), val_fraction=0.0, test_fraction=0.0)
+    trained = [path for path, _ in dm.split_samples("train")]
+    assert len(trained) == 3 * 8  # the .gif, .txt and .png.bak files are not images to torchvision's ImageFolder
+    assert [str(p) for p in find_images(tmp_path)] == trained  # the same files, in the same order
+    assert find_images(tmp_path / "cat" / "cat_i.gif") == [tmp_path / "cat" / "cat_i.gif"]  # a named file is taken
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no images"):
+        find_images(tmp_path / "empty")
+    with pytest.raises(DataError, match="does not exist"):
+        find_images(tmp_path / "missing")
 
 
 # ---- streaming -----------------------------------------------------------------------------------------------------

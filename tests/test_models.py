@@ -15,6 +15,7 @@ import torchvision
 from torch import nn
 
 from litforge.errors import ConfigError
+from litforge.models import transfer
 from litforge.models.cnn import CNN
 from litforge.models.mlp import MLP
 from litforge.models.resnet import ResNet, weights_cache_path
@@ -73,11 +74,10 @@ def test_resnet_head_split() -> None:
     net = ResNet(3, (32, 32), 5)
     head = list(net.head_parameters())
     assert head == [net.net.fc.weight, net.net.fc.bias]
-    assert len(head) + len(list(net.backbone_parameters())) == len(list(net.parameters()))
-    for p in net.backbone_parameters():
-        p.requires_grad_(False)
+    transfer.backbone(net).requires_grad_(False)  # what callbacks=finetune freezes first
     net(torch.randn(2, 3, 32, 32)).sum().backward()
     assert all(p.grad is not None for p in head)
+    assert all(p.grad is None for p in net.parameters() if not any(p is h for h in head))
 
 
 def test_resnet_bad_depth() -> None:

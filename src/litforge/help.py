@@ -1,8 +1,8 @@
 """`python train.py --help` answered from the files in conf/, before Hydra starts.
 
-Hydra's own `--help` composes the config for every one of the ~120 group/option pairs it lists (over 2 s of CPU
-here); reading the folder listing and one YAML file gives the same groups and options in a fraction of that, and
-without importing torch. With overrides on the command line (`python train.py model=cnn --help`) Hydra's help is
+Hydra's own `--help` composes the config and rebuilds its config repository several times per group it lists
+(conf/'s 14 groups and 64 options, and Hydra's own): ~2.2 s of CPU here, against ~0.4 s for reading the folder
+listing and one YAML file, which gives the same groups and options without importing torch. With overrides on the command line (`python train.py model=cnn --help`) Hydra's help is
 used, because only it can show their effect on the composed config.
 """
 

@@ -8,18 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.errors import DataError
-
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
-
-
-def find_images(path: Path) -> list[Path]:
-    if not path.exists():
-        raise DataError(f"input {path} does not exist: pass input=<an image file or a folder of images>")
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise DataError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) found under {path}")
-    return files
+from litforge.data.images import find_images, load_image_tensor
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -30,17 +19,18 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     task, datamodule, _ = load_for_inference(cfg)
     rows: list[dict[str, Any]] = []
     if cfg.get("input"):
-        files = find_images(Path(str(cfg.input)))
+        files = find_images(str(cfg.input))  # for a folder: the files data=image_folder would train on
         channels, height, width = datamodule.input_shape
-        from litforge.data.image_folder import load_image_tensor
-
         datamodule.ensure_stats()
         names = [str(f) for f in files]
         images = torch.stack([load_image_tensor(f, channels, (height, width)) for f in files])
         labels = None
     else:
         images, labels = datamodule.split_arrays("test")
-        names = [f"test[{i}]" for i in range(len(images))]
+        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
+            names = [path for path, _ in datamodule.split_samples("test")]
+        else:
+            names = [f"test[{i}]" for i in range(len(images))]
     class_names = task.class_names
     with torch.inference_mode():
         for start in range(0, len(images), int(cfg.batch_size)):

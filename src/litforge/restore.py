@@ -53,7 +53,7 @@ def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
 def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given.
 
-    `checkpoint`: the already loaded (and possibly normalised, see litforge.export) contents of `cfg.ckpt_path`.
+    `checkpoint`: the already loaded (and possibly normalised, see litforge.deploy.net) contents of `cfg.ckpt_path`.
     """
     path = str(cfg.ckpt_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)

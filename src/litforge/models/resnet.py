@@ -48,8 +48,8 @@ class ResNet(nn.Module):
     """A torchvision ResNet-18/34/50 held in `self.net`, with the stem and head fitted to the data.
 
     Backbone vs head: the classifier head is `self.net.fc` (parameter names `net.fc.weight`, `net.fc.bias`);
-    everything else is backbone. :meth:`head_parameters` / :meth:`backbone_parameters` give the two groups so a
-    transfer-learning callback can freeze the backbone and train only the head.
+    everything else is backbone. :meth:`head_parameters` names the head, so :mod:`litforge.models.transfer` can
+    give a transfer-learning callback the backbone to freeze while the head trains.
 
     Small inputs (`small_input`, auto when the smaller image side is < 64): the ImageNet stem (7x7 stride-2 conv +
     max-pool) shrinks a 32x32 image to 8x8 before the first block and an 8x8 one to 2x2, so it is replaced by a 3x3
@@ -93,11 +93,6 @@ class ResNet(nn.Module):
     def head_parameters(self) -> Iterator[nn.Parameter]:
         """The classifier head (`self.net.fc`): what stays trainable when fine-tuning with a frozen backbone."""
         return self.net.fc.parameters()
-
-    def backbone_parameters(self) -> Iterator[nn.Parameter]:
-        """Everything but the head: the pretrained feature extractor a transfer-learning callback may freeze."""
-        head = {id(p) for p in self.head_parameters()}
-        return (p for p in self.parameters() if id(p) not in head)
 
     def fsdp_units(self) -> list[nn.Module]:
         """FSDP2 sharding units (litforge.parallel): the four residual stages."""

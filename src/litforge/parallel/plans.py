@@ -83,12 +83,3 @@ def shard(net: nn.Module, device_mesh: Any) -> None:
     if dp_mesh.size() > 1:
         apply_fsdp(net, dp_mesh)
     net._litforge_sharded = True
-
-
-def local_numel(module: nn.Module) -> tuple[int, int]:
-    """(elements this rank holds, elements of the whole model): what sharding saves per rank."""
-    local = total = 0
-    for param in module.parameters():
-        total += param.numel()
-        local += param.to_local().numel() if hasattr(param, "to_local") else param.numel()
-    return local, total

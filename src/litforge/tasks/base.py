@@ -133,7 +133,7 @@ class LitforgeTask(pl.LightningModule):
     # ---- training: one optimizer step per batch, from the task's per-step loss ----------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """One optimizer step on `batch`, from the task's `step_loss(batch)`: the loss of one step (updating the
-        training metrics). `step_loss` is what loop helpers (steps_per_call, pipeline schedules) drive; a task
+        training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
         that cannot be stepped that way (DQN acts in its environment) overrides `training_step` instead."""
         loss = self.step_loss(batch)
         self.log_training_loss(loss, batch)

@@ -1,0 +1,63 @@
+"""What gets deployed: the plain fp32 `nn.Module` of an image-classifier checkpoint, and running it in batches.
+
+Why a module of its own: the export job and benchmarks/inference.py must time and convert the very same net, rebuilt
+from the checkpoint alone (`litforge.restore.load_for_inference`), whatever wrapped it in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.errors import CheckpointError
+
+# key prefixes that wrappers leave on state-dict keys (torch.compile, DDP/FSDP wrappers); a consolidated checkpoint
+# may carry them, the plain task does not
+WRAPPER_PREFIXES = ("_orig_mod.", "_forward_module.", "module.")
+
+
+def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any]:
+    """(task, datamodule, net) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or QAT runs,
+    a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode."""
+    from litforge.checkpoints import load_checkpoint
+    from litforge.restore import load_for_inference
+
+    path = str(cfg.ckpt_path)
+    checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
+    task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
+    return task, datamodule, exportable_net(task, path)
+
+
+def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Drop `_orig_mod.` / `_forward_module.` / `module.` key prefixes a wrapped model may have saved."""
+    state = checkpoint["state_dict"]
+    changed = True
+    while changed:
+        changed = False
+        for prefix in WRAPPER_PREFIXES:
+            if state and all(prefix in k for k in state):
+                state = {k.replace(prefix, "", 1): v for k, v in state.items()}
+                changed = True
+    checkpoint["state_dict"] = state
+    return checkpoint
+
+
+def exportable_net(task: Any, path: str) -> Any:
+    """The plain fp32 `nn.Module` of an image classifier; any other checkpoint gets a clear refusal."""
+    import torch
+
+    net = getattr(task, "net", None)
+    shape = task.hparams.get("input_shape") if hasattr(task, "hparams") else None
+    if getattr(task, "data_kind", None) != "image" or not isinstance(net, torch.nn.Module) or not shape:
+        raise CheckpointError(f"{path} holds a {type(task).__name__}, not an image classifier: export.py exports "
+                              "image classification checkpoints (task=classification) only")
+    return net.float().cpu().eval()
+
+
+def batched(fn: Callable[[Any], Any], x: Any, batch_size: int = 256) -> Any:
+    """`fn` over `x` in batches, outputs concatenated: a whole test split at once would need its activations at once."""
+    import torch
+
+    return torch.cat([torch.as_tensor(fn(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
