@@ -100,7 +100,7 @@ class SteppableTask(Task, Protocol):
     """
 
     def step_loss(self, batch: Any) -> Tensor:
-        """The loss of one optimizer step on `batch` (it may update training metrics; it must not log per step)."""
+        """The loss of one optimizer step on `batch`; it may update training metrics, and its caller logs it."""
         ...
 
 
