@@ -127,7 +127,8 @@ def test_the_guide_trains_its_dataset_net_task_strategy_and_callback(tmp_path: P
     assert math.isfinite(metrics["metrics"]["test/mae"])
     # the callback and the strategy
     assert metrics["metrics"]["train/grad_norm_max"] > 0
-    assert "DDP gradients are all-reduced in bf16 across 2 processes" in (run / "diabetes.log").read_text()  # <task_name>.log
+    job_log = (run / "diabetes.log").read_text()  # <task_name>.log
+    assert "DDP gradients are all-reduced in bf16 across 2 processes" in job_log
 
     # the dataset's shape facts sized the net, and the hyperparameters are plain data (weights_only loads them)
     best = metrics["best_checkpoint"]
