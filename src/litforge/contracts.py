@@ -36,7 +36,7 @@ class DataModule(Protocol):
     """
 
     #: The data family (`image`, `text`, `rl`, or a new one): a task trains only on its own `data_kind`, and the
-    #: training job refuses a mismatched pair in one line before anything is read.
+    #: training job refuses a mismatched pair in one line before the task is built.
     kind: str
 
     #: Samples per training batch. steps_per_call cuts its grouped batches back into steps of this size, and the
