@@ -18,18 +18,24 @@ from litforge.instantiate import instantiate_group, to_plain
 from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
 
 
-def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[LitforgeTask]:
-    """The task class recorded in a checkpoint; only litforge task classes are accepted."""
+def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
+    """The dotted name of the task class that wrote a litforge checkpoint (nothing is imported)."""
     meta = checkpoint.get(CHECKPOINT_KEY)
-    if not isinstance(meta, dict) or "task_class" not in meta:
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_class"), str):
         raise CheckpointError(f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
                               "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)")
-    module_name, _, class_name = meta["task_class"].rpartition(".")
+    return meta["task_class"]
+
+
+def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[LitforgeTask]:
+    """The task class recorded in a checkpoint; only litforge task classes are accepted (a file is data, not code)."""
+    recorded = recorded_task_class(checkpoint, path)
+    module_name, _, class_name = recorded.rpartition(".")
     if not module_name.startswith("litforge.tasks"):
-        raise CheckpointError(f"{path} names task class {meta['task_class']!r}, which is not a litforge task")
+        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
     cls = getattr(importlib.import_module(module_name), class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, LitforgeTask)):
-        raise CheckpointError(f"{path} names task class {meta['task_class']!r}, which is not a litforge task")
+        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
     return cls
 
 

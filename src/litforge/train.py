@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.builders import build_strategy, build_task, build_trainer, respect_trainer_switches, task_class
+from litforge.contracts import DataModule, missing_members
 from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
@@ -32,7 +33,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.parallel import launch
     from litforge.loops import steps_per_call
     from litforge.speed import apply_speed_options
-    from litforge.restore import task_class_from_checkpoint
 
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
@@ -48,7 +48,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     ckpt_path = starting_checkpoint(cfg)
     if ckpt_path:
         checkpoint = load_checkpoint(ckpt_path)
-        check_resumable(checkpoint, ckpt_path, type(task), task_class_from_checkpoint(checkpoint, ckpt_path), cfg)
+        check_resumable(checkpoint, ckpt_path, type(task), cfg)
         del checkpoint
         log.info("Resuming from %s", ckpt_path)
 
@@ -119,21 +119,40 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
 
 
 def check_compatible(task_cls: type, datamodule: Any) -> None:
-    """Refuse a task × data pair that cannot work before any data is read or any step runs."""
+    """Refuse a task × data pair that cannot work before any data is read or any step runs.
+
+    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (litforge.contracts), so a
+    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
+    """
+    missing = missing_members(datamodule, DataModule)
+    if missing:
+        raise ConfigError(
+            f"data `{type(datamodule).__name__}` lacks {', '.join(f'`{m}`' for m in missing)}: a litforge datamodule "
+            "states its `kind` (e.g. 'image'), its `batch_size` and its shape facts in `describe()` "
+            "(litforge.contracts.DataModule; docs/extending.md adds one)"
+        )
     task_kind = getattr(task_cls, "data_kind", None)
-    data_kind = getattr(datamodule, "kind", None)
-    if task_kind and data_kind and task_kind != data_kind:
+    if not isinstance(task_kind, str):
+        raise ConfigError(f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
+                          "attribute `data_kind` (e.g. 'image'), as litforge.tasks.base.LitforgeTask does")
+    if task_kind != datamodule.kind:
         raise ConfigError(
             f"task `{task_cls.__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
-            f"{data_kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
+            f"{datamodule.kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
         )
 
 
-def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, ckpt_task_cls: type,
-                    cfg: DictConfig) -> None:
-    """A resumed run must train the same task and the same net as the checkpoint, or the weights cannot fit."""
-    if ckpt_task_cls is not task_cls:
-        raise ConfigError(f"{path} was written by task {ckpt_task_cls.__name__}, but this run configures "
+def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: DictConfig) -> None:
+    """A resumed run must train the same task and the same net as the checkpoint, or the weights cannot fit.
+
+    Compared by name: this run builds the class its config names (maybe a user's own, outside litforge), and
+    Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here.
+    """
+    from litforge.restore import recorded_task_class
+
+    recorded = recorded_task_class(checkpoint, path)
+    if recorded != f"{task_cls.__module__}.{task_cls.__qualname__}":
+        raise ConfigError(f"{path} was written by task {recorded.rpartition('.')[2]}, but this run configures "
                           f"{task_cls.__name__}: resume with the same task= (and model=) as the original run")
     saved_net = checkpoint.get("hyper_parameters", {}).get("net")
     current_net = to_plain(cfg.model)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from litforge.compat import advance_logger_step, counted_optimizer_step
+from litforge.contracts import StatefulLoader, SteppableTask
 from litforge.errors import ConfigError
 
 
@@ -74,8 +75,7 @@ class StatefulGroupedBatches(GroupedBatches):
 
 
 def grouped(loader: Any, steps: int) -> GroupedBatches:
-    stateful = callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
-    return (StatefulGroupedBatches if stateful else GroupedBatches)(loader, steps)
+    return (StatefulGroupedBatches if isinstance(loader, StatefulLoader) else GroupedBatches)(loader, steps)
 
 
 def optimizer_steps_in_run(trainer: pl.Trainer) -> int:
@@ -182,7 +182,7 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
     if steps == 1:
         return
     fix = "set steps_per_call=1"
-    if not callable(getattr(task, "step_loss", None)):
+    if not isinstance(task, SteppableTask):
         raise ConfigError(f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
                           f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}")
     if not isinstance(getattr(datamodule, "batch_size", None), int):

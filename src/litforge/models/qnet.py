@@ -20,5 +20,9 @@ class QNetwork(nn.Module):
         layers.append(nn.Linear(width, num_actions))
         self.net = nn.Sequential(*layers)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """FSDP2 sharding units (litforge.parallel): each Linear layer."""
+        return [layer for layer in self.net if isinstance(layer, nn.Linear)]
+
     def forward(self, observations: Tensor) -> Tensor:
         return self.net(observations)

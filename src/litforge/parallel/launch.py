@@ -5,7 +5,8 @@ again (`_SubprocessScriptLauncher`). Under Hydra its stock command repeats `sys.
 `hydra.run.dir=<hydra.run.dir>`. That is right for a single run (litforge caches `${now:}`/`${uid:}`, so the
 folder name is fixed before any rank starts), but wrong in a multirun: `sys.argv` still holds `-m` and the sweep
 values, so every rank would start a sweep of its own in a new folder. :func:`rank_command` instead rebuilds the
-command from the job Hydra is running: its resolved overrides (`seed=1`, not `seed=1,2,3`) and its output folder.
+command from the job Hydra is running: its resolved overrides (`seed=1`, not `seed=1,2,3`), its config search path
+(`hydra.searchpath`, which is not among those overrides) and its output folder.
 
 Ranks > 0 run as plain single runs with `hydra.output_subdir=null` (only rank 0 writes `.hydra/`); the log file
 handler of non-zero ranks points at the null device (see the `rank_zero_path` resolver in `litforge.runtime`).
@@ -50,6 +51,10 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
         command = [sys.executable, "-m", __main__.__spec__.name]
     command += config_flags(sys.argv[1:])
     command += list(hydra_cfg.overrides.task)
+    if hydra_cfg.searchpath:  # a user's own conf folder (docs/extending.md): rank 0 composed from it, so must all
+        from litforge.compat import override_value_text
+
+        command.append(f"hydra.searchpath={override_value_text(list(hydra_cfg.searchpath))}")
     output_dir = hydra_cfg.runtime.output_dir
     command += [f'hydra.run.dir="{output_dir}"', f"hydra.job.name={hydra_cfg.job.name}_rank{local_rank}",
                 "hydra.output_subdir=null"]

@@ -1,13 +1,13 @@
 """Applying a net's own sharding facts to a device mesh: FSDP2 units and the tensor-parallel plan.
 
-The facts live beside each model, as torchtitan keeps a model's parallel plan beside the model (the model contract,
-docs/extending.md):
+The facts live beside each model, as torchtitan keeps a model's parallel plan beside the model (the model contract:
+litforge.contracts.Model and TensorParallelModel, docs/extending.md):
 
 - `fsdp_units() -> list[nn.Module]`: each unit becomes one all-gather/reshard group, big enough to amortise the
   communication, small enough that only one unit's full weights are materialised at a time. A net that declares
   none is sharded as one unit.
 - `tensor_parallel_plan() -> {submodule: "colwise" | "rowwise"}` (optional), with `check_tensor_parallel(tp_size)`
-  to refuse sizes that do not divide: only nets that declare a plan run under tensor parallelism.
+  to refuse sizes that do not divide: only nets that declare both run under tensor parallelism.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from litforge.contracts import Model, TensorParallelModel, missing_members
 from litforge.errors import ConfigError
 
 TP_STYLES = ("colwise", "rowwise")
@@ -23,8 +24,7 @@ TP_STYLES = ("colwise", "rowwise")
 
 def sharding_units(net: nn.Module) -> list[nn.Module]:
     """The modules to wrap with `fully_shard` before the root: the net's own `fsdp_units()` (with parameters)."""
-    declared = getattr(net, "fsdp_units", None)
-    units = list(declared()) if callable(declared) else []
+    units = list(net.fsdp_units()) if isinstance(net, Model) else []
     return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
@@ -44,11 +44,12 @@ def apply_fsdp(net: nn.Module, mesh: Any) -> int:
 
 def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
     """The net's declared plan, checked: every entry names a Linear submodule and a known style."""
-    declared = getattr(net, "tensor_parallel_plan", None)
-    if not callable(declared):
-        raise ConfigError(f"tensor parallelism needs a net that declares a tensor_parallel_plan() (model=vit, "
-                          f"model=gpt); {type(net).__name__} has none: use strategy=fsdp or strategy=ddp for this model")
-    plan = dict(declared())
+    if not isinstance(net, TensorParallelModel):
+        missing = ", ".join(f"{m}()" for m in missing_members(net, TensorParallelModel))
+        raise ConfigError(f"tensor parallelism needs a net that declares a tensor_parallel_plan() and "
+                          f"check_tensor_parallel() (model=vit, model=gpt); {type(net).__name__} lacks {missing}: use "
+                          "strategy=fsdp or strategy=ddp for this model")
+    plan = dict(net.tensor_parallel_plan())
     for name, style in plan.items():
         if style not in TP_STYLES or not isinstance(net.get_submodule(name), nn.Linear):
             raise ValueError(f"{type(net).__name__}.tensor_parallel_plan(): {name}={style!r} must name an nn.Linear "
@@ -61,9 +62,7 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = tensor_parallel_plan(net)
-    check = getattr(net, "check_tensor_parallel", None)
-    if callable(check):
-        check(mesh.size())
+    net.check_tensor_parallel(mesh.size())
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     parallelize_module(net, mesh, {name: styles[style]() for name, style in plan.items()})
     return len(plan)

@@ -1,0 +1,242 @@
+"""Every option of conf/data, conf/task and conf/model keeps its contract (litforge.contracts).
+
+Built cheaply: datamodules that read files get tiny ones in their native format (torchvision's IDX and pickle
+files, a class-per-folder image tree, a text file) and never download; nets are built at small shapes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra.utils import get_class
+
+from conftest import CONF, make_image_folder
+from litforge.contracts import (
+    SHAPE_FACTS,
+    DataModule,
+    Model,
+    StatefulLoader,
+    SteppableTask,
+    Task,
+    TensorParallelModel,
+    missing_members,
+)
+from litforge.errors import ConfigError
+
+# a cheap datamodule (and a net and loss that fit it) for each data kind a task in conf/task trains on
+PARTNERS = {
+    "image": ["data=digits", "model=mlp", "model.hidden_dims=[16]"],
+    "text": ["data=python_docs", "data.max_chars=5000", "data.block_size=16", "model=gpt", "model.dim=16",
+             "model.depth=1", "model.heads=2"],
+    "rl": ["data=cartpole", "data.buffer_size=256", "model=qnet", "model.hidden_dims=[16]", "loss=huber"],
+}
+# the shape keywords each kind's tasks hand to `build_net`, and an input batch of that shape
+NET_SHAPES: dict[str, tuple[dict[str, Any], Any]] = {
+    "image": ({"in_channels": 1, "image_size": (8, 8), "num_classes": 3}, lambda: torch.zeros(2, 1, 8, 8)),
+    "text": ({"vocab_size": 11, "block_size": 16}, lambda: torch.randint(0, 11, (2, 16))),
+    "rl": ({"observation_size": 4, "num_actions": 2}, lambda: torch.zeros(2, 4)),
+}
+NET_OUTPUTS = {"image": (2, 3), "text": (2, 16, 11), "rl": (2, 2)}
+
+
+def options(group: str) -> list[str]:
+    return [p.stem for p in sorted((CONF / group).glob("*.yaml"))]
+
+
+def weights_only_roundtrip(value: Any) -> Any:
+    """`value` saved and loaded back the way checkpoints are (torch.load with weights_only=True)."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def task_kinds() -> set[str]:
+    from omegaconf import OmegaConf
+
+    return {get_class(OmegaConf.load(CONF / "task" / f"{name}.yaml").task._target_).data_kind
+            for name in options("task")}
+
+
+# ---- files in the native formats of the datamodules that read them ------------------------------------------------
+def data_overrides(option: str, tmp_path: Path, data_dir: Path) -> list[str]:
+    """What option `option` needs to build here without a download: its files, written small, and small sizes."""
+    from test_data_torchvision import write_cifar, write_mnist
+
+    if option in ("mnist", "fashion_mnist"):
+        write_mnist(data_dir, {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}[option])
+        return ["data.download=false"]
+    if option == "cifar10":
+        write_cifar(data_dir)
+        return ["data.download=false"]
+    if option == "image_folder":
+        return [f"data.root={make_image_folder(tmp_path / 'images')}"]
+    if option == "text_file":
+        (tmp_path / "corpus.txt").write_text("a small corpus of text, long enough for a few windows. " * 20)
+        return [f"data.path={tmp_path / 'corpus.txt'}", "data.block_size=16"]
+    if option == "python_docs":
+        return ["data.max_chars=5000", "data.block_size=16"]
+    if option == "cartpole":
+        return ["data.buffer_size=256"]
+    return []
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every URL opened fails at once and is recorded, as on a machine without internet."""
+    import urllib.error
+    import urllib.request
+
+    tried: list[str] = []
+
+    def fail(request: Any, *args: Any, **kwargs: Any) -> Any:
+        tried.append(getattr(request, "full_url", str(request)))
+        raise urllib.error.URLError("no network in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", fail)
+    return tried
+
+
+@pytest.fixture
+def cifar_files_without_md5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-written CIFAR batches cannot match torchvision's md5 sums: keep only its file-exists check."""
+    import torchvision.datasets.cifar as cifar
+
+    monkeypatch.setattr(cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+
+
+# ---- DataModule -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", options("data"))
+def test_every_datamodule_keeps_the_data_contract(option: str, compose_cfg, tmp_path: Path, no_network: list[str],
+                                                  cifar_files_without_md5: None) -> None:
+    from litforge.instantiate import instantiate_group
+
+    data_dir = tmp_path / "data"
+    cfg = compose_cfg(f"data={option}", *data_overrides(option, tmp_path, data_dir))
+    datamodule = instantiate_group("data", cfg.data)
+
+    assert isinstance(datamodule, DataModule), missing_members(datamodule, DataModule)
+    assert datamodule.kind in task_kinds(), f"no task in conf/task trains on {datamodule.kind} data"
+    assert isinstance(datamodule.batch_size, int) and datamodule.batch_size >= 1
+    facts = datamodule.describe()
+    assert tuple(facts) == SHAPE_FACTS[datamodule.kind]
+    assert weights_only_roundtrip(facts) == facts  # plain data: the task saves them in every checkpoint
+
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    if datamodule.kind == "image":  # in-memory image data: a mid-epoch resume continues at the exact batch
+        assert isinstance(loader, StatefulLoader)
+        next(iter(loader))
+        state = loader.state_dict()
+        assert weights_only_roundtrip(state) == state and state["batches_done"] == 1
+    assert no_network == [], "building and loading a datamodule must not download"
+
+
+def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line() -> None:
+    from litforge.tasks.classification import ClassificationTask
+    from litforge.train import check_compatible
+
+    with pytest.raises(ConfigError) as refused:
+        check_compatible(ClassificationTask, pl.LightningDataModule())
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "LightningDataModule` lacks `batch_size`, `describe`, `kind`" in message
+
+    class NoKindTask(pl.LightningModule):
+        pass
+
+    from litforge.data.digits import DigitsDataModule
+
+    with pytest.raises(ConfigError, match="`NoKindTask` does not say which data it trains on"):
+        check_compatible(NoKindTask, DigitsDataModule())
+
+
+# ---- Task -----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", options("task"))
+def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from litforge.builders import build_task, task_class
+    from litforge.checkpoints import load_checkpoint
+    from litforge.instantiate import instantiate_group
+    from litforge.loops import steps_per_call
+    from litforge.restore import restore_task
+    from litforge.tasks.base import LitforgeTask
+    from litforge.train import check_compatible
+
+    kind = get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_).data_kind
+    cfg = compose_cfg(f"task={option}", *PARTNERS[kind], "print_config=false")
+    datamodule = instantiate_group("data", cfg.data)
+    check_compatible(task_class(cfg), datamodule)
+    task = build_task(cfg, datamodule.describe())
+
+    assert isinstance(task, Task), missing_members(task, Task)
+    assert task.data_kind == datamodule.kind == kind
+    assert set(datamodule.describe()) <= set(task.hparams), "the shape facts are constructor arguments"
+    hparams = dict(task.hparams)
+    assert weights_only_roundtrip(hparams) == hparams  # plain data, so checkpoints load with weights_only=True
+    assert isinstance(task.net, Model) and not isinstance(task.net, pl.LightningModule)
+
+    # the checkpoint alone rebuilds the task, as eval/predict/export do
+    checkpoint = {"state_dict": task.state_dict(), "hyper_parameters": hparams}
+    task.on_save_checkpoint(checkpoint)
+    torch.save(checkpoint, tmp_path / "task.ckpt")
+    rebuilt = restore_task(load_checkpoint(tmp_path / "task.ckpt"), str(tmp_path / "task.ckpt"))
+    assert type(rebuilt) is type(task)
+    for name, tensor in task.state_dict().items():
+        assert torch.equal(rebuilt.state_dict()[name], tensor), name
+
+    if isinstance(task, SteppableTask):
+        datamodule.setup("fit")
+        batch = datamodule.on_after_batch_transfer(next(iter(datamodule.train_dataloader())), 0) \
+            if kind == "image" else next(iter(datamodule.train_dataloader()))
+        loss = task.step_loss(batch)
+        assert loss.ndim == 0 and loss.requires_grad and torch.isfinite(loss)
+        steps_per_call.install(2, task, datamodule, {}, "auto", [])  # the loop helper accepts it
+        assert task.automatic_optimization is False
+    else:  # stepped in its own training_step (DQN acts first): the loop helpers refuse it in one line
+        assert type(task).training_step is not LitforgeTask.training_step
+        with pytest.raises(ConfigError, match="needs a task with a per-step loss"):
+            steps_per_call.install(2, task, datamodule, {}, "auto", [])
+
+
+# ---- Model ----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", options("model"))
+def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
+    from litforge.instantiate import to_plain
+    from litforge.models.factory import build_net
+    from litforge.parallel.plans import sharding_units, tensor_parallel_plan
+
+    net_cfg = to_plain(compose_cfg(f"model={option}").model)
+    built = {}
+    for kind, (shape, _) in NET_SHAPES.items():
+        try:
+            built[kind] = build_net(net_cfg, **shape)
+        except ConfigError as exc:
+            assert "cannot be built from" in str(exc)
+    assert len(built) == 1, f"model={option} should take the shape keywords of exactly one data kind: {list(built)}"
+    (kind, net), = built.items()
+
+    assert isinstance(net, Model), missing_members(net, Model)
+    assert isinstance(net, torch.nn.Module) and not isinstance(net, pl.LightningModule)
+    assert net(NET_SHAPES[kind][1]()).shape == NET_OUTPUTS[kind]
+    units = net.fsdp_units()
+    modules = {id(m) for m in net.modules()}
+    assert units and all(id(unit) in modules and unit is not net for unit in units)
+    assert sharding_units(net) == units, "every unit holds parameters"
+
+    if isinstance(net, TensorParallelModel):
+        plan = tensor_parallel_plan(net)  # names Linear submodules, with a known style each
+        assert plan and set(plan.values()) <= {"colwise", "rowwise"}
+        net.check_tensor_parallel(1)
+        with pytest.raises(ConfigError):
+            net.check_tensor_parallel(3)  # 4 heads do not split over 3 ranks
+    else:
+        with pytest.raises(ConfigError, match="tensor_parallel_plan"):
+            tensor_parallel_plan(net)
