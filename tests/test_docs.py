@@ -143,9 +143,13 @@ def resolve(name: str) -> str | None:
 
 
 def missing_scripts(path: Path, root: Path = ROOT) -> list[str]:
-    """`python <x>.py` commands (run from the repository root) whose script does not exist."""
-    scripts = SCRIPT.findall(path.read_text(encoding="utf-8"))
-    return [s for s in scripts if not (root / s).is_file()]
+    """`python <x>.py` commands (run from the repository root) whose script does not exist.
+
+    A script the page itself writes out (a `<!-- file: x.py -->` block, as docs/extending.md does for a user's own
+    project) counts as existing."""
+    text = path.read_text(encoding="utf-8")
+    written = set(re.findall(r"<!-- file: (\S+) -->", text))
+    return [s for s in SCRIPT.findall(text) if not (root / s).is_file() and s not in written]
 
 
 # ---- the checks ----------------------------------------------------------------------------------------------------
