@@ -14,8 +14,8 @@
    that folder (`hydra.run.dir`) with that run's own overrides (your new ones win): logs, TensorBoard events and
    checkpoints of the resumed run continue in one place.
 
-With `-m` it checks each value of the sweep (choice and range sweeps) against the table, without composing.
-Anything it cannot judge (`--cfg`, `--help`, other config paths, a config that does not compose) is left to Hydra,
+With `-m` it refuses only what would fail every job alike (an unknown option, `resume=`); each job checks its own
+values, so a sweep records a failed job and goes on. Anything it cannot judge (`--cfg`, `--help`, other config paths, a config that does not compose) is left to Hydra,
 whose own error messages then apply. Every failure is one `litforge: error: ...` line and exit code 1.
 """
 
@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from litforge.errors import ConfigError, LitforgeError
 from litforge.folders import check_folder
 from litforge.runtime import is_rank_zero, register_resolvers
-from litforge.validation import MOVED_KEYS, check_config, check_value, moved_key_message, rule_for, shown
+from litforge.validation import MOVED_KEYS, check_config, moved_key_message, rule_for, shown
 
 log = logging.getLogger("litforge")
 
@@ -90,9 +90,10 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
 
 
 def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
-    """`-m`: every value a sweep will hand to a job (choice and range sweeps, plain values) fits the rule table.
+    """`-m`: what would fail every job alike (an option that does not exist, a moved key, `resume=`).
 
-    Each job composes and checks its own config again; this only saves starting N jobs that all fail the same way.
+    The values are left to the jobs, each of which checks its own config where its groups are built: a sweep
+    records a job that fails (e.g. one value of `model.dropout=choice(0.1,1.5)`) and goes on with the others.
     """
     parsed = _parse(overrides)
     if parsed is None:
@@ -101,14 +102,9 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
     check_group_options(conf_dir, [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
                         searchpath=_extends_searchpath(parsed))
     for override in parsed:
-        if _is_group(conf_dir, override) or _is_hydra(override) or override.is_delete():
-            continue
         if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
             raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead "
                               "(or drop -m)")
-        for value in _values(override):
-            if not (isinstance(value, str) and "${" in value):  # interpolations are checked by each job
-                check_value(override.key_or_group, value)
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
@@ -163,7 +159,7 @@ def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
     for part in override.key_or_group.split("."):
         if not OmegaConf.is_dict(node):
             return None  # e.g. a group switched off (null): Hydra's message applies
-        if part not in node:
+        if part not in node.keys():  # `in node` is False for a key whose value is ??? (to be given)
             match = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=1)
             hint = f"; did you mean {'.'.join([*path, match[0]])}?" if match else ""
             where = ".".join(path) or "the config"

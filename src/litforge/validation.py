@@ -520,7 +520,7 @@ def _check_relation(relation: Relation, lookup: Callable[[str], Any]) -> None:
 def _lookup(node: Any, key: str) -> Any:
     """The value at dotted `key` under `node` (resolved), or _MISSING when a part is absent or cannot resolve."""
     for part in key.split("."):
-        if node is None or not (isinstance(node, Mapping) or OmegaConf.is_dict(node)) or part not in node:
+        if node is None or not (isinstance(node, Mapping) or OmegaConf.is_dict(node)) or part not in node.keys():
             return _MISSING
         try:
             node = node[part]
