@@ -186,7 +186,7 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     split = {name: (datamodule.normalize(x).to(device), y.to(device)) for name, (x, y) in datamodule._splits.items()}
     x_train, y_train = split["train"]
     optimizer_cfg = dict(cfg.optimizer)
-    optimizer = call_partial(optimizer_cfg, [p for p in net.parameters() if p.requires_grad])
+    optimizer = call_partial("optimizer", optimizer_cfg, [p for p in net.parameters() if p.requires_grad])
     epochs = cfg.trainer.max_epochs
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     loss_fn = torch.nn.CrossEntropyLoss()

@@ -90,9 +90,10 @@ def _fixed(*overrides: str) -> Args:
 
 CASES = [
     # config mistakes (caught by Hydra or before torch is imported)
-    ("train.py", _fixed("model=resnt"), ["Could not find 'model/resnt'", "Available options in 'model'", "resnet"],
-     "unknown-group-option"),
-    ("train.py", _fixed("trainer.max_epoch=3"), ["max_epoch"], "unknown-key"),
+    ("train.py", _fixed("model=resnt"), ["model=resnt is not an option of model", "did you mean model=resnet",
+                                          "cnn, gpt, mlp, qnet, resnet, vit"], "unknown-group-option"),
+    ("train.py", _fixed("trainer.max_epoch=3"), ["trainer.max_epoch=3", "did you mean trainer.max_epochs"],
+     "unknown-key"),
     ("train.py", _fixed("trainer.max_epochs=abc"), ["trainer.max_epochs='abc': expected an integer"],
      "wrong-value-type-int"),
     ("train.py", _fixed("optimizer.lr=fast"), ["optimizer.lr='fast': expected a number"], "wrong-value-type-float"),
@@ -141,6 +142,36 @@ def test_bad_input_fails_with_one_clear_message(script: str, args: Args, needles
         assert needle in result.output, f"{needle!r} not in:\n{result.output[-2000:]}"
     assert "Epoch 0" not in result.output, "the mistake must be caught before training starts"
     assert not (tmp_path / "pwned").exists(), "loading a checkpoint ran code from it"
+
+
+# out-of-range values and runs that would do nothing, through the real CLI (the full table of such mistakes is judged
+# in-process in tests/test_validation.py): (overrides, the one error line, caught before Hydra starts a job)
+VALUES = [
+    (["data.batch_size=0"], "data.batch_size=0: expected an integer >= 1, e.g. data.batch_size=64", True),
+    (["optimizer.lr=-1"], "optimizer.lr=-1: expected a number > 0, e.g. optimizer.lr=0.001", True),
+    (["trainer.max_epochs=0"], "trainer.max_epochs=0 trains nothing: expected an integer >= 1", True),
+    (["trainer.limit_train_batches=0"], "trainer.limit_train_batches=0 trains nothing", True),
+    (["hparams_search=digits_optuna"], "add -m (python train.py -m hparams_search=digits_optuna)", True),
+    (["model.hidden_dims=256"], "model.hidden_dims=256: expected a list of integers >= 1", True),
+    (["scheduler=step", "scheduler.scheduler.step_size=0"], "scheduler.scheduler.step_size=0: expected an integer",
+     True),  # was a ZeroDivisionError traceback from inside the LR scheduler
+    (["seed=-1"], "seed=-1: expected an integer in [0, 4294967295], e.g. seed=42", True),  # was a ValueError traceback
+    (["+model.foo=1"], "model.foo is not an argument of litforge.models.mlp.MLP (it takes: ", False),  # at build time
+]
+
+
+@pytest.mark.parametrize(("overrides", "line", "before_hydra"), VALUES, ids=[" ".join(v[0]) for v in VALUES])
+def test_a_bad_value_stops_the_run_with_one_line_naming_key_value_and_example(overrides: list[str], line: str,
+                                                                             before_hydra: bool, tmp_path: Path):
+    log_dir = tmp_path / "logs"
+    result = run_cli("train.py", *overrides, "print_config=false", log_dir=log_dir)
+    assert result.returncode == 1, result.output[-2000:]
+    assert "Traceback" not in result.output and "Error in call to target" not in result.output, result.output[-4000:]
+    errors = [text for text in result.output.splitlines() if "litforge: error:" in text]
+    assert len(errors) == 1 and line in errors[0], result.output[-2000:]
+    assert not [*log_dir.rglob("*.ckpt"), *log_dir.rglob("metrics.json"), *log_dir.rglob("events.out.*")]
+    if before_hydra:  # not even a run folder: the mistake cost a fraction of a second
+        assert not log_dir.exists(), sorted(log_dir.rglob("*"))
 
 
 def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):

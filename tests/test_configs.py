@@ -1,4 +1,5 @@
-"""Every option of every config group composes, instantiates, and (on the embedded data) trains a batch."""
+"""Every option of every config group composes, passes the rule table, instantiates, and (on the embedded data) trains
+a batch."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
     from litforge.builders import build_task
     from litforge.instantiate import instantiate_named
     from litforge.train import train
+    from litforge.validation import check_config
 
     partners = [o for o in PARTNERS.get((group, option), []) if not o.startswith(f"{group}=")]
     overrides = [*partners, f"{group}={option}", "print_config=false"]
@@ -54,6 +56,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
     if group == "data" and option == "image_folder" or "image_folder" in option or option == "finetune_resnet":
         overrides.append(f"data.root={make_image_folder(tmp_path / 'images')}")
     cfg = compose_cfg(*overrides)
+    check_config(cfg)  # every default of every option passes the rule table (its rules are not too strict)
 
     datamodule = instantiate(cfg.data, _convert_="all")
     task = build_task(cfg, datamodule.describe())

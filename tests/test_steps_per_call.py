@@ -88,7 +88,7 @@ def test_plateau_scheduler_steps_on_the_monitored_metric(compose_cfg, tmp_path: 
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["steps_per_call=0"], "steps_per_call=0 must be a whole number >= 1"),
+    (["steps_per_call=0"], "steps_per_call=0: expected an integer >= 1"),
     (["steps_per_call=2", "strategy=ddp", "trainer.devices=2"], "runs on one device"),
     (["steps_per_call=2", "trainer.accumulate_grad_batches=2"], "accumulate_grad_batches=2 cannot be combined"),
     (["steps_per_call=2", "trainer.precision=16-mixed"], "does not do fp16 loss scaling"),

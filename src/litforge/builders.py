@@ -1,6 +1,7 @@
 """What the jobs build from the composed config: the task, the strategy and the Trainer.
 
-Each builder turns a mistake a user can make into one ConfigError naming the key and the fix (the CLI prints it as
+Each builder first checks the values of the groups it builds against the rule table (litforge.validation), then
+turns what only the built objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as
 one line), so no job repeats the checks.
 """
 
@@ -13,8 +14,10 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from litforge.errors import ConfigError
-from litforge.instantiate import instantiate_group, to_plain
-from litforge.validation import check_moved_keys
+from litforge.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
+from litforge.validation import check_group, check_moved_keys
+
+TASK_GROUPS = ("model", "optimizer", "scheduler", "loss", "task")  # the configs a task builds its parts from
 
 
 def task_class(cfg: DictConfig) -> type:
@@ -29,6 +32,8 @@ def task_class(cfg: DictConfig) -> type:
 def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
     """The task's LightningModule, given plain-data configs for everything it builds itself."""
     check_moved_keys(cfg)
+    for group in TASK_GROUPS:
+        check_group(group, cfg.get(group))
     task_cfg = to_plain(cfg.task)
     target = task_cfg.pop("_target_")
     task_cls = task_class(cfg)
@@ -44,6 +49,9 @@ def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
             run_config=to_plain(cfg),
         )
     except TypeError as exc:
+        key = unexpected_argument(exc)
+        if key is not None and key in task_cfg:
+            raise unknown_argument("task", key, target) from None
         raise ConfigError(f"could not build the task {target}: {exc}") from None
 
 
@@ -51,8 +59,9 @@ def build_strategy(node: Any) -> Any:
     """`strategy` is either a name Lightning knows (`{name: auto}`) or an instantiable strategy config."""
     if node is None:
         return "auto"
-    if "_target_" in node:
+    if "_target_" in node:  # checked by instantiate_group
         return instantiate_group("strategy", node)
+    check_group("strategy", node)
     return node.get("name", "auto")
 
 
@@ -71,6 +80,9 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
                           "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
     except (TypeError, ValueError) as exc:
+        key = unexpected_argument(exc)
+        if key is not None and key in trainer_kwargs:
+            raise unknown_argument("trainer", key, "pytorch_lightning.Trainer") from None
         raise ConfigError(f"invalid trainer settings: {exc}") from None
     if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
         # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor

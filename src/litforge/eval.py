@@ -12,12 +12,14 @@ from litforge.builders import build_trainer
 from litforge.instantiate import instantiate_group
 from litforge.metrics import scalar_metrics
 from litforge.restore import load_for_inference
+from litforge.validation import check_run
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import RichProgressBar
 
+    check_run(cfg)
     task, datamodule, _ = load_for_inference(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}

@@ -9,12 +9,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.errors import ConfigError
+from litforge.validation import check_run
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpoints import load_checkpoint
     from litforge.restore import restore_task
 
+    check_run(cfg)
     path = str(cfg.ckpt_path)
     task = restore_task(load_checkpoint(path), path)
     if not hasattr(task, "generate_text"):

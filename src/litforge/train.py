@@ -21,6 +21,7 @@ from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.folders import check_folder
+from litforge.validation import check_run, run_notes
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.loops import steps_per_call
     from litforge.speed import apply_speed_options
 
+    check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
+    for note in run_notes(cfg):
+        log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")

@@ -38,8 +38,6 @@ class StopOnNonFiniteLoss(Callback):
 
     def __init__(self, check_every_n_steps: int = 1) -> None:
         super().__init__()
-        if check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
         self.check_every_n_steps = check_every_n_steps
         self._losses: list[torch.Tensor] = []
         self._where: list[tuple[int, int, int]] = []  # (global step, epoch, batch) of each kept loss

@@ -21,7 +21,8 @@ class ClassificationImages(pl.Callback):
 
     def __init__(self, max_samples: int = 32, normalize: str | None = None) -> None:
         self.max_samples = max_samples
-        self.normalize = normalize  # confusion matrix normalisation: null (counts) | true | pred | all
+        # confusion matrix normalisation: null (counts) | true | pred | all; `normalize=true` arrives as a YAML bool
+        self.normalize = "true" if normalize is True else normalize
         self._confusion: MulticlassConfusionMatrix | None = None
         self._samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 

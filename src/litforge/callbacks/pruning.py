@@ -34,7 +34,6 @@ from litforge.callbacks.selection import restart_selection
 from litforge.compat import pruning_targets, set_pruning_targets
 from litforge.errors import ConfigError
 
-METHODS = ("l1_unstructured", "random_unstructured", "ln_structured", "random_structured")
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -58,13 +57,8 @@ class Pruning(ModelPruning):
     def __init__(self, method: str = "l1_unstructured", amount: float = 0.5, start_epoch: int = 0,
                  end_epoch: int | None = None, norm: int = 2, exclude: list[str] | None = None,
                  select_after_schedule: bool = True, verbose: int = 0) -> None:
-        if method not in METHODS:
-            raise ConfigError(f"callbacks.pruning.method={method!r} is not one of {', '.join(METHODS)}")
-        if not 0.0 <= amount < 1.0:
-            raise ConfigError(f"callbacks.pruning.amount={amount} must be a fraction in [0, 1), e.g. 0.5")
+        # method, amount and the epochs (0 <= start_epoch <= end_epoch) are checked by litforge.validation
         end_epoch = start_epoch if end_epoch is None else end_epoch
-        if start_epoch < 0 or end_epoch < start_epoch:
-            raise ConfigError(f"callbacks.pruning: need 0 <= start_epoch <= end_epoch, got {start_epoch}..{end_epoch}")
         structured = method.endswith("_structured") and not method.endswith("_unstructured")
         super().__init__(
             pruning_fn=method,

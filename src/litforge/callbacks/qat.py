@@ -104,8 +104,6 @@ class QuantizationAwareTraining(pl.Callback):
 
     def __init__(self, start_epoch: int = 0, save: bool = True, module: str = "net",
                  restart_selection: bool = True) -> None:
-        if start_epoch < 0:
-            raise ConfigError(f"callbacks.qat.start_epoch={start_epoch} must be >= 0")
         self.start_epoch = start_epoch
         self.save = save
         self.module_name = module

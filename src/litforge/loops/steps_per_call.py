@@ -176,10 +176,7 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
     training step), and tasks without a per-step loss. Gradient clipping moves from the Trainer (which refuses it
     without automatic optimization) into the step loop. Appends the epoch-scheduler callback to `callbacks`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"steps_per_call={steps!r} must be a whole number >= 1 (1 = one optimizer step per "
-                          "Lightning step, the default)")
-    if steps == 1:
+    if steps == 1:  # its type and range are checked by litforge.validation (check_run)
         return
     fix = "set steps_per_call=1"
     if not isinstance(task, SteppableTask):
@@ -205,9 +202,7 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
         raise ConfigError(f"steps_per_call={steps}: {averaging[0]} averages once per Lightning step, i.e. every "
                           f"{steps} optimizer steps; drop the ema callback or {fix}")
     clip_val = trainer_kwargs.pop("gradient_clip_val", None)
-    clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"
-    if clip_algorithm not in ("norm", "value"):
-        raise ConfigError(f"trainer.gradient_clip_algorithm={clip_algorithm!r} is not one of norm, value")
+    clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"  # norm | value (validation)
 
     mechanism = StepsPerCall(task, steps, datamodule.batch_size, clip_val, clip_algorithm)
     task.automatic_optimization = False

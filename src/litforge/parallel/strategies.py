@@ -36,8 +36,6 @@ class LocalSGD(DDPStrategy):
     strategy_name = "litforge_local_sgd"
 
     def __init__(self, period: int = 4, warmup_steps: int = 0, **kwargs: Any) -> None:
-        if period < 1:
-            raise ValueError(f"strategy.period must be >= 1 (optimizer steps between model averages), got {period}")
         from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
             PostLocalSGDState,
             post_localSGD_hook,

@@ -61,9 +61,6 @@ class LitforgeTask(pl.LightningModule):
     def __init__(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None = None,
                  run_config: dict[str, Any] | None = None, lr_scaling: str = "none") -> None:
         super().__init__()
-        if lr_scaling not in LR_SCALING:
-            raise ConfigError(f"task.lr_scaling={lr_scaling!r} is not one of {', '.join(LR_SCALING)} "
-                              "(e.g. task.lr_scaling=linear)")
         self.optimizer_cfg = optimizer
         self.scheduler_cfg = scheduler or None
         self.lr_scaling = lr_scaling
@@ -77,7 +74,7 @@ class LitforgeTask(pl.LightningModule):
             raise ConfigError("the model has no trainable parameters: check the freezing options of the task")
         optimizer_cfg = dict(self.optimizer_cfg)
         optimizer_cfg.pop("lr_scaling", None)  # where checkpoints written before it moved to task.lr_scaling keep it
-        optimizer = call_partial(optimizer_cfg, params)
+        optimizer = call_partial("optimizer", optimizer_cfg, params)
         scale_learning_rate(optimizer, self.lr_scaling, self._data_parallel_size())
         if not self.scheduler_cfg:
             return optimizer
@@ -116,7 +113,7 @@ class LitforgeTask(pl.LightningModule):
                 sched_cfg[key] = total
         if "max_lr" in sched_cfg and sched_cfg["max_lr"] is None:  # onecycle: peak at the configured lr
             sched_cfg["max_lr"] = [group["lr"] for group in optimizer.param_groups]
-        scheduler = call_partial(sched_cfg, optimizer)
+        scheduler = call_partial("scheduler", sched_cfg, optimizer)
         out: dict[str, Any] = {"scheduler": scheduler, "interval": interval, "frequency": frequency}
         if monitor and self.automatic_optimization:  # manual optimization steps its schedulers itself
             out["monitor"] = monitor

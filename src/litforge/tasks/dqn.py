@@ -49,15 +49,7 @@ class DQNTask(LitforgeTask):
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
-        if not 0.0 < target_tau <= 1.0:
-            raise ConfigError(f"task.target_tau={target_tau} must be in (0, 1]: 1.0 copies the online net into the "
-                              "target net every task.target_sync_steps, a small value (e.g. 0.005 with "
-                              "task.target_sync_steps=1) averages it in softly")
-        if int(target_sync_steps) < 1:
-            raise ConfigError(f"task.target_sync_steps={target_sync_steps} must be >= 1 (gradient steps between "
-                              "target-net updates)")
-        if not 0.0 <= gamma <= 1.0:
-            raise ConfigError(f"task.gamma={gamma} must be in [0, 1] (the discount factor), e.g. 0.99")
+        # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.validation (task.*)
         if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
             raise ConfigError(f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
                               "use loss=huber (experiment=cartpole_dqn sets it)")

@@ -1,0 +1,117 @@
+"""The command line is checked before Hydra starts a job (litforge.preflight): one line, the fix, a fraction of a second.
+
+In-process, through the functions the entry scripts call; tests/test_bad_input.py runs some of the same command
+lines through the real CLI. The values themselves are judged by the rule table (tests/test_validation.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import CONF
+from litforge.errors import ConfigError
+
+PREFLIGHT = [
+    # (overrides, the one line it must say)
+    (["data.batch_size=0"], "data.batch_size=0: expected an integer >= 1, e.g. data.batch_size=64"),
+    (["optimizer.lr=-1"], "optimizer.lr=-1: expected a number > 0, e.g. optimizer.lr=0.001"),
+    (["hparams_search=digits_optuna"], "add -m (python train.py -m hparams_search=digits_optuna)"),
+    (["optimizer.lr=0.1,0.01"], "optimizer.lr=0.1,0.01 is a sweep (one job per value): add -m"),
+    (["model=resnt"], "model=resnt is not an option of model; did you mean model=resnet?"),
+    (["callbacks=[default,prunin]"], "callbacks=prunin is not an option of callbacks; did you mean callbacks=pruning?"),
+    (["trainer.max_epoch=3"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs?"),
+    (["dat.batch_size=3"], "the config has no key `dat`; did you mean data?"),
+    (["data=image_folder"], "data.root has no value and is required"),
+    (["model=cnn", "model.channels=32"], "model.channels=32: expected a non-empty list"),
+    (["scheduler=step", "scheduler.scheduler.step_size=0"], "scheduler.scheduler.step_size=0: expected an integer"),
+    (["optimizer=sgd", "optimizer.momentum=0"], "optimizer.nesterov=true needs momentum"),
+    (["trainer.enable_checkpointing=false"], "also pass callbacks.model_checkpoint=null"),
+    (["experiment=cartpole_dqn", "task.gamma=1.5"], "task.gamma=1.5: expected a number in [0, 1]"),
+    (["callbacks=[default,pruning]", "callbacks.pruning.amount=1"], "callbacks.pruning.amount=1: expected a number"),
+    (["strategy=local_sgd", "strategy.period=0"], "strategy.period=0: expected an integer >= 1"),
+    (["logger.tensorboard.default_hp_metric=3"], "logger.tensorboard.default_hp_metric=3: expected true or false"),
+    (["trainer.plugins=3"], "trainer.plugins=3: expected a list"),  # no rule: the kind of its default
+]
+
+
+@pytest.mark.parametrize(("overrides", "says"), PREFLIGHT, ids=[" ".join(o) for o, _ in PREFLIGHT])
+def test_the_command_line_is_refused_before_hydra_starts(overrides: list[str], says: str, tmp_path: Path):
+    from litforge.preflight import checked_overrides
+
+    with pytest.raises(ConfigError) as info:
+        checked_overrides(CONF, "train", [f"paths.log_dir={tmp_path}", *overrides])
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_good_command_lines_pass_unchanged(tmp_path: Path):
+    from litforge.preflight import checked_overrides
+
+    for overrides in (["trainer.gradient_clip_val=0.5", "model=cnn", "model.channels=[8,16]"],
+                      ["data=image_folder", f"data.root={tmp_path}", "data.image_size=[32,48]"],  # a ??? key given
+                      ["experiment=cartpole_dqn", "trainer.max_epochs=-1", "trainer.max_steps=100"],
+                      ["+callbacks.extra._target_=x.Y", "+callbacks.extra.mode=min"]):
+        args = [f"paths.log_dir={tmp_path}", *overrides]
+        assert checked_overrides(CONF, "train", args) == args
+    for job in ("eval", "predict", "export", "generate"):
+        args = [f"paths.log_dir={tmp_path}", "ckpt_path=run/checkpoints/last.ckpt"]
+        assert checked_overrides(CONF, job, args) == args
+    with pytest.raises(ConfigError, match="ckpt_path has no value and is required"):
+        checked_overrides(CONF, "eval", [f"paths.log_dir={tmp_path}"])
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ("a.flag=maybe", "a.flag='maybe': expected true or false (the default is false)"),
+    ("a.n=many", "a.n='many': expected an integer (the default is 3)"),
+    ("a.xs=1", "a.xs=1: expected a list (the default is [1,2])"),
+])
+def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says: str):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from litforge.preflight import _apply, check_value_types
+
+    baseline = OmegaConf.create({"a": {"flag": False, "n": 3, "xs": [1, 2]}})
+    parsed = OverridesParser.create().parse_overrides([override])
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check_value_types(baseline, _apply(baseline, parsed), parsed)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
+    (["-m", "resume=auto", "seed=1,2"], "resume= continues one run"),
+    (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
+    # values are each job's to check: the sweep records the failed job and runs the others (tests/test_sweeps.py)
+    (["-m", "model.dropout=choice(0.1,1.5)", "optimizer.lr=interval(0.0,0.1)"], None),
+])
+def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says: str | None, tmp_path: Path, capsys):
+    from litforge.preflight import prepare_command_line
+
+    argv = ["train.py", f"paths.log_dir={tmp_path}", *args]
+    if says is None:
+        prepare_command_line(CONF, "train", argv)
+        return
+    with pytest.raises(SystemExit) as info:
+        prepare_command_line(CONF, "train", argv)
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("litforge: error:") == 1 and says in err, err
+
+
+def test_a_refused_command_line_costs_no_torch_import():
+    """The fast path: the mistake is reported before any job module (and so torch or Lightning) is imported."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['train.py', 'data.batch_size=0']\n"
+             "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
+             "except SystemExit as exc:\n    print('EXIT', exc.code)\n"
+             "print('IMPORTED', sorted(m for m in ('torch', 'pytorch_lightning') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "EXIT 1" in proc.stdout and "IMPORTED []" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.count("litforge: error: data.batch_size=0") == 1, proc.stderr
