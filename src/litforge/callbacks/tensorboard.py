@@ -90,7 +90,9 @@ class ModelGraph(pl.Callback):
                 # TensorBoard's add_graph still traces with torch.jit, which torch now flags as deprecated
                 warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace", category=FutureWarning)
                 for logger in loggers:
-                    logger.experiment.add_graph(pl_module, example.to(pl_module.device))
+                    # the task's plain net when it has one: the tracer then sees no LightningModule attributes
+                    # (reading every metric's properties raised torchmetrics deprecation warnings), same graph inside
+                    logger.experiment.add_graph(getattr(pl_module, "net", pl_module), example.to(pl_module.device))
         except Exception as exc:  # tracing is best effort: the run must not fail for a picture
             log.warning("Model graph not logged to TensorBoard (tracing failed: %s)", str(exc).splitlines()[0])
         finally:
