@@ -1,5 +1,12 @@
 """Log generated text to TensorBoard after validation: watching samples is the quickest check a language model
-is learning (and of what)."""
+is learning (and of what).
+
+Every rank generates, rank 0 logs. Under `strategy=fsdp/tp/fsdp_tp` the net's blocks are sharded: each forward
+all-gathers (FSDP2) or reduces (tensor parallel) across the ranks, so a sample drawn on rank 0 alone waits forever
+on ranks that went on (issue 18: `experiment=gpt_char strategy=fsdp trainer.devices=2` hung at its first
+validation). All ranks draw from one seed, so they feed the same tokens to every forward: tensor parallelism needs
+identical inputs on its ranks, and every rank ends with the same text.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +19,26 @@ log = logging.getLogger(__name__)
 
 
 class TextSamples(pl.Callback):
-    """Every `every_n_epochs` validations, sample `max_new_tokens` from `prompt` and log it as TensorBoard text."""
+    """Every `every_n_epochs` validations, sample `max_new_tokens` from `prompt` and log it as TensorBoard text.
+
+    `seed` fixes the sampling noise (the same seed each time shows how one draw changes as the model learns); null
+    draws a new sample each time, from a seed all ranks share (the global step).
+    """
 
     def __init__(self, prompt: str = "", max_new_tokens: int = 200, temperature: float = 0.8,
-                 top_k: int | None = None, every_n_epochs: int = 1, seed: int = 0) -> None:
+                 top_k: int | None = None, every_n_epochs: int = 1, seed: int | None = 0) -> None:
         self.prompt, self.max_new_tokens, self.temperature, self.top_k = prompt, max_new_tokens, temperature, top_k
         self.every_n_epochs, self.seed = every_n_epochs, seed
+        self.last_sample: str | None = None  # the latest text, on every rank
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero or trainer.current_epoch % self.every_n_epochs:
+        if trainer.sanity_checking or trainer.current_epoch % self.every_n_epochs:
             return
-        text = pl_module.generate_text(self.prompt, self.max_new_tokens, self.temperature, self.top_k, self.seed)
+        seed = self.seed if self.seed is not None else trainer.global_step
+        text = pl_module.generate_text(self.prompt, self.max_new_tokens, self.temperature, self.top_k, seed)
+        self.last_sample = text
+        if not trainer.is_global_zero:
+            return
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 # markdown code block: keeps the sample's line breaks and spaces in TensorBoard's text tab

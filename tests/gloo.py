@@ -1,0 +1,94 @@
+"""N gloo ranks in spawned processes that run test functions, each call under a hard timeout.
+
+Much cheaper than a CLI run (no Lightning launcher, no Hydra), and the ranks are started once for several tests (a
+module-scoped fixture): starting a rank means importing torch and Lightning again. A rank that hangs on a
+mismatched collective fails the call after `timeout` seconds instead of blocking the suite; the ranks are then
+killed and later calls fail at once. Start-up has its own, longer clock: imports are slow on a busy machine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(rank: int, world_size: int, port: int, preload: tuple[str, ...], inbox: Any, outbox: Any) -> None:
+    """One rank: import `preload`, join the gloo group, then run `(fn, args)` calls from `inbox` until it reads None."""
+    import importlib
+
+    for module in preload:  # the test module: its imports (Lightning) would otherwise count against the first call
+        importlib.import_module(module)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
+    outbox.put((rank, "joined", None))
+    while (call := inbox.get()) is not None:
+        fn, args = call
+        try:
+            outbox.put((rank, "ok", fn(rank, world_size, *args)))
+        except BaseException:  # noqa: BLE001 - every failure goes back to the test
+            outbox.put((rank, "error", traceback.format_exc()))
+    dist.destroy_process_group()
+
+
+class GlooRanks:
+    """`ranks.run(fn, *args)` calls `fn(rank, world_size, *args)` on every rank; returns the results by rank."""
+
+    def __init__(self, world_size: int = 2, preload: tuple[str, ...] = (), start_timeout: float = 300) -> None:
+        ctx = mp.get_context("spawn")
+        self.world_size, self.outbox, port = world_size, ctx.Queue(), _free_port()
+        self.inboxes = [ctx.Queue() for _ in range(world_size)]
+        self.procs = [ctx.Process(target=_serve, args=(rank, world_size, port, preload, self.inboxes[rank], self.outbox),
+                                  daemon=True) for rank in range(world_size)]
+        for proc in self.procs:
+            proc.start()
+        self.broken = ""
+        self._collect(start_timeout, "start")
+
+    def _collect(self, timeout: float, what: str) -> list[Any]:
+        results: dict[int, Any] = {}
+        while len(results) < self.world_size:
+            try:
+                rank, status, value = self.outbox.get(timeout=timeout)
+            except Exception as exc:  # queue.Empty: some rank is still busy after `timeout` s
+                self.broken = f"ranks {sorted(set(range(self.world_size)) - set(results))} hung in {what} for over " \
+                              f"{timeout:.0f} s"
+                self.close()
+                raise AssertionError(self.broken) from exc
+            if status == "error":
+                self.broken = f"rank {rank} failed in {what}"
+                self.close()
+                raise AssertionError(f"rank {rank} failed in {what}:\n{value}")
+            results[rank] = value
+        return [results[rank] for rank in range(self.world_size)]
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float = 30) -> list[Any]:
+        if self.broken:
+            raise AssertionError(f"the gloo ranks are gone ({self.broken})")
+        for inbox in self.inboxes:
+            inbox.put((fn, args))
+        return self._collect(timeout, fn.__name__)
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for proc in self.procs:
+            proc.join(timeout=0 if self.broken else 2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
