@@ -53,3 +53,27 @@ def test_text_samples_under_sharding_do_not_hang(ranks: GlooRanks, tp: int):
     text); rank 0 logs it."""
     texts = ranks.run(_text_sample_on_sharded_ranks, tp)
     assert texts[0] == texts[1] and len(texts[0]) == 6
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # dcp.save in one process, on purpose
+def test_a_gpu_runs_sharded_checkpoint_consolidates_on_a_cpu_only_machine(tmp_path, monkeypatch):
+    """Rank 0's meta.pt beside the shards holds tensors where the run kept them (ModelCheckpoint's best score lives
+    on the GPU): loading it without map_location on a CPU-only machine failed ("Attempting to deserialize object on
+    a CUDA device"). Simulated by tagging the saved storages as cuda:0."""
+    import torch.distributed.checkpoint as dcp
+
+    from litforge.parallel.consolidate import META, consolidate
+
+    folder = tmp_path / "last.ckpt"
+    dcp.save({"state_dict": {"net.weight": torch.ones(2, 2)}}, checkpoint_id=str(folder), no_dist=True)
+    with monkeypatch.context() as patched:  # what torch.save writes for a tensor on cuda:0
+        patched.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save({"callbacks": {"ModelCheckpoint": {"best_model_score": torch.tensor(0.25)}}, "epoch": 3},
+                   folder / META)
+    assert not torch.cuda.is_available()
+    with pytest.raises(RuntimeError, match="CUDA"):  # the simulation holds: a plain load fails here
+        torch.load(folder / META, weights_only=True)
+
+    merged = torch.load(consolidate(folder), weights_only=True)
+    assert merged["epoch"] == 3 and merged["callbacks"]["ModelCheckpoint"]["best_model_score"].device.type == "cpu"
+    torch.testing.assert_close(merged["state_dict"]["net.weight"], torch.ones(2, 2))

@@ -47,10 +47,13 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     # write then rename: several ranks (or runs) may consolidate the same folder at once, none reads a partial file
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     dcp_to_torch_save(str(path), str(partial))
-    shards = torch.load(partial, weights_only=True)
+    shards = torch.load(partial, weights_only=True, map_location="cpu")
     # Lightning keeps everything but weights and optimizer state (loops, callbacks, hparams, litforge's entry) in
-    # meta.pt; the optimizer shards are dropped: the merged file is for inference, resume from the folder itself
-    checkpoint = torch.load(Path(path) / META, weights_only=True) if (Path(path) / META).is_file() else {}
+    # meta.pt; the optimizer shards are dropped: the merged file is for inference, resume from the folder itself.
+    # map_location: meta.pt keeps tensors where the run had them (ModelCheckpoint's best score on the GPU), and a
+    # GPU run's checkpoint must still evaluate, predict and export on a CPU-only machine
+    meta = Path(path) / META
+    checkpoint = torch.load(meta, weights_only=True, map_location="cpu") if meta.is_file() else {}
     checkpoint["state_dict"] = shards["state_dict"]
     torch.save(checkpoint, partial)
     os.replace(partial, out)
