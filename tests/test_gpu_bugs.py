@@ -77,3 +77,29 @@ def test_a_gpu_runs_sharded_checkpoint_consolidates_on_a_cpu_only_machine(tmp_pa
     merged = torch.load(consolidate(folder), weights_only=True)
     assert merged["epoch"] == 3 and merged["callbacks"]["ModelCheckpoint"]["best_model_score"].device.type == "cpu"
     torch.testing.assert_close(merged["state_dict"]["net.weight"], torch.ones(2, 2))
+
+
+def _resume_rng_on_ranks(rank: int, world_size: int) -> tuple[list[float], list[float]]:
+    """Each rank seeds differently, checkpoints (all ranks run the hook; rank 0's dict is the one written), scrambles
+    its generator, loads rank 0's dict: its next draws must be the ones it would have made."""
+    task = _tiny_language_model()
+    torch.manual_seed(100 + rank)
+    torch.rand(5)  # some training happened
+    checkpoint: dict = {}
+    task.on_save_checkpoint(checkpoint)
+    expected = torch.rand(3).tolist()
+    written = [checkpoint]
+    dist.broadcast_object_list(written, src=0)  # only rank 0 writes the file; every rank reads that file
+    torch.manual_seed(0)
+    task.trainer = SimpleNamespace(state=SimpleNamespace(fn="fit"))
+    task.on_load_checkpoint(written[0])
+    return expected, torch.rand(3).tolist()
+
+
+@pytest.mark.distributed
+def test_each_rank_resumes_its_own_rng_state(ranks: GlooRanks):
+    """Only rank 0's RNG state was saved, and every rank restored it: rank 1 resumed with rank 0's dropout noise."""
+    results = ranks.run(_resume_rng_on_ranks)
+    for rank, (expected, resumed) in enumerate(results):
+        assert resumed == expected, f"rank {rank} resumed another rank's random stream"
+    assert results[0][0] != results[1][0]

@@ -164,13 +164,49 @@ class LitforgeTask(pl.LightningModule):
             "task_class": f"{cls.__module__}.{cls.__qualname__}",
             "run_config": self.run_config,
             # global RNG state: dropout and augmentation draw from it, so an exact resume needs it back
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "rng": {"ranks": _gather_per_rank(_rng_state(self.device))},
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = checkpoint.get(CHECKPOINT_KEY, {}).get("rng")
         if rng and attached_trainer(self) is not None and self.trainer.state.fn == "fit":
-            torch.set_rng_state(rng["torch"])
-            if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            if "ranks" not in rng:  # written before per-rank states (one CPU state, rank 0's CUDA generators)
+                torch.set_rng_state(rng["torch"])
+                return
+            rank = _rank()
+            if rank < len(rng["ranks"]):  # a rank the saving run did not have keeps its seeded state
+                _set_rng_state(rng["ranks"][rank], self.device)
+
+
+# ---- RNG state per rank --------------------------------------------------------------------------------------------
+# Each rank draws its own dropout masks and augmentations (its CPU generator, and the generator of its own GPU). Only
+# rank 0 writes the checkpoint file, so its states alone used to be saved, and every rank restored rank 0's: ranks
+# resumed with each other's (or identical) noise. Now every rank's pair is gathered into the file and each rank takes
+# back its own. Lightning's Trainer saves no RNG state at all (only Fabric's seed helpers collect one process's).
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's CPU generator and, on a GPU, the generator of its own device (not every visible device's)."""
+    return {"torch": torch.get_rng_state(),
+            "device": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if state.get("device") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["device"], device)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _gather_per_rank(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's `state`, by rank (a collective: Lightning calls `on_save_checkpoint` on every rank)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [state]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
