@@ -132,6 +132,24 @@ def test_last_ckpt_is_the_latest_step_when_the_metric_stops_improving(uninterrup
     assert Path(result["last_checkpoint"]).name == "last.ckpt"
 
 
+def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterrupted, tmp_path):
+    """checkpoint_every=4: last.ckpt at step 8 (epoch 1, batch 2 of 6); SIGKILL at step 10; resume=auto is exact."""
+    killed = run_cli("train.py", *COMMON, "checkpoint_every=4", *fault("SignalAt", step=10, signal="SIGKILL"),
+                     log_dir=tmp_path, env=FAULTS_ENV)
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    run_dir = single_run(tmp_path)
+    saved = last_ckpt(run_dir)
+    assert (saved["epoch"], saved["global_step"]) == (1, 8), "saved mid-epoch by the clock"
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["batches_done"] == 2
+
+    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    expected, got = read_metrics(uninterrupted)["metrics"], read_metrics(run_dir)["metrics"]
+    for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
+        assert got[name] == pytest.approx(expected[name], abs=1e-6), name
+
+
 def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
     from litforge.resume import resolve
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from litforge.durations import parse_every
 from litforge.errors import ConfigError
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
@@ -196,6 +197,8 @@ RULES: dict[str, Rule] = {
     "compile": mapping_or(boolean(example="true"), "true, false or a mapping of torch.compile options"),
     "channels_last": boolean(example="true"),
     "steps_per_call": integer(1, example=4),
+    "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
+                             "500", null=True),
     "objective.metric": text(example="val/loss"),
     "objective.mode": choice("min", "max"),
     # predict

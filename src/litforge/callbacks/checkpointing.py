@@ -40,16 +40,17 @@ class ModelCheckpoint(LightningModelCheckpoint):
         self.keep_last = bool(save_last)
         self._last_written_step = -1
 
-    def write_last(self, trainer: pl.Trainer) -> str | None:
+    def write_last(self, trainer: pl.Trainer, again: bool = False) -> str | None:
         """Write `last.ckpt` at the current step (all ranks call this together); returns its path, or None if off.
 
-        A no-op when it was already written at this step, before any step was taken, and outside `fit`.
+        A no-op before any step was taken, outside `fit`, and when it was already written at this step, unless
+        `again` (after a validation, which changes the state a resume needs: metrics, best score, early stopping).
         """
         if not self.keep_last or self.dirpath is None:
             return None
         step = trainer.global_step
-        if step == 0 or step == self._last_written_step or trainer.sanity_checking or trainer.fast_dev_run \
-                or trainer.state.fn != "fit":
+        if step == 0 or (step == self._last_written_step and not again) or trainer.sanity_checking \
+                or trainer.fast_dev_run or trainer.state.fn != "fit":
             return self.last_model_path or None
         path = self.format_checkpoint_name({}, self.CHECKPOINT_NAME_LAST)
         self.last_model_path = path  # part of the saved state: set it before the write
@@ -63,7 +64,7 @@ class ModelCheckpoint(LightningModelCheckpoint):
     # after Lightning's own (best top-k) save in the same hook, so both files hold the same step
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        self.write_last(trainer)
+        self.write_last(trainer, again=True)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
