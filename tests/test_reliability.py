@@ -110,6 +110,46 @@ def test_sigterm_mid_epoch_saves_the_step_and_resumes_exactly(uninterrupted, tmp
     assert read_metrics(run_dir)["metrics"]["test/acc"] == read_metrics(uninterrupted)["metrics"]["test/acc"]
 
 
+def test_last_ckpt_is_the_latest_step_when_the_metric_stops_improving(uninterrupted, tmp_path):
+    """Lightning writes last.ckpt only beside a new best checkpoint; litforge's is always the latest step.
+
+    objective.mode=min on val/acc (which rises every epoch here) keeps epoch 0 the best: before the fix, last.ckpt
+    stayed at step 6 and resume=auto retrained epoch 1. SIGKILL at step 15 (mid-epoch 2).
+    """
+    killed = run_cli("train.py", *COMMON, "objective.mode=min", *fault("SignalAt", step=15, signal="SIGKILL"),
+                     log_dir=tmp_path, env=FAULTS_ENV)
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    run_dir = single_run(tmp_path)
+    assert [p.name for p in (run_dir / "checkpoints").glob("epoch*.ckpt")] == ["epoch000-step000006.ckpt"]
+    assert last_ckpt(run_dir)["global_step"] == 12, "last.ckpt must be the latest epoch end, not the best epoch"
+
+    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "resuming" in resumed.output and "from last.ckpt" in resumed.output
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))  # last.ckpt is step 18, the final state
+    result = read_metrics(run_dir)
+    assert Path(result["best_checkpoint"]).name == "epoch000-step000006.ckpt", "best selection is unchanged"
+    assert Path(result["last_checkpoint"]).name == "last.ckpt"
+
+
+def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterrupted, tmp_path):
+    """checkpoint_every=4: last.ckpt at step 8 (epoch 1, batch 2 of 6); SIGKILL at step 10; resume=auto is exact."""
+    killed = run_cli("train.py", *COMMON, "checkpoint_every=4", *fault("SignalAt", step=10, signal="SIGKILL"),
+                     log_dir=tmp_path, env=FAULTS_ENV)
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    run_dir = single_run(tmp_path)
+    saved = last_ckpt(run_dir)
+    assert (saved["epoch"], saved["global_step"]) == (1, 8), "saved mid-epoch by the clock"
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["batches_done"] == 2
+
+    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    expected, got = read_metrics(uninterrupted)["metrics"], read_metrics(run_dir)["metrics"]
+    for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
+        assert got[name] == pytest.approx(expected[name], abs=1e-6), name
+
+
 def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
     from litforge.resume import resolve
 

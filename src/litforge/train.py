@@ -30,6 +30,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
     import pytorch_lightning as pl
 
+    from litforge.callbacks.checkpoint_clock import clock_callbacks
     from litforge.checkpoints import load_checkpoint
     from litforge.parallel import launch
     from litforge.loops import steps_per_call
@@ -59,6 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
+    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")))  # mid-epoch last.ckpt saves
     strategy = build_strategy(cfg.get("strategy"))
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from litforge.durations import parse_every
 from litforge.errors import ConfigError
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
@@ -196,6 +197,8 @@ RULES: dict[str, Rule] = {
     "compile": mapping_or(boolean(example="true"), "true, false or a mapping of torch.compile options"),
     "channels_last": boolean(example="true"),
     "steps_per_call": integer(1, example=4),
+    "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
+                             "500", null=True),
     "objective.metric": text(example="val/loss"),
     "objective.mode": choice("min", "max"),
     # predict
@@ -344,8 +347,7 @@ RULES: dict[str, Rule] = {
 
     # ---- callbacks (by the entry name each conf/callbacks option gives) ----
     "callbacks.model_checkpoint.save_top_k": integer(-1, example=3, extra=" (-1 = keep all)"),
-    "callbacks.model_checkpoint.save_last": either("true, false or link", boolean(), choice("link"), example="true",
-                                                   null=True),
+    "callbacks.model_checkpoint.save_last": boolean(null=True, example="true"),  # litforge writes last.ckpt itself
     "callbacks.model_checkpoint.filename": text(example="'epoch{epoch:03d}'"),
     "callbacks.model_checkpoint.auto_insert_metric_name": boolean(example="false"),
     "callbacks.*.monitor": text(example="val/loss"),

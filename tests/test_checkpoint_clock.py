@@ -1,0 +1,54 @@
+"""checkpoint_every and time_limit, in-process: parsing, the config rules and the clock decisions (a fake clock)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from litforge.durations import parse_duration, parse_every
+from litforge.errors import ConfigError
+from litforge.validation import check_value
+
+
+@pytest.mark.parametrize("text,seconds", [("30min", 1800), ("3h55min", 14100), ("90s", 90), ("1.5h", 5400),
+                                          ("2d", 172800), ("04:00:00", 14400), ("1-00:00:30", 86430)])
+def test_durations_read_as_typed(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_checkpoint_every_takes_steps_or_a_duration_and_refuses_the_rest():
+    assert parse_every(500) == ("steps", 500) and parse_every("500") == ("steps", 500)
+    assert parse_every("30min") == ("seconds", 1800)
+    for bad in (0, -3, "soon", "30 parsecs", True, 1.5):
+        with pytest.raises(ConfigError, match=r"checkpoint_every=.* e\.g\. checkpoint_every=500"):
+            check_value("checkpoint_every", bad)
+    check_value("checkpoint_every", None)
+
+
+def fake_trainer(step: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(global_step=step, strategy=SimpleNamespace(broadcast=lambda v: v))
+
+
+def test_checkpoint_every_saves_on_crossing_a_step_multiple_or_the_clock(monkeypatch):
+    from litforge.callbacks import checkpoint_clock
+
+    saved: list[int] = []
+    monkeypatch.setattr(checkpoint_clock, "save_latest", lambda trainer: saved.append(trainer.global_step))
+    now = [1000.0]
+    monkeypatch.setattr(checkpoint_clock.time, "monotonic", lambda: now[0])
+
+    by_steps, trainer = checkpoint_clock.CheckpointEvery(4), fake_trainer(step=2)  # resumed at step 2
+    by_steps.on_train_start(trainer, None)
+    for step in (3, 5, 5, 8, 9, 13):  # 5 twice: an accumulation batch; 9 -> 13: steps_per_call=4
+        trainer.global_step = step
+        by_steps.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved == [5, 8, 13]
+
+    saved.clear()
+    by_clock, trainer = checkpoint_clock.CheckpointEvery("1min"), fake_trainer()
+    by_clock.on_train_start(trainer, None)
+    for step, t in ((1, 1030.0), (2, 1061.0), (3, 1100.0), (4, 1121.0)):
+        trainer.global_step, now[0] = step, t
+        by_clock.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved == [2, 4]
