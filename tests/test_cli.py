@@ -59,6 +59,12 @@ def test_checkpoints_load_with_weights_only_and_hold_plain_hparams(default_run):
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["hyper_parameters"]["net"]["_target_"] == "litforge.models.mlp.MLP"
     assert ckpt["litforge"]["run_config"]["model"]["_target_"] == "litforge.models.mlp.MLP"
+    provenance = json.loads((run_dir / "provenance.json").read_text())  # litforge.provenance: what produced the run
+    assert ckpt["litforge_provenance"]["commit"] == provenance["git"]["commit"] and len(provenance["git"]["commit"]) == 40
+    assert provenance["status"] == "finished" and provenance["end"] >= provenance["start"]
+    assert provenance["command"][0] == "train.py" and provenance["torch"] == torch.__version__
+    assert torch.__version__.startswith(provenance["packages"]["torch"]) and provenance["devices"] and provenance["host"]
+    assert (run_dir / "provenance.diff").is_file() == bool(provenance["git"]["dirty"])
 
 
 def test_eval_reports_the_training_runs_test_accuracy(default_run, tmp_path):
@@ -68,6 +74,8 @@ def test_eval_reports_the_training_runs_test_accuracy(default_run, tmp_path):
     assert result.returncode == 0, result.output[-3000:]
     evaluated = read_metrics(single_run(tmp_path / "logs", "eval"))["metrics"]
     assert evaluated["test/acc"] == pytest.approx(read_metrics(run_dir)["metrics"]["test/acc"], abs=1e-6)
+    commit = json.loads((run_dir / "provenance.json").read_text())["git"]["commit"]
+    assert f"trained at commit: {commit}" in " ".join(result.stdout.split()), result.stdout[-2000:]
 
 
 def test_predict_writes_predictions_for_the_test_split_and_for_image_files(default_run, tmp_path):

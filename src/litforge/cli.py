@@ -150,7 +150,8 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
             table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
         console.print(table)
     for label, key in (("best checkpoint", "best_checkpoint"), ("last checkpoint", "last_checkpoint"),
-                       ("run folder", "output_dir"), ("written", "written")):
+                       ("run folder", "output_dir"), ("written", "written"),
+                       ("trained at commit", "trained_at_commit")):
         if result.get(key):
             console.print(f"{label}: {result[key]}")
     if result.get("output_dir") and job_name == "train":

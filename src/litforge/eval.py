@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from litforge.builders import build_trainer
 from litforge.instantiate import instantiate_group
 from litforge.metrics import scalar_metrics
+from litforge.provenance import describe_origin
 from litforge.restore import load_for_inference
 from litforge.validation import check_run
 
@@ -20,13 +21,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     from pytorch_lightning.callbacks import RichProgressBar
 
     check_run(cfg)
-    task, datamodule, _ = load_for_inference(cfg)
+    task, datamodule, checkpoint = load_for_inference(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}
     trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
     trainer.test(task, datamodule=datamodule, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
     result = {"metrics": scalar_metrics(trainer.callback_metrics), "checkpoint": str(cfg.ckpt_path),
-              "output_dir": str(output_dir)}
+              "trained_at_commit": describe_origin(checkpoint), "output_dir": str(output_dir)}
     (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
     return result

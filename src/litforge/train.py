@@ -21,6 +21,7 @@ from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.folders import check_folder
+from litforge.runtime import is_rank_zero
 from litforge.validation import check_run, run_notes
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
     import pytorch_lightning as pl
 
-    from litforge.callbacks.checkpoint_clock import clock_callbacks
-    from litforge.checkpoints import load_checkpoint
+    from litforge import provenance
     from litforge.parallel import launch
-    from litforge.loops import steps_per_call
-    from litforge.speed import apply_speed_options
 
     check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
     for note in run_notes(cfg):
@@ -43,6 +41,29 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    record = provenance.write_start(output_dir) if is_rank_zero() else {"git": provenance.git_state(),
+                                                                        "start": provenance.now()}
+    status = "failed"
+    try:
+        result = _fit_and_test(cfg, output_dir, record)
+        status = "stopped" if result.pop("interrupted") else "finished"
+        return result
+    except TrainingStopped:
+        status = "stopped"
+        raise
+    finally:
+        if is_rank_zero():
+            provenance.write_end(output_dir, record, status)
+
+
+def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
+    from litforge.callbacks.checkpoint_clock import clock_callbacks
+    from litforge.callbacks.provenance import ProvenanceRecorder
+    from litforge.checkpoints import load_checkpoint
+    from litforge.loops import steps_per_call
+    from litforge.speed import apply_speed_options
 
     datamodule = instantiate_group("data", cfg.data)
     check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
@@ -61,6 +82,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
     callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")))  # mid-epoch last.ckpt saves
+    callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
     strategy = build_strategy(cfg.get("strategy"))
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
@@ -82,9 +104,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "best_checkpoint": best,
         "last_checkpoint": last,
         "output_dir": str(output_dir),
+        "interrupted": bool(trainer.interrupted),
     }
     if trainer.is_global_zero:
-        (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
+        (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
+                                                            indent=2))
     return result
 
 

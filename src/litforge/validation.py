@@ -296,6 +296,8 @@ RULES: dict[str, Rule] = {
     "scheduler.scheduler.mode": choice("min", "max"),
     "scheduler.scheduler.factor": number(gt=0, lt=1, example=0.5),
     "scheduler.scheduler.patience": integer(0, example=3),
+    "scheduler.scheduler.warmup_steps": integer(0, example=100, null=True),
+    "scheduler.scheduler.warmup_fraction": number(ge=0, lt=1, example=0.05),
     "scheduler.scheduler.step_size": integer(1, example=10),
     "scheduler.scheduler.gamma": number(gt=0, example=0.1),
 
