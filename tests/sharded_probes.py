@@ -33,14 +33,15 @@ def _loss(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
 def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str, tuple[dict[str, Any], str]]) -> None:
     """Per variant (fully_shard kwargs, activation checkpointing mode): loss, full gradients and what FSDP2 held.
 
-    Each rank trains on its half of one batch; FSDP2 averages the gradients, so they must equal the gradients of the
-    whole batch in one process (`reference`, computed here on an unsharded copy).
+    Under FSDP2 each rank trains on its half of one batch and FSDP2 averages the gradients, so they must equal the
+    gradients of the whole batch in one process (`reference`, computed here on an unsharded copy). A variant with
+    `{"tensor_parallel": True}` runs tensor parallelism instead (every rank on the whole batch).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
-    from litforge.parallel.plans import apply_fsdp
+    from litforge.parallel.plans import apply_fsdp, apply_tensor_parallel
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -55,19 +56,25 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
         holder = torch.nn.Module()
         holder.net = net
         apply_activation_checkpointing(holder, ac_mode)
-        apply_fsdp(net, mesh, **kwargs)
+        if kwargs.get("tensor_parallel"):  # every rank sees the whole batch; heads and MLP width split in two
+            apply_tensor_parallel(net, mesh)
+            batch = idx
+        else:
+            apply_fsdp(net, mesh, **kwargs)
+            batch = local
         seen: dict[str, Any] = {}
         def note_dtype(module: torch.nn.Module, args: Any) -> None:
             seen.setdefault("compute_dtype", str(module.weight.dtype))
 
         net.blocks[0].attn.q.register_forward_pre_hook(note_dtype)
-        logits = net(local[:, :-1])
+        logits = net(batch[:, :-1])
         seen["output_dtype"] = str(logits.dtype)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), local[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
         seen["sharded_after_forward"] = isinstance(net.blocks[0].attn.q.weight, DTensor)
         loss.backward()
         seen["grad_dtype"] = str(net.blocks[0].attn.q.weight.grad.dtype)
-        seen["grads"] = {n: p.grad.full_tensor() for n, p in net.named_parameters()}
+        seen["grads"] = {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+                         for n, p in net.named_parameters()}
         record[name] = seen
     if rank == 0:
         torch.save(record, Path(out) / "fsdp_options.pt")

@@ -183,18 +183,22 @@ def test_a_rank_that_raises_ends_the_whole_job_quickly(tmp_path: Path):
 @pytest.mark.distributed
 def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path: Path):
     """FSDP2 over 2 ranks: each holds ~half the elements, loss falls, the merged file predicts like the sharded model;
-    the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load)."""
+    the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load).
+    With activation_checkpointing=selective and strategy.reshard_after_forward=false (units stay gathered until
+    backward); the tensor-parallel resume with activation_checkpointing=full."""
     from litforge.checkpoints import load_checkpoint
     from litforge.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
     fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",
                    "activation_checkpointing=selective", "strategy.reshard_after_forward=false",
+                   "trainer.num_sanity_val_steps=0",  # a no-grad forward would leave the weights gathered (below)
                    log_dir=tmp_path / "logs", timeout=300)
     assert fsdp.returncode == 0, fsdp.output[-3000:]
     ranks = _ranks(tmp_path / "fsdp", 2)
     for rank in ranks:
         assert 0.4 < rank["local_numel"] / rank["total_numel"] < 0.6
+        assert rank["sharded_before_backward"] == 0  # reshard_after_forward=false kept every unit gathered
     losses = ranks[0]["losses"]
     assert sum(losses[-3:]) < sum(losses[:3]), losses
 
@@ -215,6 +219,7 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     assert "ONNX parity" in export.output and (single_run(tmp_path / "export", "export") / "model.onnx").is_file()
 
     tp = run_cli("train.py", *common, "strategy=tp", f"ckpt_path={last}", "trainer.max_epochs=3",
+                 "activation_checkpointing=full",
                  *_probe(tmp_path / "tp"), log_dir=tmp_path / "resumed", timeout=300)
     assert tp.returncode == 0, tp.output[-3000:]
     resumed = _ranks(tmp_path / "tp", 2)
@@ -293,7 +298,7 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
     from litforge.errors import ConfigError
     from litforge.validation import check_config
 
-    for bad, message in (("strategy.mixed_precision=fp8", r"strategy.mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
+    for bad, message in (("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
                          ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
                          ("strategy.offload=disk", r"strategy.offload='disk'.*e.g. strategy.offload=null")):
         with pytest.raises(ConfigError, match=message):
@@ -310,21 +315,25 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
 
 @pytest.mark.distributed
 def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_process(tmp_path: Path):
-    """FSDP2 with 2 gloo ranks (spawned, no CLI): gradients equal one process on the whole batch; activation
-    checkpointing and reshard_after_forward=false change nothing (1e-6); bf16 computes in bf16, reduces in fp32."""
+    """FSDP2 and tensor parallelism with 2 gloo ranks (spawned, no CLI): gradients equal one process on the whole
+    batch; activation checkpointing (under both) and reshard_after_forward=false change nothing (1e-6); bf16 computes
+    in bf16, reduces in fp32."""
     import torch.multiprocessing as mp
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)  # what strategy.mixed_precision=bf16 gives
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)  # mixed_precision=bf16
     variants = {"plain": ({}, "none"), "ac_full": ({}, "full"), "ac_selective": ({}, "selective"),
-                "keep_gathered": ({"reshard_after_forward": False}, "none"), "bf16": ({"mp_policy": bf16}, "none")}
+                "keep_gathered": ({"reshard_after_forward": False}, "none"), "bf16": ({"mp_policy": bf16}, "none"),
+                "tp": ({"tensor_parallel": True}, "none"), "tp_ac_full": ({"tensor_parallel": True}, "full")}
     mp.spawn(_fsdp_options_rank, args=(2, _free_port(), str(tmp_path), variants), nprocs=2, join=True)
     record = torch.load(tmp_path / "fsdp_options.pt", weights_only=True)
     reference = record["reference"]
     for name, grad in reference.items():
         torch.testing.assert_close(record["plain"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=name)
-        for variant in ("ac_full", "ac_selective", "keep_gathered"):
-            torch.testing.assert_close(record[variant]["grads"][name], record["plain"]["grads"][name],
+        torch.testing.assert_close(record["tp"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=f"tp: {name}")
+        for variant, same_as in (("ac_full", "plain"), ("ac_selective", "plain"), ("keep_gathered", "plain"),
+                                 ("tp_ac_full", "tp")):
+            torch.testing.assert_close(record[variant]["grads"][name], record[same_as]["grads"][name],
                                        atol=1e-6, rtol=0, msg=f"{variant}: {name}")
     flat = torch.cat([g.flatten() for g in reference.values()])
     flat_bf16 = torch.cat([record["bf16"]["grads"][n].flatten() for n in reference])
