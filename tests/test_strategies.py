@@ -312,6 +312,15 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
         with pytest.raises(ConfigError, match="strategy.offload=cpu .* needs CUDA GPUs; .*use strategy.offload=null"):
             build_strategy(compose_cfg("strategy=fsdp", "strategy.offload=cpu").strategy)
 
+    from litforge.parallel.plans import shard
+
+    class OneRank:  # a mesh dimension of size 1: FSDP2 does not run, so its options would do nothing
+        def size(self) -> int:
+            return 1
+
+    with pytest.raises(ConfigError, match="act on FSDP2, which runs only over more than one data-parallel rank"):
+        shard(torch.nn.Linear(2, 2), {"tensor_parallel": OneRank(), "data_parallel": OneRank()}, kwargs)
+
 
 @pytest.mark.distributed
 def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_process(tmp_path: Path):
