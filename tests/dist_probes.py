@@ -49,6 +49,11 @@ class Record(pl.Callback):
         self.record.update(local_numel=local, total_numel=total, rank=trainer.global_rank,
                            world_size=trainer.world_size)
 
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        # FSDP2 reshards a unit after its forward unless strategy.reshard_after_forward=false: count what is still
+        # sharded (DTensor) between forward and backward, once
+        self.record.setdefault("sharded_before_backward", sum(hasattr(p, "to_local") for p in pl_module.parameters()))
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            idx: int) -> None:
         self.record["losses"].append(float(outputs["loss"]))

@@ -119,11 +119,13 @@ def test_slurm_trainer_requeues_and_launcher_configs_compose(compose_cfg):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path):
-    """Real `strategy=ddp`: one run folder, one set of checkpoints, rank-0-only files, and DDP's weights == 1 process."""
+    """Real `strategy=ddp`: one run folder, one set of checkpoints, rank-0-only files, and DDP's weights == 1 process
+    (the DDP run with activation_checkpointing=full, which must not change them)."""
     common = [*TINY, *QUIET, "model.dropout=0.0", "callbacks.early_stopping=null", "trainer.max_epochs=1"]
     single = run_cli("train.py", *common, "data.batch_size=32", log_dir=tmp_path / "one", timeout=300)
     assert single.returncode == 0, single.output[-3000:]
     ddp = run_cli("train.py", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=16",
+                  "activation_checkpointing=full",  # recomputing the MLP's layers changes nothing but memory
                   log_dir=tmp_path / "ddp", timeout=300)
     assert ddp.returncode == 0, ddp.output[-3000:]
 
@@ -181,17 +183,22 @@ def test_a_rank_that_raises_ends_the_whole_job_quickly(tmp_path: Path):
 @pytest.mark.distributed
 def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path: Path):
     """FSDP2 over 2 ranks: each holds ~half the elements, loss falls, the merged file predicts like the sharded model;
-    the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load)."""
+    the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load).
+    With activation_checkpointing=selective and strategy.reshard_after_forward=false (units stay gathered until
+    backward); the tensor-parallel resume with activation_checkpointing=full."""
     from litforge.checkpoints import load_checkpoint
     from litforge.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
     fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",
+                   "activation_checkpointing=selective", "strategy.reshard_after_forward=false",
+                   "trainer.num_sanity_val_steps=0",  # a no-grad forward would leave the weights gathered (below)
                    log_dir=tmp_path / "logs", timeout=300)
     assert fsdp.returncode == 0, fsdp.output[-3000:]
     ranks = _ranks(tmp_path / "fsdp", 2)
     for rank in ranks:
         assert 0.4 < rank["local_numel"] / rank["total_numel"] < 0.6
+        assert rank["sharded_before_backward"] == 0  # reshard_after_forward=false kept every unit gathered
     losses = ranks[0]["losses"]
     assert sum(losses[-3:]) < sum(losses[:3]), losses
 
@@ -212,6 +219,7 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     assert "ONNX parity" in export.output and (single_run(tmp_path / "export", "export") / "model.onnx").is_file()
 
     tp = run_cli("train.py", *common, "strategy=tp", f"ckpt_path={last}", "trainer.max_epochs=3",
+                 "activation_checkpointing=full",
                  *_probe(tmp_path / "tp"), log_dir=tmp_path / "resumed", timeout=300)
     assert tp.returncode == 0, tp.output[-3000:]
     resumed = _ranks(tmp_path / "tp", 2)
@@ -282,3 +290,69 @@ def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
     assert "test/acc" in read_metrics(sweep / "0")["metrics"]
     assert list(sweep.glob(".submitit/*/*_result.pkl"))  # the job really went through submitit
     assert (sweep / "summary.csv").is_file()
+
+
+# ---- FSDP2 options (strategy=fsdp|fsdp_tp) ---------------------------------------------------------------------------
+def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose_cfg):
+    from litforge.builders import build_strategy
+    from litforge.errors import ConfigError
+    from litforge.validation import check_config
+
+    for bad, message in (("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
+                         ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
+                         ("strategy.offload=disk", r"strategy.offload='disk'.*e.g. strategy.offload=null")):
+        with pytest.raises(ConfigError, match=message):
+            check_config(compose_cfg("strategy=fsdp", bad))
+    cfg = compose_cfg("strategy=fsdp_tp", "strategy.mixed_precision=bf16", "strategy.reshard_after_forward=false")
+    strategy = build_strategy(cfg.strategy)
+    kwargs = strategy.fsdp_kwargs()
+    assert kwargs["reshard_after_forward"] is False and kwargs["mp_policy"].param_dtype == torch.bfloat16
+    assert kwargs["mp_policy"].reduce_dtype == torch.float32 and "offload_policy" not in kwargs
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="strategy.offload=cpu .* needs CUDA GPUs; .*use strategy.offload=null"):
+            build_strategy(compose_cfg("strategy=fsdp", "strategy.offload=cpu").strategy)
+
+    from litforge.parallel.plans import shard
+
+    class OneRank:  # a mesh dimension of size 1: FSDP2 does not run, so its options would do nothing
+        def size(self) -> int:
+            return 1
+
+    with pytest.raises(ConfigError, match="act on FSDP2, which runs only over more than one data-parallel rank"):
+        shard(torch.nn.Linear(2, 2), {"tensor_parallel": OneRank(), "data_parallel": OneRank()}, kwargs)
+
+
+@pytest.mark.distributed
+def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_process(tmp_path: Path):
+    """FSDP2 and tensor parallelism with 2 gloo ranks (spawned, no CLI): gradients equal one process on the whole
+    batch; activation checkpointing (under both) and reshard_after_forward=false change nothing (1e-6); bf16 computes
+    in bf16, reduces in fp32."""
+    import torch.multiprocessing as mp
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)  # mixed_precision=bf16
+    variants = {"plain": ({}, "none"), "ac_full": ({}, "full"), "ac_selective": ({}, "selective"),
+                "keep_gathered": ({"reshard_after_forward": False}, "none"), "bf16": ({"mp_policy": bf16}, "none"),
+                "tp": ({"tensor_parallel": True}, "none"), "tp_ac_full": ({"tensor_parallel": True}, "full")}
+    mp.spawn(_fsdp_options_rank, args=(2, _free_port(), str(tmp_path), variants), nprocs=2, join=True)
+    record = torch.load(tmp_path / "fsdp_options.pt", weights_only=True)
+    reference = record["reference"]
+    for name, grad in reference.items():
+        torch.testing.assert_close(record["plain"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+        torch.testing.assert_close(record["tp"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=f"tp: {name}")
+        for variant, same_as in (("ac_full", "plain"), ("ac_selective", "plain"), ("keep_gathered", "plain"),
+                                 ("tp_ac_full", "tp")):
+            torch.testing.assert_close(record[variant]["grads"][name], record[same_as]["grads"][name],
+                                       atol=1e-6, rtol=0, msg=f"{variant}: {name}")
+    flat = torch.cat([g.flatten() for g in reference.values()])
+    flat_bf16 = torch.cat([record["bf16"]["grads"][n].flatten() for n in reference])
+    assert 0 < float((flat_bf16 - flat).norm() / flat.norm()) < 0.05  # bf16 rounding: close, not equal
+    assert record["plain"]["sharded_after_forward"] and not record["keep_gathered"]["sharded_after_forward"]
+    assert record["plain"]["compute_dtype"] == "torch.float32" and record["bf16"]["compute_dtype"] == "torch.bfloat16"
+    assert record["bf16"]["grad_dtype"] == "torch.float32" and record["bf16"]["output_dtype"] == "torch.float32"
+
+
+def _fsdp_options_rank(rank: int, *args: object) -> None:
+    from sharded_probes import fsdp_options
+
+    fsdp_options(rank, *args)

@@ -63,11 +63,13 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     from litforge.callbacks.provenance import ProvenanceRecorder
     from litforge.checkpoints import load_checkpoint
     from litforge.loops import steps_per_call
+    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
     from litforge.speed import apply_speed_options
 
     datamodule = instantiate_group("data", cfg.data)
     check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
     task = build_task(cfg, datamodule.describe())
+    apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))  # before any sharding
     apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
                         channels_last=bool(cfg.get("channels_last", False)))
 

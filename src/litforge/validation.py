@@ -196,6 +196,7 @@ RULES: dict[str, Rule] = {
     "test_after_training": boolean(example="false"),
     "compile": mapping_or(boolean(example="true"), "true, false or a mapping of torch.compile options"),
     "channels_last": boolean(example="true"),
+    "activation_checkpointing": choice("none", "full", "selective", example="full"),
     "steps_per_call": integer(1, example=4),
     "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
                              "500", null=True),
@@ -404,6 +405,9 @@ RULES: dict[str, Rule] = {
     "strategy.find_unused_parameters": boolean(example="false"),
     "strategy.*_parallel_size": either("an integer >= 1 or auto", integer(1, example=2), choice("auto"), example="2"),
     "strategy.save_distributed_checkpoint": boolean(example="false"),
+    "strategy.mixed_precision": choice("bf16", null=True),
+    "strategy.reshard_after_forward": boolean(example="false"),
+    "strategy.offload": choice("cpu", example="null", null=True),
     "strategy.period": integer(1, example=4),
     "strategy.warmup_steps": integer(0, example=100),
 }

@@ -28,17 +28,25 @@ def sharding_units(net: nn.Module) -> list[nn.Module]:
     return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
-def apply_fsdp(net: nn.Module, mesh: Any) -> int:
+def apply_fsdp(net: nn.Module, mesh: Any, **fsdp_kwargs: Any) -> int:
     """`fully_shard` every unit, then the net itself (the root gathers whatever is left: embeddings, head).
 
-    Returns the number of units, so callers can tell a net that declared none (then the whole net is one unit).
+    `fsdp_kwargs` go to every `fully_shard` call (mp_policy, reshard_after_forward, offload_policy: the
+    strategy's options, litforge.parallel.strategies.ModelParallel.fsdp_kwargs). Returns the number of units, so
+    callers can tell a net that declared none (then the whole net is one unit).
     """
+    import dataclasses
+
+    import torch
     from torch.distributed.fsdp import fully_shard
 
     units = sharding_units(net)
     for unit in units:
-        fully_shard(unit, mesh=mesh)
-    fully_shard(net, mesh=mesh)
+        fully_shard(unit, mesh=mesh, **fsdp_kwargs)
+    root_kwargs = dict(fsdp_kwargs)
+    if root_kwargs.get("mp_policy") is not None:  # units hand bf16 to each other; the task's loss gets fp32 outputs
+        root_kwargs["mp_policy"] = dataclasses.replace(root_kwargs["mp_policy"], output_dtype=torch.float32)
+    fully_shard(net, mesh=mesh, **root_kwargs)
     return len(units)
 
 
@@ -68,7 +76,7 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     return len(plan)
 
 
-def shard(net: nn.Module, device_mesh: Any) -> None:
+def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None = None) -> None:
     """Apply the plan the mesh asks for: tensor parallel over `tensor_parallel` (>1), then FSDP2 over `data_parallel`.
 
     Tensor parallelism goes first: FSDP2 then shards the (already tensor-parallel) DTensors along the data-parallel
@@ -77,8 +85,14 @@ def shard(net: nn.Module, device_mesh: Any) -> None:
     if getattr(net, "_litforge_sharded", False):  # Lightning calls configure_model again for test/predict
         return
     tp_mesh, dp_mesh = device_mesh["tensor_parallel"], device_mesh["data_parallel"]
+    fsdp_kwargs = fsdp_kwargs or {}
+    if dp_mesh.size() == 1 and (set(fsdp_kwargs) - {"reshard_after_forward"} or
+                                not fsdp_kwargs.get("reshard_after_forward", True)):
+        raise ConfigError("strategy.mixed_precision, strategy.reshard_after_forward and strategy.offload act on FSDP2, "
+                          "which runs only over more than one data-parallel rank: use their defaults here, or "
+                          "strategy=fsdp with trainer.devices=2 or more")
     if tp_mesh.size() > 1:
         apply_tensor_parallel(net, tp_mesh)
     if dp_mesh.size() > 1:
-        apply_fsdp(net, dp_mesh)
+        apply_fsdp(net, dp_mesh, **fsdp_kwargs)
     net._litforge_sharded = True

@@ -17,11 +17,52 @@ from typing import Any
 
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 
+MIXED_PRECISIONS = (None, "bf16")  # strategy.mixed_precision: null = fp32 throughout
+
 
 class ModelParallel(ModelParallelStrategy):
-    """`ModelParallelStrategy` whose `auto` sizes fill the world: dp = world / tp, tp = world / dp."""
+    """`ModelParallelStrategy` whose `auto` sizes fill the world: dp = world / tp, tp = world / dp; plus the FSDP2
+    options of `strategy=fsdp|fsdp_tp` (:meth:`fsdp_kwargs`, applied by litforge.parallel.plans.shard).
+
+    Lightning's strategy exposes none of FSDP2's options: the task's `configure_model` calls `fully_shard` itself,
+    so the options travel from this config to there through the strategy object.
+    """
 
     strategy_name = "litforge_model_parallel"
+
+    def __init__(self, *args: Any, mixed_precision: str | None = None, reshard_after_forward: bool = True,
+                 offload: str | None = None, **kwargs: Any) -> None:
+        import torch
+
+        from litforge.errors import ConfigError
+
+        if mixed_precision not in MIXED_PRECISIONS:
+            raise ConfigError(f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16: "
+                              "e.g. strategy.mixed_precision=bf16")
+        if offload not in (None, "cpu"):
+            raise ConfigError(f"strategy.offload={offload!r} is not one of null, cpu: e.g. strategy.offload=null")
+        if offload == "cpu" and not torch.cuda.is_available():
+            # CPUOffloadPolicy pins host memory, which needs a CUDA driver ("Found no NVIDIA driver" mid-setup)
+            raise ConfigError("strategy.offload=cpu moves sharded parameters to pinned host memory between uses and "
+                              "needs CUDA GPUs; this machine has none: use strategy.offload=null")
+        super().__init__(*args, **kwargs)
+        self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
+
+    def fsdp_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for every `fully_shard` call: FSDP2's mixed precision, resharding and offload policies."""
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        kwargs: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward}
+        if self.mixed_precision == "bf16":
+            import torch
+
+            # weights gathered and computed in bf16 (half the all-gather bytes and activation memory); gradients
+            # reduced and kept in fp32 (the optimizer updates fp32 shards); the root's outputs are cast back to
+            # fp32 for the loss (litforge.parallel.plans.apply_fsdp)
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if self.offload == "cpu":
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        return kwargs
 
     def setup_environment(self) -> None:
         from litforge.compat import fill_auto_mesh_sizes

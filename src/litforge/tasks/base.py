@@ -98,7 +98,9 @@ class LitforgeTask(pl.LightningModule):
             raise ConfigError(f"{type(self).__name__} keeps no `net` to shard: use strategy=ddp for this task")
         from litforge.parallel.plans import shard
 
-        shard(net, self.device_mesh)
+        strategy = self.trainer.strategy if attached_trainer(self) is not None else None
+        fsdp_kwargs = getattr(strategy, "fsdp_kwargs", None)  # strategy=fsdp|fsdp_tp options (mixed precision, ...)
+        shard(net, self.device_mesh, fsdp_kwargs() if callable(fsdp_kwargs) else None)
 
     def _build_scheduler(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Build the scheduler, filling the lengths the config leaves as null from the trainer's run length."""

@@ -1,0 +1,81 @@
+"""Worker functions for in-process multi-rank tests (torch.multiprocessing spawns them with gloo on CPU).
+
+Kept free of Lightning and pytest imports, so each spawned rank starts in the time `import torch` takes.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def _tiny_gpt() -> Any:
+    from litforge.models.gpt import GPT
+
+    torch.manual_seed(0)
+    return GPT(vocab_size=17, block_size=16, dim=32, depth=2, heads=2)
+
+
+def _batch() -> torch.Tensor:
+    return torch.randint(0, 17, (4, 17), generator=torch.Generator().manual_seed(1))
+
+
+def _loss(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    logits = net(idx[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), idx[:, 1:].reshape(-1))
+
+
+def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str, tuple[dict[str, Any], str]]) -> None:
+    """Per variant (fully_shard kwargs, activation checkpointing mode): loss, full gradients and what FSDP2 held.
+
+    Under FSDP2 each rank trains on its half of one batch and FSDP2 averages the gradients, so they must equal the
+    gradients of the whole batch in one process (`reference`, computed here on an unsharded copy). A variant with
+    `{"tensor_parallel": True}` runs tensor parallelism instead (every rank on the whole batch).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+    from litforge.parallel.plans import apply_fsdp, apply_tensor_parallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    base, idx = _tiny_gpt(), _batch()
+    reference = copy.deepcopy(base)
+    _loss(reference, idx).backward()
+    record: dict[str, Any] = {"reference": {n: p.grad for n, p in reference.named_parameters()}}
+    mesh = init_device_mesh("cpu", (world,))
+    local = idx.chunk(world)[rank]
+    for name, (kwargs, ac_mode) in variants.items():
+        net = copy.deepcopy(base)
+        holder = torch.nn.Module()
+        holder.net = net
+        apply_activation_checkpointing(holder, ac_mode)
+        if kwargs.get("tensor_parallel"):  # every rank sees the whole batch; heads and MLP width split in two
+            apply_tensor_parallel(net, mesh)
+            batch = idx
+        else:
+            apply_fsdp(net, mesh, **kwargs)
+            batch = local
+        seen: dict[str, Any] = {}
+        def note_dtype(module: torch.nn.Module, args: Any) -> None:
+            seen.setdefault("compute_dtype", str(module.weight.dtype))
+
+        net.blocks[0].attn.q.register_forward_pre_hook(note_dtype)
+        logits = net(batch[:, :-1])
+        seen["output_dtype"] = str(logits.dtype)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+        seen["sharded_after_forward"] = isinstance(net.blocks[0].attn.q.weight, DTensor)
+        loss.backward()
+        seen["grad_dtype"] = str(net.blocks[0].attn.q.weight.grad.dtype)
+        seen["grads"] = {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+                         for n, p in net.named_parameters()}
+        record[name] = seen
+    if rank == 0:
+        torch.save(record, Path(out) / "fsdp_options.pt")
+    dist.destroy_process_group()
