@@ -211,3 +211,62 @@ def test_speed_options_need_a_net(compile_value):
             apply_speed_options(torch.nn.Module(), compile=compile_value)
     else:
         apply_speed_options(torch.nn.Module())  # nothing configured: nothing to do, no error
+
+
+# ---- host syncs (issue 17 goal 1) -----------------------------------------------------------------------------------
+# Calls that make the CPU wait for a GPU when the tensor lives there. Counted on CPU by patching them (as
+# ../shared/LESSONS.md describes); two kinds of call never wait and are not counted: the optimizers' step counters
+# (torch/optim keeps them on the host) and 0-d float64 CPU tensors, which is how litforge logs values it already
+# read to the host (litforge.host_reads.host_scalar).
+SYNC_METHODS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
+
+
+class CountSyncs(Callback):
+    """Counts the calls above between the starts of training batches `start` and `stop` of the first epoch (steady
+    state: no validation, no epoch end inside the window)."""
+
+    def __init__(self, start: int = 1, stop: int = 20) -> None:
+        self.start, self.stop = start, stop
+        self.counting = False
+        self.calls: list[str] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx in (self.start, self.stop):
+            self.counting = batch_idx == self.start
+
+
+def _patch_sync_methods(monkeypatch, counter: CountSyncs) -> None:
+    import traceback
+
+    def wrap(name: str, real: Any) -> Any:
+        def counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if counter.counting and not (self.device.type == "cpu" and self.dtype == torch.float64
+                                         and self.numel() == 1):
+                caller = traceback.extract_stack(limit=3)[0]
+                if f"torch{__import__('os').sep}optim" not in caller.filename:
+                    counter.calls.append(f"{name} from {Path(caller.filename).name}:{caller.lineno}")
+            return real(self, *args, **kwargs)
+        return counted
+
+    for name in SYNC_METHODS:
+        monkeypatch.setattr(torch.Tensor, name, wrap(name, getattr(torch.Tensor, name)))
+
+
+def test_default_run_makes_at_most_one_host_sync_per_logging_interval(compose_cfg, monkeypatch):
+    """The default run (Rich progress bar, NaN guard, logger, checkpointing) reads the device once per
+    `trainer.log_every_n_steps` steps in steady state. It made ~2.8 reads per step before (issue 17): the NaN guard
+    read every loss, Lightning read the logged device tensors for the loggers and the progress bar; a guard set
+    back to `check_every_n_steps=1`, or `train/loss` logged as a device tensor, fails here."""
+    import litforge.train as train_job
+
+    counter = CountSyncs()
+    real = train_job.instantiate_named
+    monkeypatch.setattr(train_job, "instantiate_named",
+                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    _patch_sync_methods(monkeypatch, counter)
+    cfg = compose_cfg("trainer.max_epochs=1", "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1",
+                      "test_after_training=false", "print_config=false")
+    train_job.train(cfg)
+    steps = counter.stop - counter.start  # 19 steps: logging steps every 5 of them
+    assert len(counter.calls) <= -(-steps // 5), counter.calls
+    assert counter.calls, "the logging steps read the loss once each: the count must see them"

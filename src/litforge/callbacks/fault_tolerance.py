@@ -23,74 +23,95 @@ import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from litforge.compat import logs_this_step
 from litforge.errors import TrainingStopped
+from litforge.host_reads import StepLosses, Where
 
 
 class StopOnNonFiniteLoss(Callback):
     """Stop training at the first NaN/inf loss, naming the step; never let a checkpoint hold the weights after it.
 
-    Cheap by design: each step only keeps a reference to the (already computed) loss tensor. Every
-    `check_every_n_steps` batches, and always before a checkpoint is written or validation starts, the kept losses are
-    read in one device->host copy (a sum is NaN/inf when any element is). On a CPU that is a few microseconds; on a
-    GPU it is one small wait per check, so raise `check_every_n_steps` (e.g. 50) when a training step takes only a few milliseconds: the
-    reported step stays exact, only the stop comes up to N-1 steps later.
+    No host sync of its own in steady state: each step only keeps a reference to the (already computed) loss
+    tensor. A litforge task reads its kept losses to the host once per logging step (litforge.host_reads) and
+    this guard checks those host values; for any other LightningModule it reads the losses it kept itself on the
+    same steps. `check_every_n_steps` adds a read every N steps (null = the logging steps only), and the losses
+    are always read before a checkpoint is written, before validation and at each epoch end. The reported step
+    stays exact; only the stop can come up to `trainer.log_every_n_steps - 1` steps later.
+
+    Under DDP/FSDP the stop is a collective decision: every rank takes part in one tiny all-reduce per check (the
+    logging steps, checkpoints and validation, never every step), so all ranks raise together instead of the
+    others blocking on a rank that stopped (issue 18).
     """
 
-    def __init__(self, check_every_n_steps: int = 1) -> None:
+    def __init__(self, check_every_n_steps: int | None = None) -> None:
         super().__init__()
         self.check_every_n_steps = check_every_n_steps
-        self._losses: list[torch.Tensor] = []
-        self._where: list[tuple[int, int, int]] = []  # (global step, epoch, batch) of each kept loss
+        self._own = StepLosses()  # losses kept from the step outputs, for modules without `step_losses`
+        self._where: Where = (0, 0, 0)
+        self._task_kept = -1
+        self._steps = 0
+
+    def _losses(self, pl_module: Any) -> StepLosses:
+        task = getattr(pl_module, "step_losses", None)
+        return task if isinstance(task, StepLosses) else self._own
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        self._where.append((trainer.global_step, trainer.current_epoch, batch_idx))
+        self._where = (trainer.global_step, trainer.current_epoch, batch_idx)
+        task = getattr(pl_module, "step_losses", None)
+        self._task_kept = task.kept if isinstance(task, StepLosses) else -1
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if not isinstance(loss, torch.Tensor):  # a skipped step (training_step returned None)
-            self._where.pop()
-            return
-        self._losses.append(loss.detach())
-        if len(self._losses) >= self.check_every_n_steps:
-            self.check(trainer)
+        task = getattr(pl_module, "step_losses", None)
+        if not (isinstance(task, StepLosses) and task.kept > self._task_kept):  # the module did not keep it
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if not isinstance(loss, torch.Tensor):  # a skipped step (training_step returned None)
+                return
+            self._own.keep(loss, self._where)
+        self._steps += 1
+        every = self.check_every_n_steps
+        if logs_this_step(trainer) or (every and self._steps % every == 0):
+            self.check(trainer, pl_module)
 
     # checkpoints and validation must never see weights updated from a non-finite loss
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        self.check(trainer)
+        self.check(trainer, pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.check(trainer)
+        self.check(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.check(trainer)
+        self.check(trainer, pl_module)
 
-    def check(self, trainer: pl.Trainer) -> None:
-        """One device→host sync for all losses kept since the last check; raise at the first non-finite one."""
-        if not self._losses:
-            return
-        losses, where = self._losses, self._where[: len(self._losses)]
-        self._losses, self._where = [], self._where[len(self._losses):]
-        # a training step that ran several optimizer steps (steps_per_call > 1) returns one loss per step
-        if losses[0].device.type == "cpu":  # nothing to sync with: plain floats are the cheapest check
-            values = [t.reshape(-1).tolist() for t in losses]
-        else:  # one device->host copy for all kept losses
-            flat = torch.cat([t.reshape(-1) for t in losses]).cpu()
-            values = [part.tolist() for part in flat.split([t.numel() for t in losses])]
-        found = next(((i, j) for i, vs in enumerate(values) for j, v in enumerate(vs) if not math.isfinite(v)), None)
+    def check(self, trainer: pl.Trainer, pl_module: Any = None) -> None:
+        """Read what is still on the device (one copy), check every host value since the last check, raise at the
+        first non-finite one; with several ranks, raise on all of them when any rank found one."""
+        found = None
+        for losses in {id(x): x for x in (self._losses(pl_module), self._own)}.values():
+            losses.read()
+            for where, values in losses.take():
+                bad = next((j for j, v in enumerate(values) if not math.isfinite(v)), None)
+                if bad is not None and found is None:
+                    found = (where, bad, values[bad])
+        if _distributed():
+            if trainer.strategy.reduce_boolean_decision(found is not None, all=False) and found is None:
+                raise TrainingStopped("training stopped: another rank's loss became NaN/inf (its log names the "
+                                      f"step); no checkpoint was written from that step on. {_last_good(trainer)}")
         if found is None:
             return
-        first, offset = found
-        step, epoch, batch = where[first]
-        step += offset
-        value = values[first][offset]
+        (step, epoch, batch), offset, value = found
         raise TrainingStopped(
-            f"training stopped: the loss became {value} at step {step} (epoch {epoch}, batch {batch}); no checkpoint "
-            f"was written from that step on. {_last_good(trainer)} Try a lower optimizer.lr, "
+            f"training stopped: the loss became {value} at step {step + offset} (epoch {epoch}, batch {batch}); no "
+            f"checkpoint was written from that step on. {_last_good(trainer)} Try a lower optimizer.lr, "
             "trainer.gradient_clip_val=1.0, or trainer.precision=32-true"
         )
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized() \
+        and torch.distributed.get_world_size() > 1
 
 
 class CheckpointOnSignal(Callback):

@@ -106,8 +106,9 @@ class StepsPerCall:
         self.clip_algorithm = clip_algorithm
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        where = self.task.step_position(batch_idx)
         losses = self.run_steps(batch, self.task.step_loss)
-        self.task.log_training_loss(losses, batch)
+        self.task.log_training_loss(losses, batch, where)
         return losses  # one loss per optimizer step: the NaN guard names the exact step
 
     def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:

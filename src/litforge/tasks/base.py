@@ -17,6 +17,7 @@ from torch import nn
 
 from litforge.compat import attached_trainer, logs_this_step
 from litforge.errors import ConfigError
+from litforge.host_reads import StepLosses, Where, host_scalar
 from litforge.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 
@@ -66,6 +67,8 @@ class LitforgeTask(pl.LightningModule):
         self.lr_scaling = lr_scaling
         # the composed run config, stored in checkpoints so eval/predict/export need only the checkpoint path
         self.run_config = run_config
+        # training losses kept on the device, read once per logging step (litforge.host_reads)
+        self.step_losses = StepLosses()
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -134,17 +137,28 @@ class LitforgeTask(pl.LightningModule):
         """One optimizer step on `batch`, from the task's `step_loss(batch)`: the loss of one step (updating the
         training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
         that cannot be stepped that way (DQN acts in its environment) overrides `training_step` instead."""
+        where = self.step_position(batch_idx)
         loss = self.step_loss(batch)
-        self.log_training_loss(loss, batch)
+        self.log_training_loss(loss, batch, where)
         return loss
 
-    def log_training_loss(self, loss: torch.Tensor, batch: Any) -> None:
-        """`train/loss` (the mean, when a training step ran several optimizer steps), only on the steps the
-        loggers write: each `self.log` costs ~600 Python calls, more than a small net's whole step
-        (benchmarks/step_overhead.py)."""
+    def step_position(self, batch_idx: int) -> Where:
+        """(global step, epoch, batch) before this training step's first optimizer step: what a NaN report names."""
+        trainer = attached_trainer(self)
+        return (trainer.global_step, trainer.current_epoch, batch_idx) if trainer is not None else (0, 0, batch_idx)
+
+    def log_training_loss(self, loss: torch.Tensor, batch: Any, where: Where) -> None:
+        """Keep the loss on the device; on the steps the loggers write, read every kept loss to the host in one copy
+        and log `train/loss` (the mean, when a training step ran several optimizer steps) from it.
+
+        Why only then: each `self.log` costs ~600 Python calls, more than a small net's whole step
+        (benchmarks/step_overhead.py), and each read of a device value is a host sync on a GPU (litforge.host_reads).
+        """
+        self.step_losses.keep(loss, where)
         if self.logs_this_step():
-            self.log("train/loss", loss.detach().mean(), on_step=True, on_epoch=False, prog_bar=True,
-                     batch_size=len(batch[0]))
+            values = self.step_losses.read()
+            self.log("train/loss", host_scalar(sum(values) / len(values)), on_step=True, on_epoch=False,
+                     prog_bar=True, batch_size=len(batch[0]))
 
     # ---- logging ---------------------------------------------------------------------------------------------------
     def logs_this_step(self) -> bool:
