@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
-    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")))  # mid-epoch last.ckpt saves
+    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     strategy = build_strategy(cfg.get("strategy"))
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
