@@ -96,3 +96,27 @@ def test_time_limit_saves_and_stops_once_the_measured_margin_no_longer_fits(monk
     with pytest.raises(TrainingStopped, match=rf"time_limit: stopped at step 3 .* resume={tmp_path}") as stopped:
         limit.on_train_batch_end(trainer, None, None, None, 0)
     assert stopped.value.exit_code == 75 and saved == [3]
+
+
+def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_and_refuses_sharded(tmp_path):
+    import torch
+    from pytorch_lightning.plugins.io import AsyncCheckpointIO
+    from pytorch_lightning.strategies import ModelParallelStrategy
+
+    from litforge.checkpoint_io import AtomicCheckpointIO, with_async_saves
+
+    plugins = with_async_saves([AtomicCheckpointIO()], "auto")
+    assert len(plugins) == 1 and isinstance(plugins[0], AsyncCheckpointIO)
+    assert isinstance(plugins[0].checkpoint_io, AtomicCheckpointIO), "still atomic"
+    assert isinstance(with_async_saves(None, "ddp")[0].checkpoint_io, AtomicCheckpointIO)
+
+    weights = torch.zeros(1000)
+    plugins[0].save_checkpoint({"w": weights}, tmp_path / "last.ckpt")
+    weights += 1  # training goes on while the write runs: the file holds the step it was saved at
+    plugins[0].teardown()  # what the trainer does when fit ends
+    assert torch.equal(torch.load(tmp_path / "last.ckpt", weights_only=True)["w"], torch.zeros(1000))
+    assert not list(tmp_path.glob(".*.partial"))
+
+    for sharded in ("fsdp", ModelParallelStrategy()):
+        with pytest.raises(ConfigError, match=r"^checkpoint_async=true .* sharded .* drop checkpoint_async"):
+            with_async_saves([AtomicCheckpointIO()], sharded)

@@ -31,6 +31,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
 
     from litforge.callbacks.checkpoint_clock import clock_callbacks
+    from litforge.checkpoint_io import with_async_saves
     from litforge.checkpoints import load_checkpoint
     from litforge.parallel import launch
     from litforge.loops import steps_per_call
@@ -62,6 +63,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
     callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     strategy = build_strategy(cfg.get("strategy"))
+    if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
+        trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
 
