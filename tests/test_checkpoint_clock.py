@@ -52,3 +52,71 @@ def test_checkpoint_every_saves_on_crossing_a_step_multiple_or_the_clock(monkeyp
         trainer.global_step, now[0] = step, t
         by_clock.on_train_batch_end(trainer, None, None, None, 0)
     assert saved == [2, 4]
+
+
+def test_time_limit_reads_a_duration_slurms_end_time_or_the_earlier_of_both():
+    from litforge.callbacks.time_limit import resolve_deadline
+
+    started = lambda: 1000.0  # noqa: E731  (the process start)
+    assert resolve_deadline("30min", env={}, started=started) == 2800.0
+    assert resolve_deadline("auto", env={}, started=started) is None, "no limit outside SLURM"
+    assert resolve_deadline("auto", env={"SLURM_JOB_END_TIME": "5000"}, started=started) == 5000.0
+    assert resolve_deadline("2h", env={"SLURM_JOB_END_TIME": "5000"}, started=started) == 5000.0
+    assert resolve_deadline("30min", env={"SLURM_JOB_END_TIME": "5000"}, started=started) == 2800.0
+    assert resolve_deadline(None, env={"SLURM_JOB_END_TIME": "5000"}, started=started) is None, "null switches it off"
+    with pytest.raises(ConfigError, match=r"time_limit='soon' .* time_limit=3h55min"):
+        resolve_deadline("soon", env={})
+    with pytest.raises(ConfigError, match=r"^time_limit=.*e\.g\. time_limit=3h55min"):
+        check_value("time_limit", "3h55")
+
+
+def test_time_limit_saves_and_stops_once_the_measured_margin_no_longer_fits(monkeypatch, tmp_path):
+    from litforge.callbacks import time_limit
+    from litforge.callbacks.time_limit import TimeLimit
+    from litforge.errors import TrainingStopped
+
+    saved: list[int] = []
+    monkeypatch.setattr(time_limit, "save_latest",
+                        lambda trainer: (saved.append(trainer.global_step), ("last.ckpt", 0.5))[1])
+    now = [0.0]
+    limit = TimeLimit(deadline=100.0, clock=lambda: now[0])  # margin = 30 s + 2 x slowest step (+ val, save)
+    trainer = fake_trainer()
+    trainer.current_epoch, trainer.default_root_dir, trainer.checkpoint_callback = 0, str(tmp_path), None
+    for step, (start, end) in enumerate(((0, 2), (60, 62)), start=1):  # 98 s and 38 s left, margin 34 s: go on
+        trainer.global_step = step
+        now[0] = start
+        limit.on_train_batch_start(trainer, None, None, 0)
+        now[0] = end
+        limit.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved == []
+    trainer.global_step = 3
+    now[0] = 64
+    limit.on_train_batch_start(trainer, None, None, 0)
+    now[0] = 70  # a 6 s step: margin 42 s > 30 s left
+    with pytest.raises(TrainingStopped, match=rf"time_limit: stopped at step 3 .* resume={tmp_path}") as stopped:
+        limit.on_train_batch_end(trainer, None, None, None, 0)
+    assert stopped.value.exit_code == 75 and saved == [3]
+
+
+def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_and_refuses_sharded(tmp_path):
+    import torch
+    from pytorch_lightning.plugins.io import AsyncCheckpointIO
+    from pytorch_lightning.strategies import ModelParallelStrategy
+
+    from litforge.checkpoint_io import AtomicCheckpointIO, with_async_saves
+
+    plugins = with_async_saves([AtomicCheckpointIO()], "auto")
+    assert len(plugins) == 1 and isinstance(plugins[0], AsyncCheckpointIO)
+    assert isinstance(plugins[0].checkpoint_io, AtomicCheckpointIO), "still atomic"
+    assert isinstance(with_async_saves(None, "ddp")[0].checkpoint_io, AtomicCheckpointIO)
+
+    weights = torch.zeros(1000)
+    plugins[0].save_checkpoint({"w": weights}, tmp_path / "last.ckpt")
+    weights += 1  # training goes on while the write runs: the file holds the step it was saved at
+    plugins[0].teardown()  # what the trainer does when fit ends
+    assert torch.equal(torch.load(tmp_path / "last.ckpt", weights_only=True)["w"], torch.zeros(1000))
+    assert not list(tmp_path.glob(".*.partial"))
+
+    for sharded in ("fsdp", ModelParallelStrategy()):
+        with pytest.raises(ConfigError, match=r"^checkpoint_async=true .* sharded .* drop checkpoint_async"):
+            with_async_saves([AtomicCheckpointIO()], sharded)

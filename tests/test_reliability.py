@@ -150,6 +150,21 @@ def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterru
         assert got[name] == pytest.approx(expected[name], abs=1e-6), name
 
 
+def test_time_limit_under_slurm_saves_and_exits_with_the_resume_command(tmp_path):
+    """SLURM's job end time (a fake one: now) is earlier than time_limit=2h: the run stops after its first step."""
+    from litforge.resume import resolve
+
+    env = {**FAULTS_ENV, "SLURM_JOB_END_TIME": str(int(time.time()))}
+    result = run_cli("train.py", *COMMON, "time_limit=2h", log_dir=tmp_path, env=env)
+    assert result.returncode == 75, result.output[-3000:]
+    assert "Traceback" not in result.output
+    run_dir = single_run(tmp_path)
+    assert "time_limit: stopped at step 1 (epoch 0)" in result.output
+    assert f"Continue with: python train.py resume={run_dir}" in result.output.replace("\n", "")
+    assert last_ckpt(run_dir)["global_step"] == 1 and not (run_dir / "metrics.json").exists()
+    assert resolve("auto", tmp_path, "train") == (run_dir.resolve(), (run_dir / "checkpoints/last.ckpt").resolve())
+
+
 def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
     from litforge.resume import resolve
 

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from litforge.errors import ConfigError
+
 PARTIAL_SUFFIX = ".partial"  # `.last.ckpt.partial`: what a crash mid-write leaves behind (replaced by the next save)
 
 
@@ -60,3 +62,34 @@ def fsync_directory(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
+    """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO` (`checkpoint_async=true`).
+
+    The write then runs in one background thread while training continues; the checkpoint's tensors are cloned on
+    the training thread first (a point-in-time copy), and the wrapped plugin is still :class:`AtomicCheckpointIO`, so
+    a kill during the background write leaves the previous file whole. Writes run one at a time, in order, and the
+    trainer waits for the last one when fit ends (also on SIGTERM / time_limit exits).
+
+    Sharded strategies (fsdp, tp, fsdp2_tp, deepspeed) write distributed checkpoints, which this plugin does not
+    cover (torch.distributed.checkpoint.async_save would): refused in one line until that lands.
+    """
+    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
+    from pytorch_lightning.plugins.io import AsyncCheckpointIO
+    from pytorch_lightning.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
+
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    sharded = isinstance(strategy, (DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy)) or (
+        isinstance(strategy, str) and any(word in strategy.lower() for word in ("fsdp", "deepspeed")))
+    if sharded:
+        raise ConfigError(f"checkpoint_async=true writes single-file checkpoints in the background; strategy {name} "
+                          "writes sharded ones, which it cannot do yet: drop checkpoint_async (or use strategy=ddp)")
+    plugins = list(plugins or [])
+    for i, plugin in enumerate(plugins):
+        if isinstance(plugin, AsyncCheckpointIO):
+            return plugins
+        if isinstance(plugin, CheckpointIO):
+            plugins[i] = AsyncCheckpointIO(plugin)
+            return plugins
+    return [*plugins, AsyncCheckpointIO(AtomicCheckpointIO())]

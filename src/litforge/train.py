@@ -61,6 +61,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
     from litforge.callbacks.checkpoint_clock import clock_callbacks
     from litforge.callbacks.provenance import ProvenanceRecorder
+    from litforge.checkpoint_io import with_async_saves
     from litforge.checkpoints import load_checkpoint
     from litforge.loops import steps_per_call
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
@@ -83,9 +84,11 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
     loggers = instantiate_named("logger", cfg.get("logger"))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
-    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")))  # mid-epoch last.ckpt saves
+    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
     strategy = build_strategy(cfg.get("strategy"))
+    if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
+        trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from litforge.durations import parse_every
+from litforge.durations import is_time_limit, parse_every
 from litforge.errors import ConfigError
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
@@ -200,6 +200,8 @@ RULES: dict[str, Rule] = {
     "steps_per_call": integer(1, example=4),
     "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
                              "500", null=True),
+    "checkpoint_async": boolean(example="true"),
+    "time_limit": Rule("auto or a duration (3h55min, 30min, 04:00:00)", is_time_limit, "3h55min", null=True),
     "objective.metric": text(example="val/loss"),
     "objective.mode": choice("min", "max"),
     # predict

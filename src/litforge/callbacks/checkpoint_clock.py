@@ -15,31 +15,14 @@ metric"), and it would mix clock saves into the best-checkpoint ranking.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
+from litforge.callbacks.checkpointing import save_latest
 from litforge.durations import parse_every
 from litforge.errors import ConfigError
-
-
-def save_latest(trainer: pl.Trainer) -> tuple[str, float]:
-    """Write `last.ckpt` at the current step on every rank together; returns (path, seconds the save took).
-
-    Through litforge's ModelCheckpoint when the run has one (so its state and `last_model_path` stay right),
-    otherwise straight to `<run folder>/checkpoints/last.ckpt` (callbacks.model_checkpoint=null).
-    """
-    from litforge.callbacks.checkpointing import ModelCheckpoint
-
-    start = time.perf_counter()
-    callback = trainer.checkpoint_callback
-    path = callback.write_last(trainer) if isinstance(callback, ModelCheckpoint) and callback.keep_last else None
-    if path is None:
-        path = str(Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt")
-        trainer.save_checkpoint(path)
-    return path, time.perf_counter() - start
 
 
 class CheckpointEvery(Callback):
@@ -76,6 +59,12 @@ class CheckpointEvery(Callback):
             self.saves += 1
 
 
-def clock_callbacks(checkpoint_every: Any) -> list[Callback]:
-    """The callbacks the top-level key `checkpoint_every` asks for (none when it is null)."""
-    return [] if checkpoint_every is None else [CheckpointEvery(checkpoint_every)]
+def clock_callbacks(checkpoint_every: Any, time_limit: Any) -> list[Callback]:
+    """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off)."""
+    from litforge.callbacks.time_limit import TimeLimit, resolve_deadline
+
+    callbacks: list[Callback] = [] if checkpoint_every is None else [CheckpointEvery(checkpoint_every)]
+    deadline = resolve_deadline(time_limit)
+    if deadline is not None:
+        callbacks.append(TimeLimit(deadline))
+    return callbacks

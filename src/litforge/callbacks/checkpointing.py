@@ -16,6 +16,8 @@ part of the callback's saved state and is set before each write, as Lightning do
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 from weakref import proxy
 
@@ -39,6 +41,7 @@ class ModelCheckpoint(LightningModelCheckpoint):
         super().__init__(*args, save_last=False, **kwargs)  # Lightning's own last.ckpt logic stays off
         self.keep_last = bool(save_last)
         self._last_written_step = -1
+        self.last_write_seconds = 0.0
 
     def write_last(self, trainer: pl.Trainer, again: bool = False) -> str | None:
         """Write `last.ckpt` at the current step (all ranks call this together); returns its path, or None if off.
@@ -54,7 +57,9 @@ class ModelCheckpoint(LightningModelCheckpoint):
             return self.last_model_path or None
         path = self.format_checkpoint_name({}, self.CHECKPOINT_NAME_LAST)
         self.last_model_path = path  # part of the saved state: set it before the write
+        start = time.perf_counter()
         trainer.save_checkpoint(path, self.save_weights_only)
+        self.last_write_seconds = time.perf_counter() - start  # litforge.callbacks.time_limit keeps a margin for it
         self._last_written_step = step
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -73,3 +78,18 @@ class ModelCheckpoint(LightningModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         self.write_last(trainer)
+
+
+def save_latest(trainer: pl.Trainer) -> tuple[str, float]:
+    """Write `last.ckpt` at the current step on every rank together; returns (path, seconds the save took).
+
+    Through litforge's ModelCheckpoint when the run has one (so its state and `last_model_path` stay right),
+    otherwise straight to `<run folder>/checkpoints/last.ckpt` (callbacks.model_checkpoint=null).
+    """
+    start = time.perf_counter()
+    callback = trainer.checkpoint_callback
+    path = callback.write_last(trainer) if isinstance(callback, ModelCheckpoint) and callback.keep_last else None
+    if path is None:
+        path = str(Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt")
+        trainer.save_checkpoint(path)
+    return path, time.perf_counter() - start

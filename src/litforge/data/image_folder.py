@@ -27,6 +27,7 @@ from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
 from litforge.data.images import (check_channels, image_to_tensor, mode_channels, open_image, parse_image_size,
                                   read_header)
 from litforge.data.loader import InMemoryLoader
+from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
 STATS_SAMPLE = 2048  # images used to estimate mean/std when streaming (decoding all of a big set would be slow)
@@ -208,6 +209,9 @@ class ImageFolderDataModule(ImageDataModule):
         self.in_memory = in_memory
 
     def _stream_loader(self, split: str, train: bool) -> DataLoader:
+        if train:  # resumable mid-epoch, workers included (litforge.data.stateful)
+            return stateful_train_loader(self._datasets[split], batch_size=self.batch_size, seed=self.shuffle_seed,
+                                         num_workers=self.num_workers, drop_last=False)
         return DataLoader(
             self._datasets[split],
             batch_size=self.batch_size if train else self.eval_batch_size,

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
 
@@ -145,8 +146,10 @@ class TextDataModule(pl.LightningDataModule):
         tokens, doc_ids = self._splits[split]
         if not self.packed:
             doc_ids = torch.zeros_like(doc_ids)
-        return DataLoader(Windows(tokens, doc_ids, self.block_size),
-                          batch_size=self.batch_size if train else self.eval_batch_size, shuffle=train)
+        windows = Windows(tokens, doc_ids, self.block_size)
+        if train:  # resumable mid-epoch (litforge.data.stateful); the order follows the run's `seed`
+            return stateful_train_loader(windows, batch_size=self.batch_size, seed=torch.initial_seed())
+        return DataLoader(windows, batch_size=self.eval_batch_size)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
