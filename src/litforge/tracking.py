@@ -28,6 +28,22 @@ log = logging.getLogger(__name__)
 PARAM_CHUNK = 100  # MLflow's most params per log_batch call
 
 
+def reopen(tracking_uri: str, run_id: str) -> bool:
+    """Set MLflow run `run_id` back to RUNNING to continue it; False (a new run starts) if the store lacks it."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri)
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        log.warning("MLflow run %s (from the checkpoint) is not in %s: starting a new run", run_id, tracking_uri)
+        return False
+    client.update_run(run_id, status="RUNNING")
+    log.info("continuing MLflow run %s", run_id)
+    return True
+
+
 def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"data": {"batch_size": 64}} → {"data.batch_size": 64}; lists stay one value (`[16,32]`)."""
     out: dict[str, Any] = {}
@@ -56,27 +72,11 @@ class MLflowLogger(MLFlowLogger):
             store.mkdir(parents=True, exist_ok=True)
             tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
             artifact_location = (store / "mlartifacts").as_uri()
+        resumed = bool(run_id) and reopen(tracking_uri, str(run_id))
         super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
-                         artifact_location=artifact_location, run_id=run_id or None, log_model=False)
+                         artifact_location=artifact_location, run_id=run_id if resumed else None, log_model=False)
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
-        self.resumed = False
-        if run_id:
-            self.resumed = self._reopen(run_id)
-
-    def _reopen(self, run_id: str) -> bool:
-        """Continue run `run_id` (status back to RUNNING); a run this store does not have starts a new one."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            self._mlflow_client.get_run(run_id)
-        except MlflowException:
-            log.warning("MLflow run %s (from the checkpoint) is not in %s: starting a new run", run_id,
-                        self._tracking_uri)
-            self._run_id = None
-            return False
-        self._mlflow_client.update_run(run_id, status="RUNNING")
-        log.info("continuing MLflow run %s", run_id)
-        return True
+        self.resumed = resumed
 
     def log_hyperparams(self, params: Any) -> None:
         """Log the run config flattened (Lightning hands over the task's and data's hparams: `params` is used only

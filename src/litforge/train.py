@@ -51,8 +51,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if is_rank_zero():
             provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
         raise
+    interrupted = result.pop("interrupted")
     if is_rank_zero():
-        provenance.write_end(output_dir, record, "stopped" if result.pop("interrupted") else "finished")
+        provenance.write_end(output_dir, record, "stopped" if interrupted else "finished")
         log_run_files(loggers, output_dir, result, record)  # trackers get the config, provenance, best checkpoint
     return result
 
