@@ -5,6 +5,7 @@ both alike), and prints each run's best val/loss and test/loss, the medians and 
 A lower loss is better; the losses do not depend on machine load, only the wall times do.
 
     OMP_NUM_THREADS=1 python benchmarks/warmup_gpt_char.py --seeds 1 2 3
+    OMP_NUM_THREADS=1 python benchmarks/warmup_gpt_char.py --seeds 1 2 3 -- data.max_chars=40000 model.dim=64  # shorter
 """
 
 from __future__ import annotations

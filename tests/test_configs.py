@@ -50,6 +50,8 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
 
     partners = [o for o in PARTNERS.get((group, option), []) if not o.startswith(f"{group}=")]
     overrides = [*partners, f"{group}={option}", "print_config=false"]
+    if group == "logger":
+        overrides.append(f"paths.log_dir={tmp_path}")  # logger=mlflow keeps its store under paths.log_dir
     if (group, option) == ("data", "text_file"):
         (tmp_path / "corpus.txt").write_text("a small corpus of text, long enough for a few windows. " * 40)
         overrides.append(f"data.path={tmp_path / 'corpus.txt'}")

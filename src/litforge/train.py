@@ -33,6 +33,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     from litforge import provenance
     from litforge.parallel import launch
+    from litforge.tracking import log_run_files
 
     check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
     for note in run_notes(cfg):
@@ -44,21 +45,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     record = provenance.write_start(output_dir) if is_rank_zero() else {"git": provenance.git_state(),
                                                                         "start": provenance.now()}
-    status = "failed"
     try:
-        result = _fit_and_test(cfg, output_dir, record)
-        status = "stopped" if result.pop("interrupted") else "finished"
-        return result
-    except TrainingStopped:
-        status = "stopped"
-        raise
-    finally:
+        result, loggers = _fit_and_test(cfg, output_dir, record)
+    except BaseException as exc:
         if is_rank_zero():
-            provenance.write_end(output_dir, record, status)
+            provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
+        raise
+    interrupted = result.pop("interrupted")
+    if is_rank_zero():
+        provenance.write_end(output_dir, record, "stopped" if interrupted else "finished")
+        log_run_files(loggers, output_dir, result, record)  # trackers get the config, provenance, best checkpoint
+    return result
 
 
-def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
+    from litforge import provenance
     from litforge.callbacks.checkpoint_clock import clock_callbacks
     from litforge.callbacks.provenance import ProvenanceRecorder
     from litforge.checkpoint_io import with_async_saves
@@ -66,6 +68,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     from litforge.loops import steps_per_call
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
     from litforge.speed import apply_speed_options
+    from litforge.tracking import continue_runs, give_run_config
 
     datamodule = instantiate_group("data", cfg.data)
     check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
@@ -75,14 +78,17 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
                         channels_last=bool(cfg.get("channels_last", False)))
 
     ckpt_path = starting_checkpoint(cfg)
+    tracker_runs: dict[str, str] = {}
     if ckpt_path:
         checkpoint = load_checkpoint(ckpt_path)
         check_resumable(checkpoint, ckpt_path, type(task), cfg)
+        tracker_runs = (checkpoint.get(provenance.CHECKPOINT_KEY) or {}).get("tracker_runs") or {}
         del checkpoint
         log.info("Resuming from %s", ckpt_path)
 
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
-    loggers = instantiate_named("logger", cfg.get("logger"))
+    loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # same MLflow run on resume
+    give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
     callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
@@ -114,7 +120,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     if trainer.is_global_zero:
         (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
                                                             indent=2))
-    return result
+    return result, loggers
 
 
 def starting_checkpoint(cfg: DictConfig) -> str | None:

@@ -399,6 +399,12 @@ RULES: dict[str, Rule] = {
     "logger.*.name": text(example="tensorboard"),
     "logger.*.version": text(example="''", empty=True),
     "logger.*.default_hp_metric": boolean(example="false"),
+    "logger.*.tracking_uri": text(example="http://127.0.0.1:5000", null=True),
+    "logger.*.store_dir": text(example="logs"),
+    "logger.*.experiment_name": text(example="train"),
+    "logger.*.run_dir": text(example="logs/train/runs/run1", null=True),
+    "logger.*.run_name": text(example="baseline", null=True),
+    "logger.*.run_id": text(example="0123456789abcdef0123456789abcdef", null=True),
 
     # ---- strategy ----
     "strategy.name": text(example="auto"),

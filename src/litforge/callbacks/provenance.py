@@ -1,4 +1,9 @@
-"""Store which code trained the weights in every checkpoint (litforge.provenance writes the full record)."""
+"""Store which code trained the weights, and which tracker runs record them, in every checkpoint.
+
+litforge.provenance writes the full record to the run folder; a checkpoint carries the summary (commit, dirty flag,
+start) and the tracker run ids (`{"mlflow": <run id>}`), so `eval.py` can name the commit and `resume=auto` can
+continue the same MLflow run (litforge.tracking.continue_runs).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,15 @@ from litforge.provenance import CHECKPOINT_KEY, summary
 
 
 class ProvenanceRecorder(pl.Callback):
-    """Adds `checkpoint["litforge_provenance"]` = {commit, dirty, start} to every checkpoint saved.
+    """Adds `checkpoint["litforge_provenance"]` = {commit, dirty, start, tracker_runs} to every checkpoint saved.
 
-    Plain data, so checkpoints still load with `weights_only=True`; `eval.py` prints it. Added by the training job
-    itself (not a `callbacks=` option): every run records it.
+    Plain data, so checkpoints still load with `weights_only=True`. Added by the training job itself (not a
+    `callbacks=` option): every run records it.
     """
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = summary(self.record)
+        runs = {lg.tracker: str(lg.version) for lg in trainer.loggers if getattr(lg, "tracker", None) and lg.version}
+        checkpoint[CHECKPOINT_KEY] = {**summary(self.record), "tracker_runs": runs}
