@@ -418,6 +418,9 @@ RULES: dict[str, Rule] = {
     "strategy.offload": choice("cpu", example="null", null=True),
     "strategy.period": integer(1, example=4),
     "strategy.warmup_steps": integer(0, example=100),
+    "strategy.sync_every": integer(1, example=32),
+    "strategy.outer_lr": number(gt=0, example=0.7),
+    "strategy.outer_momentum": number(ge=0, lt=1, example=0.9),
 }
 
 
