@@ -270,3 +270,27 @@ def test_default_run_makes_at_most_one_host_sync_per_logging_interval(compose_cf
     steps = counter.stop - counter.start  # 19 steps: logging steps every 5 of them
     assert len(counter.calls) <= -(-steps // 5), counter.calls
     assert counter.calls, "the logging steps read the loss once each: the count must see them"
+
+
+def test_gpt_forward_and_image_normalisation_never_read_the_device(monkeypatch):
+    """The packed-document mask has no data-dependent branch (it asked `.any()` of every batch), unpacked rows take
+    the causal kernel without looking at the data, and the normalisation statistics are built once, not per batch."""
+    from litforge.data.base import ImageDataModule
+    from litforge.models.gpt import GPT
+
+    counter = CountSyncs()
+    counter.counting = True
+    _patch_sync_methods(monkeypatch, counter)
+    net = GPT(vocab_size=11, block_size=8, dim=16, depth=1, heads=2)
+    idx = torch.randint(0, 11, (2, 8))
+    net(idx, torch.tensor([[0] * 3 + [1] * 5, [2] * 8])).sum().backward()  # packed rows, one with a boundary
+    net(idx).sum().backward()
+    assert counter.calls == []
+    made: list[Any] = []
+    real_as_tensor = torch.as_tensor
+    monkeypatch.setattr(torch, "as_tensor", lambda *a, **k: made.append(a) or real_as_tensor(*a, **k))
+    dm = ImageDataModule.__new__(ImageDataModule)
+    dm._mean, dm._std = [0.5], [0.25]
+    for _ in range(3):
+        out = dm.normalize(torch.ones(2, 1, 4, 4))
+    assert len(made) == 2 and torch.allclose(out, torch.full_like(out, 2.0)) and counter.calls == []

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: A new kind brings its own facts (docs/extending.md adds "tabular" with `num_features`).
 SHAPE_FACTS: dict[str, tuple[str, ...]] = {
     "image": ("input_shape", "num_classes", "class_names"),
-    "text": ("vocab_size", "block_size", "vocab", "unigram_loss"),
+    "text": ("vocab_size", "block_size", "vocab", "unigram_loss", "packed"),
     "rl": ("observation_size", "num_actions"),
 }
 

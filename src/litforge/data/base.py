@@ -157,9 +157,19 @@ class ImageDataModule(pl.LightningDataModule):
         """uint8 [0, 255] or float [0, 1] → standardised float, per channel."""
         if images.dtype == torch.uint8:
             images = images.float().div_(255.0)
-        mean = torch.as_tensor(self._mean, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
-        std = torch.as_tensor(self._std, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+        mean, std = self._stats_on(images)
         return (images - mean) / std
+
+    def _stats_on(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """mean/std as (1, C, 1, 1) tensors on the batch's device, built once: from the Python lists on every batch
+        they were a host->device copy per step (a host sync on a GPU)."""
+        key = (images.device, images.dtype, tuple(self._mean), tuple(self._std))
+        cached = getattr(self, "_stats_cache", None)
+        if cached is None or cached[0] != key:
+            stats = [torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+                     for v in (self._mean, self._std)]
+            cached = self._stats_cache = (key, stats[0], stats[1])
+        return cached[1], cached[2]
 
     def ensure_stats(self) -> None:
         """Normalisation needs mean/std: from the config, the checkpoint, or else the training split."""

@@ -139,7 +139,7 @@ class TextDataModule(pl.LightningDataModule):
     def describe(self) -> dict[str, Any]:
         """The shape facts the language-model task needs (passed to its constructor)."""
         return {"vocab_size": self.vocab_size, "block_size": self.block_size, "vocab": self.vocab,
-                "unigram_loss": round(self.unigram_loss, 6)}
+                "unigram_loss": round(self.unigram_loss, 6), "packed": self.packed}
 
     # ---- loaders --------------------------------------------------------------------------------------------------
     def _loader(self, split: str, train: bool) -> DataLoader:

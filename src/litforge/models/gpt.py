@@ -6,7 +6,8 @@ the FSDP units and the tensor-parallel plan's targets (see that module for the l
 Packed sequences (a dynamic graph): `forward(idx, doc_ids)` accepts several documents packed into one row of
 `block_size` tokens with no padding. The attention mask and the positions are then computed from the data of each
 batch: a token attends only to earlier tokens of its own document (a block-diagonal causal mask) and positions
-restart at 0 where a document starts. Rows that hold one document take the fast `is_causal` kernel instead.
+restart at 0 where a document starts. Without `doc_ids` (unpacked data) the blocks take the fused `is_causal`
+kernel. Whether a batch has a boundary is never asked of the data: that would be a host sync per forward on a GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
     """Positions within each document and the block-diagonal causal mask, for rows of packed documents.
 
     doc_ids (B, T): which document each token belongs to (non-decreasing along a row). Returns positions (B, T) and
-    a (B, 1, T, T) mask, or None when every row is a single document, so the caller can use the causal kernel.
+    a (B, 1, T, T) mask (a row of one document gets the plain causal mask; no data-dependent branch, which would
+    read the device every forward).
     """
     B, T = doc_ids.shape
     idx = torch.arange(T, device=doc_ids.device).expand(B, T)
@@ -30,8 +32,6 @@ def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
     # position = index - index of the latest document start at or before it
     last_start = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
     positions = idx - last_start
-    if not starts[:, 1:].any():  # data-dependent branch: no boundary in this batch
-        return positions, None
     same_doc = doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1)
     causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
     return positions, (same_doc & causal).unsqueeze(1)
@@ -106,7 +106,7 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-6)
             if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # a slice: no index tensor copy
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             probs = torch.softmax(logits, dim=-1)
             idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
+from litforge.host_reads import host_scalar
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
 
@@ -112,14 +113,16 @@ class DQNTask(LitforgeTask):
         for _ in range(self.hparams.env_steps_per_step):
             finished = self.env_step(self.epsilon)
             if finished is not None:
-                self.log("train/episode_return", finished, on_step=True, on_epoch=False, prog_bar=True)
+                self.log("train/episode_return", host_scalar(finished), on_step=True, on_epoch=False, prog_bar=True)
         obs, actions, rewards, next_obs, dones = batch
         q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = self.loss_fn(q, self.td_target(rewards, next_obs, dones))
         if self.logs_this_step():  # only the steps Lightning writes: each `self.log` costs ~600 Python calls
-            self.log("train/loss", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-            self.log("train/q_mean", q.detach().mean(), on_step=True, on_epoch=False)  # ~1/(1-gamma) when balanced
-            self.log("train/epsilon", self.epsilon, on_step=True, on_epoch=False)
+            # one device->host read for both values, logged as host tensors (litforge.host_reads)
+            loss_value, q_mean = torch.stack([loss.detach(), q.detach().mean()]).tolist()
+            self.log("train/loss", host_scalar(loss_value), on_step=True, on_epoch=False, prog_bar=True)
+            self.log("train/q_mean", host_scalar(q_mean), on_step=True, on_epoch=False)  # ~1/(1-gamma) if balanced
+            self.log("train/epsilon", host_scalar(self.epsilon), on_step=True, on_epoch=False)
         return loss
 
     @torch.no_grad()

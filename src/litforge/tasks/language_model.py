@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
+from litforge.host_reads import host_scalar
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
 
@@ -33,19 +34,23 @@ class LanguageModelTask(LitforgeTask):
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
         lr_scaling: str = "none",
+        packed: bool = True,
         run_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         self.vocab = vocab  # the characters of a char-level model (None = UTF-8 bytes): what decode() needs
         self.unigram_loss = unigram_loss
+        # whether rows hold several documents: only then does the net need their ids (and a mask); unpacked rows
+        # take the fused causal attention kernel without looking at the data (no host sync)
+        self.packed = packed
         self.net = build_net(net, vocab_size=vocab_size, block_size=block_size)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         self.val_ppl = Perplexity()
         self.test_ppl = Perplexity()
 
     def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
-        return self.net(idx, doc_ids)
+        return self.net(idx, doc_ids if self.packed else None)
 
     def _shared_step(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         inputs, targets, doc_ids = batch
@@ -62,7 +67,8 @@ class LanguageModelTask(LitforgeTask):
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(targets))
         self.log("val/ppl", self.val_ppl, on_epoch=True)
         if self.unigram_loss is not None:
-            self.log("val/unigram_loss", self.unigram_loss, on_epoch=True, batch_size=len(targets))
+            # a host tensor: a Python float would be copied to the device on every batch (litforge.host_reads)
+            self.log("val/unigram_loss", host_scalar(self.unigram_loss), on_epoch=True, batch_size=len(targets))
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         loss, logits, targets = self._shared_step(batch)
