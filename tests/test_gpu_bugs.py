@@ -3,6 +3,7 @@ accelerators. What CPU cannot show is in benchmarks/gpu_smoke.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -147,3 +148,15 @@ def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compos
         assert compose_cfg("ckpt_path=x.ckpt", config_name=job).device == "auto"
     with pytest.raises(ConfigError, match="device='gpu0': expected auto, cpu, cuda or cuda:<index>"):
         check_value("device", "gpu0")
+
+
+def test_the_gpu_smoke_script_says_so_and_passes_without_cuda(capsys):
+    """benchmarks/gpu_smoke.py is for a GPU machine; on this CPU-only one it says so in one line and exits 0."""
+    from benchmarks.gpu_smoke import _runs, main
+
+    assert main() == 0
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "gpu_smoke: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run"]
+    runs = _runs(Path("/tmp"))
+    assert len(runs) >= 12 and {script for _, script, *_ in runs} >= {"train.py", "eval.py", "export.py",
+                                                                      "generate.py"}
