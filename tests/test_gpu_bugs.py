@@ -3,6 +3,7 @@ accelerators. What CPU cannot show is in benchmarks/gpu_smoke.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -103,3 +104,59 @@ def test_each_rank_resumes_its_own_rng_state(ranks: GlooRanks):
     for rank, (expected, resumed) in enumerate(results):
         assert resumed == expected, f"rank {rank} resumed another rank's random stream"
     assert results[0][0] != results[1][0]
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["strategy=fsdp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
+    (["strategy=tp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
+    (["strategy=fsdp", "channels_last=true"], "channels_last=true fails under"),
+])
+def test_options_that_fsdp_and_tp_ignore_or_break_are_refused_in_one_line(compose_cfg, overrides, says):
+    from litforge.errors import ConfigError
+    from litforge.validation import check_config
+
+    check_config(compose_cfg("strategy=ddp", "trainer.sync_batchnorm=true", "channels_last=true"))  # fine under DDP
+    with pytest.raises(ConfigError, match=says) as error:
+        check_config(compose_cfg(*overrides))
+    assert "\n" not in str(error.value)
+
+
+def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monkeypatch, caplog):
+    """Strict `trainer.deterministic=true` failed on CUDA at the first backward of adaptive average pooling."""
+    from litforge.builders import deterministic_mode
+
+    assert deterministic_mode(True, "auto") is True and deterministic_mode(True, "cpu") is True  # this CPU: strict
+    assert deterministic_mode(True, "gpu") == "warn" and deterministic_mode(True, "cuda") == "warn"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with a GPU, accelerator=auto
+    assert deterministic_mode(True, "auto") == "warn" and deterministic_mode(True, "cpu") is True
+    assert deterministic_mode(False, "auto") is False and deterministic_mode(None, "auto") is None
+    assert "trainer.deterministic=true on CUDA" in caplog.text
+
+
+def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compose_cfg):
+    """predict.py and generate.py ran on the CPU even on a GPU machine; `device: auto` now takes the GPU."""
+    from litforge.errors import ConfigError
+    from litforge.restore import inference_device
+    from litforge.validation import check_value
+
+    assert inference_device("auto") == torch.device("cpu") and inference_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="device=cuda but this machine has no CUDA GPU: pass device=auto"):
+        inference_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert inference_device("auto") == torch.device("cuda") and inference_device("cuda:1") == torch.device("cuda:1")
+    for job in ("predict", "generate"):
+        assert compose_cfg("ckpt_path=x.ckpt", config_name=job).device == "auto"
+    with pytest.raises(ConfigError, match="device='gpu0': expected auto, cpu, cuda or cuda:<index>"):
+        check_value("device", "gpu0")
+
+
+def test_the_gpu_smoke_script_says_so_and_passes_without_cuda(capsys):
+    """benchmarks/gpu_smoke.py is for a GPU machine; on this CPU-only one it says so in one line and exits 0."""
+    from benchmarks.gpu_smoke import _runs, main
+
+    assert main() == 0
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "gpu_smoke: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run"]
+    runs = _runs(Path("/tmp"))
+    assert len(runs) >= 12 and {script for _, script, *_ in runs} >= {"train.py", "eval.py", "export.py",
+                                                                      "generate.py"}

@@ -7,6 +7,7 @@ one line), so no job repeats the checks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ from omegaconf import DictConfig
 from litforge.errors import ConfigError
 from litforge.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 from litforge.validation import check_group, check_moved_keys
+
+log = logging.getLogger(__name__)
 
 TASK_GROUPS = ("model", "optimizer", "scheduler", "loss", "task")  # the configs a task builds its parts from
 
@@ -71,6 +74,9 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
     check_cpu_processes(trainer_kwargs)
+    if "deterministic" in trainer_kwargs:
+        trainer_kwargs = {**trainer_kwargs, "deterministic": deterministic_mode(
+            trainer_kwargs["deterministic"], trainer_kwargs.get("accelerator", "auto"))}
     try:
         trainer = pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
@@ -89,6 +95,21 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
                           "drop it for CPU runs")
     return trainer
+
+
+def deterministic_mode(deterministic: Any, accelerator: Any) -> Any:
+    """`trainer.deterministic=true` on CUDA becomes Lightning's "warn" (`torch.use_deterministic_algorithms(True,
+    warn_only=True)`): CUDA has no deterministic kernel for some ops every CNN here uses (the backward of adaptive
+    average pooling), so strict mode failed at the first backward. Every op that has a deterministic kernel still
+    uses it; the others warn. On CPU every op is deterministic, and `true` stays strict."""
+    import torch
+
+    on_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if deterministic is True and on_cuda:
+        log.warning("trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
+                    "pooling's backward) warn instead of failing (trainer.deterministic=warn)")
+        return "warn"
+    return deterministic
 
 
 def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:

@@ -14,11 +14,11 @@ from litforge.validation import check_run
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpoints import load_checkpoint
-    from litforge.restore import restore_task
+    from litforge.restore import inference_device, restore_task
 
     check_run(cfg)
     path = str(cfg.ckpt_path)
-    task = restore_task(load_checkpoint(path), path)
+    task = restore_task(load_checkpoint(path), path).to(inference_device(str(cfg.get("device", "auto"))))
     if not hasattr(task, "generate_text"):
         raise ConfigError(f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
                           "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)")

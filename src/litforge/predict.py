@@ -14,9 +14,11 @@ from litforge.data.images import find_images, load_image_tensor
 def predict(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
-    from litforge.restore import load_for_inference
+    from litforge.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
+    device = inference_device(str(cfg.get("device", "auto")))
+    task.to(device)
     rows: list[dict[str, Any]] = []
     if cfg.get("input"):
         files = find_images(str(cfg.input))  # for a folder: the files data=image_folder would train on
@@ -34,7 +36,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     class_names = task.class_names
     with torch.inference_mode():
         for start in range(0, len(images), int(cfg.batch_size)):
-            batch = datamodule.normalize(images[start : start + int(cfg.batch_size)])
+            batch = datamodule.normalize(images[start : start + int(cfg.batch_size)]).to(device)
             out = task.predict_step(batch, 0)
             for offset, (pred, conf) in enumerate(zip(out["predicted"].tolist(), out["confidence"].tolist())):
                 index = start + offset

@@ -56,6 +56,18 @@ def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
     return task.eval()
 
 
+def inference_device(name: str = "auto") -> Any:
+    """The device predict/generate run on: `auto` = the GPU when there is one (cuda:0), else the CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but this machine has no CUDA GPU: pass device=auto or device=cpu")
+    return device
+
+
 def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given.
 

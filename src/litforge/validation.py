@@ -208,6 +208,8 @@ RULES: dict[str, Rule] = {
     "input": text(example="path/to/images", null=True),
     "output": text(example="predictions.csv", null=True),
     "batch_size": integer(1, example=256),
+    "device": Rule("auto, cpu, cuda or cuda:<index>", lambda v: isinstance(v, str) and
+                   re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None, "auto"),  # predict and generate
     # generate
     "prompt": text(example="def ", empty=True),
     "max_new_tokens": integer(1, example=500),
@@ -450,6 +452,16 @@ RELATIONS: tuple[Relation, ...] = (
              lambda start, end: end is None or end >= start,
              "callbacks.pruning.end_epoch={1} is before callbacks.pruning.start_epoch={0}: pass "
              "callbacks.pruning.end_epoch={0} or later (null = prune once, at start_epoch)"),
+    # ModelParallelStrategy (strategy=fsdp/tp/fsdp_tp) never converts BatchNorm: the flag would be silently ignored
+    Relation(("trainer.sync_batchnorm", "strategy._target_"),
+             lambda sync, target: not sync or not str(target).endswith("ModelParallel"),
+             "trainer.sync_batchnorm={0} is ignored under strategy._target_={1} (fsdp/tp never convert BatchNorm): "
+             "use strategy=ddp with trainer.sync_batchnorm=true, or trainer.sync_batchnorm=false"),
+    # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
+    Relation(("channels_last", "strategy._target_"),
+             lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),
+             "channels_last={0} fails under strategy._target_={1} (FSDP2 shards only contiguous parameters): pass "
+             "channels_last=false, or strategy=ddp with channels_last=true"),
 )
 
 

@@ -142,7 +142,10 @@ class QuantizationAwareTraining(pl.Callback):
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._int8 = convert_int8(self._net(pl_module)).to("cpu")
         num_classes = int(pl_module.hparams.get("num_classes", 0)) if hasattr(pl_module, "hparams") else 0
-        self._acc = MulticlassAccuracy(num_classes=num_classes, average="micro") if num_classes else None
+        # the metric lives on the module's device, not beside the CPU int8 net: compute() gathers its state across
+        # ranks, and NCCL has no CPU backend ("No backend type associated with device type cpu")
+        self._acc = MulticlassAccuracy(num_classes=num_classes, average="micro").to(pl_module.device) \
+            if num_classes else None
 
     @torch.inference_mode()
     def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
@@ -150,11 +153,11 @@ class QuantizationAwareTraining(pl.Callback):
         if self._int8 is None or self._acc is None:
             return
         images, labels = batch
-        self._acc.update(self._int8(images.float().cpu()), labels.cpu())
+        self._acc.update(self._int8(images.float().cpu()).to(labels.device), labels)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._acc is not None and self._acc.update_count:
-            pl_module.log("test/acc_int8", self._acc.compute().to(pl_module.device))
+            pl_module.log("test/acc_int8", self._acc.compute())
         if self.save and self._int8 is not None and trainer.is_global_zero:
             folder = _checkpoint_dir(trainer)
             if folder is not None:
