@@ -57,7 +57,7 @@ def _wait_until_up(base: str, proc: subprocess.Popen, timeout: float = 240) -> N
 def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_run(tmp_path):
     log_dir = tmp_path / "logs"
     common = ["logger=[tensorboard,mlflow]", *TINY, "callbacks.early_stopping=null"]
-    first = run_cli("train.py", *common, "trainer.max_epochs=1", log_dir=log_dir)
+    first = run_cli("train.py", *common, "trainer.max_epochs=1", log_dir=log_dir, timeout=420)
     assert first.returncode == 0, first.output[-3000:]
     run_dir = single_run(log_dir)
     (run_dir / "metrics.json").unlink()  # as if pre-empted after its first epoch: resume=auto picks it up
@@ -69,7 +69,7 @@ def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_
          "--default-artifact-root", (log_dir / "mlartifacts").as_uri()],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        second = run_cli("train.py", *common, "resume=auto", "trainer.max_epochs=2", log_dir=log_dir)  # overlaps
+        second = run_cli("train.py", *common, "resume=auto", "trainer.max_epochs=2", log_dir=log_dir, timeout=420)
         assert second.returncode == 0, second.output[-3000:]
         base = f"http://127.0.0.1:{port}"
         _wait_until_up(base, server)
