@@ -55,7 +55,7 @@ def main() -> None:
             for seed in args.seeds:
                 common = ["experiment=transfer_digits", f"data.train_per_class={k}", f"seed={seed}",
                           f"data.split_seed={seed}"]
-                accs["transfer"].append(run([*common, f"task.init_from={pre['last_checkpoint']}"],
+                accs["transfer"].append(run([*common, f"task.init_from={pre['best_checkpoint']}"],
                                             tmp_path / f"t{k}_{seed}")["metrics"]["test/acc"])
                 accs["scratch"].append(run([*common, "~callbacks.finetune"],
                                            tmp_path / f"s{k}_{seed}")["metrics"]["test/acc"])

@@ -130,7 +130,8 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
     assert ddp.returncode == 0, ddp.output[-3000:]
 
     run = single_run(tmp_path / "ddp")  # exactly one run folder
-    assert sorted(p.name for p in run.iterdir()) == [".hydra", "checkpoints", "csv", "metrics.json", "train.log"]
+    files = sorted(p.name for p in run.iterdir() if p.name != "provenance.diff")  # that one: dirty trees only
+    assert files == [".hydra", "checkpoints", "csv", "metrics.json", "provenance.json", "train.log"]
     assert len(list((run / "checkpoints").glob("epoch*.ckpt"))) == 1 and (run / "checkpoints" / "last.ckpt").is_file()
     assert "test/acc" in read_metrics(run)["metrics"]
     weights = [torch.load(single_run(tmp_path / d) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
@@ -278,7 +279,8 @@ def test_two_nodes_with_torchrun_share_one_run(tmp_path: Path):
     metrics = read_metrics(run_dir)
     assert "test/acc" in metrics["metrics"]
     assert "world_size" not in metrics  # sanity: metrics.json written once, by global rank 0
-    assert sorted(p.name for p in run_dir.iterdir()) == [".hydra", "checkpoints", "csv", "metrics.json", "train.log"]
+    files = sorted(p.name for p in run_dir.iterdir() if p.name != "provenance.diff")  # that one: dirty trees only
+    assert files == [".hydra", "checkpoints", "csv", "metrics.json", "provenance.json", "train.log"]
 
 
 @pytest.mark.slow

@@ -93,6 +93,7 @@ def test_transfer_beats_scratch_on_few_examples(compose_cfg, tmp_path: Path):
     """The claim of experiment=transfer_digits, on one seed: 5 examples per digit 5-9 (benchmarks/ averages more)."""
     pre = _train(compose_cfg, tmp_path / "pre", "model=cnn", "data.classes=[0,1,2,3,4]", "trainer.max_epochs=10")
     few = ["experiment=transfer_digits", "data.train_per_class=5"]
-    transfer_acc = _train(compose_cfg, tmp_path / "t", *few, f"task.init_from={pre['last_checkpoint']}")
+    # from the pretraining's best epoch (last.ckpt is the latest state, possibly over-fitted to digits 0-4)
+    transfer_acc = _train(compose_cfg, tmp_path / "t", *few, f"task.init_from={pre['best_checkpoint']}")
     scratch_acc = _train(compose_cfg, tmp_path / "s", *few, "~callbacks.finetune")
     assert transfer_acc["metrics"]["test/acc"] > scratch_acc["metrics"]["test/acc"], (transfer_acc, scratch_acc)

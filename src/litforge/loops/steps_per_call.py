@@ -144,28 +144,65 @@ class StepsPerCall:
 
 
 class EpochSchedulers(pl.Callback):
-    """Epoch-interval LR schedulers under manual optimization (Lightning steps them only under automatic)."""
+    """Epoch-interval LR schedulers under manual optimization (Lightning steps them only under automatic).
+
+    Stepped where Lightning's automatic loop steps them, so checkpoints hold the same scheduler state as with
+    steps_per_call=1: a plain schedule after the epoch's last batch (before the epoch-end validation, whose
+    `last.ckpt` must already hold it), ReduceLROnPlateau after the epoch-end validation that produced its metric.
+    A resumed run that restarts at an epoch's end (no batch left) does not step again, nor does a `max_steps` stop
+    inside an epoch. An epoch of unknown length (a streamed dataset) steps at the epoch's end.
+    """
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
+        self._batches_this_epoch = 0
+        self._last_batch_done = False  # the epoch's last batch ran: the next validation is the epoch-end one
+        self._stepped: set[int] = set()  # ids of the schedulers already stepped this epoch
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.world_size > 1:  # e.g. trainer.devices=2 picked DDP
             raise ConfigError(f"steps_per_call={self.steps} runs on one device, but this run has {trainer.world_size} "
                               "processes: set steps_per_call=1 for multi-device training")
 
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._batches_this_epoch = 0
+        self._last_batch_done = False
+        self._stepped.clear()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._batches_this_epoch += 1
+        if batch_idx + 1 == trainer.num_training_batches:  # inf for a streamed epoch: never equal
+            self._last_batch_done = True
+            self._step(trainer, pl_module, plateau=False)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._last_batch_done and not trainer.sanity_checking:  # the epoch-end validation
+            self._step(trainer, pl_module, plateau=True)
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._batches_this_epoch:  # a resume that restarted at this epoch's end: stepped before the save
+            return
+        if trainer.num_training_batches != float("inf") and not self._last_batch_done:
+            return  # a max_steps stop inside the epoch: Lightning does not step epoch schedulers either
+        self._step(trainer, pl_module, plateau=False)
+        self._step(trainer, pl_module, plateau=True)  # no validation ended this epoch (e.g. check_val_every_n_epoch)
+
+    def _step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plateau: bool) -> None:
         monitor = (getattr(pl_module, "scheduler_cfg", None) or {}).get("monitor")
         for config in trainer.lr_scheduler_configs:
-            if config.interval != "epoch" or (trainer.current_epoch + 1) % config.frequency:
+            is_plateau = isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            if config.interval != "epoch" or is_plateau != plateau or id(config.scheduler) in self._stepped \
+                    or (trainer.current_epoch + 1) % config.frequency:
                 continue
             metric = None
-            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            if is_plateau:
                 metric = trainer.callback_metrics.get(monitor)
                 if metric is None:
                     raise ConfigError(f"scheduler.monitor={monitor} is not logged by this run; logged: "
                                       f"{', '.join(sorted(trainer.callback_metrics))}")
             pl_module.lr_scheduler_step(config.scheduler, metric)
+            self._stepped.add(id(config.scheduler))
 
 
 def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any,
