@@ -1,0 +1,95 @@
+"""A warm process that runs litforge's CLI scripts in forked children, so each test's CLI run skips the imports.
+
+Why: a `python train.py ...` here spends 8-15 s importing torch, Lightning, Hydra and torchvision before it reads its
+first override, and the suite runs ~70 such commands: most of its time. This server imports them once (no torch op
+runs in it, so no thread pool exists to break in a fork), then for each request forks a child that becomes what
+`python <script> <args>` would be: its own process group, the given cwd and environment (PYTHONPATH entries put on
+sys.path as the interpreter would), stdin from /dev/null, stdout/stderr to the given files, fresh random seeds, the
+script run as `__main__`, and a normal interpreter exit (atexit handlers run, exit code as Python sets it).
+What it cannot reproduce: environment variables read while torch/Lightning import (e.g. CUDA_VISIBLE_DEVICES,
+OMP_NUM_THREADS); tests that depend on those, on import time or on the interpreter's start-up use
+`run_cli(..., fresh_process=True)`.
+
+Protocol (one JSON object per line): request {"argv", "cwd", "env", "stdout", "stderr"} on stdin; answers
+{"pid": child pid} at once, then {"returncode": rc} (negative signal number when killed, as subprocess reports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _warm_up() -> None:
+    """Import what every CLI run needs. A real run imports Lightning after Hydra has configured logging, so
+    Lightning sees a root handler and lets its records propagate (into the run's train.log); a placeholder root
+    handler during these imports keeps that so."""
+    import logging
+
+    placeholder = logging.NullHandler()
+    logging.getLogger().addHandler(placeholder)
+    try:
+        _import_heavy_modules()
+    finally:
+        logging.getLogger().removeHandler(placeholder)
+
+
+def _import_heavy_modules() -> None:
+    import hydra  # noqa: F401
+    import omegaconf  # noqa: F401
+    import pytorch_lightning  # noqa: F401
+    import torch  # noqa: F401
+    import torchmetrics  # noqa: F401
+    import torchvision  # noqa: F401
+
+    import litforge.cli  # noqa: F401
+    import litforge.train  # noqa: F401
+
+
+def _serve() -> dict | None:
+    """Answer requests until stdin closes (None); in a forked child, return that child's request."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            return request
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+    return None
+
+
+def _become(request: dict) -> None:
+    """Turn this forked child into `python <argv...>` started in request["cwd"] with request["env"]."""
+    import random
+
+    os.setpgid(0, 0)  # its own group, like a subprocess the test may kill with its children
+    for fd, target, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
+                              (2, request["stderr"], os.O_WRONLY)):
+        handle = os.open(target, flags)
+        os.dup2(handle, fd)
+        os.close(handle)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    script = os.path.abspath(request["argv"][0])
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [os.path.dirname(script), *extra, *[p for p in sys.path[1:] if p not in extra]]
+    sys.argv = [script, *request["argv"][1:]]
+    random.seed()  # a fresh interpreter seeds from the OS: forked children must not share the server's state
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+
+
+if __name__ == "__main__":
+    _warm_up()
+    child_request = _serve()
+    if child_request is not None:
+        _become(child_request)
+        import runpy
+
+        runpy.run_path(sys.argv[0], run_name="__main__")  # exceptions and SystemExit end the process as usual
