@@ -79,3 +79,47 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
     if rank == 0:
         torch.save(record, Path(out) / "fsdp_options.pt")
     dist.destroy_process_group()
+
+
+def hsdp(rank: int, world: int, port: int, out: str) -> None:
+    """HSDP over (2 replicas x 2 shards) through litforge's own `shard`: three SGD-momentum steps, each rank on its quarter of
+    the batch, must end where one process ends on the whole batch (which is DDP's result); each rank holds half of
+    every sharded parameter, and the two replicas of a shard hold the same values."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    from litforge.parallel.plans import shard
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    base, idx = _tiny_gpt(), _batch()
+    reference = copy.deepcopy(base)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    net = copy.deepcopy(base)
+    mesh = init_device_mesh("cpu", (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    shard(net, mesh, {"reshard_after_forward": True, "replicate_size": 2})
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)  # not Adam: it
+    # turns the key bias's zero gradient (softmax ignores it) into rounding noise divided by its own size
+    local = idx.chunk(world)[rank]
+    for _ in range(3):
+        ref_opt.zero_grad()
+        _loss(reference, idx).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        _loss(net, local).backward()
+        opt.step()
+    weight = net.blocks[0].attn.q.weight
+    local_shard = weight.to_local()
+    gathered = [torch.empty_like(local_shard) for _ in range(world)]
+    dist.all_gather(gathered, local_shard.contiguous())
+    record = {
+        "mesh": tuple(weight.device_mesh.mesh.shape), "placements": [str(p) for p in weight.placements],
+        "local_fraction": local_shard.numel() / weight.numel(),
+        "replicas_equal": bool(torch.equal(gathered[0], gathered[2]) and torch.equal(gathered[1], gathered[3])),
+        "shards_differ": not torch.equal(gathered[0], gathered[1]),
+        "params": {n: p.full_tensor() if isinstance(p, DTensor) else p.detach() for n, p in net.named_parameters()},
+        "reference": {n: p.detach() for n, p in reference.named_parameters()},
+    }
+    if rank == 0:
+        torch.save(record, Path(out) / "hsdp.pt")
+    dist.destroy_process_group()

@@ -358,3 +358,44 @@ def _fsdp_options_rank(rank: int, *args: object) -> None:
     from sharded_probes import fsdp_options
 
     fsdp_options(rank, *args)
+
+
+@pytest.mark.distributed
+def test_hsdp_on_four_ranks_shards_in_pairs_and_matches_one_process(tmp_path: Path):
+    """strategy=hsdp's sharding (litforge.parallel.plans.shard with replicate_size=2) on 4 gloo ranks: a 2 x 2
+    (replicate, shard) mesh, half of each weight per rank, replicas identical, and after three SGD-momentum steps the same
+    parameters as one process on the whole batch (= DDP's result) within 1e-5."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_hsdp_rank, args=(4, _free_port(), str(tmp_path)), nprocs=4, join=True)
+    record = torch.load(tmp_path / "hsdp.pt", weights_only=True)
+    assert record["mesh"] == (2, 2) and record["placements"] == ["R", "S(0)"]
+    assert record["local_fraction"] == 0.5 and record["replicas_equal"] and record["shards_differ"]
+    for name, value in record["reference"].items():
+        torch.testing.assert_close(record["params"][name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _hsdp_rank(rank: int, *args: object) -> None:
+    from sharded_probes import hsdp
+
+    hsdp(rank, *args)
+
+
+def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ranks():
+    from litforge.errors import ConfigError
+    from litforge.parallel.plans import hsdp_mesh
+    from litforge.parallel.strategies import ModelParallel
+
+    with pytest.raises(ConfigError, match=r"replicate_size=2 \(HSDP\) with strategy.tensor_parallel_size=2"):
+        ModelParallel(data_parallel_size="auto", tensor_parallel_size=2, replicate_size=2)
+
+    class ThreeRanks:
+        device_type = "cpu"
+
+        def size(self) -> int:
+            return 3
+
+    with pytest.raises(ConfigError, match="replicate_size=2 does not divide the 3 data-parallel ranks"):
+        hsdp_mesh(ThreeRanks(), 2)
+    assert ModelParallel(data_parallel_size="auto", tensor_parallel_size=1, replicate_size=2).fsdp_kwargs() == {
+        "reshard_after_forward": True, "replicate_size": 2}

@@ -76,8 +76,27 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     return len(plan)
 
 
+def hsdp_mesh(dp_mesh: Any, replicate_size: int) -> Any:
+    """The 2-D `(replicate, shard)` mesh over the data-parallel ranks that makes `fully_shard` hybrid (HSDP).
+
+    FSDP2 shards over the mesh's last dimension and all-reduces gradients over the first, so each group of
+    world / replicate_size consecutive ranks holds one sharded copy (keep a group inside a node, where links are fast)
+    and the copies meet once per step. Lightning's ModelParallelStrategy builds only a (data, tensor) mesh, so this
+    one is built here, from the same ranks, when the task shards its net.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dp_mesh.size()
+    if world % replicate_size:
+        raise ConfigError(f"strategy.replicate_size={replicate_size} does not divide the {world} data-parallel ranks: "
+                          "use a divisor of trainer.devices x trainer.num_nodes")
+    return init_device_mesh(dp_mesh.device_type, (replicate_size, world // replicate_size),
+                            mesh_dim_names=("replicate", "shard"))
+
+
 def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None = None) -> None:
-    """Apply the plan the mesh asks for: tensor parallel over `tensor_parallel` (>1), then FSDP2 over `data_parallel`.
+    """Apply the plan the mesh asks for: tensor parallel over `tensor_parallel` (>1), then FSDP2 over `data_parallel`
+    (hybrid, over :func:`hsdp_mesh`, when `fsdp_kwargs` holds a `replicate_size` > 1).
 
     Tensor parallelism goes first: FSDP2 then shards the (already tensor-parallel) DTensors along the data-parallel
     dimension, which is how 2-D parallelism composes in PyTorch.
@@ -85,7 +104,8 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     if getattr(net, "_litforge_sharded", False):  # Lightning calls configure_model again for test/predict
         return
     tp_mesh, dp_mesh = device_mesh["tensor_parallel"], device_mesh["data_parallel"]
-    fsdp_kwargs = fsdp_kwargs or {}
+    fsdp_kwargs = dict(fsdp_kwargs or {})
+    replicate_size = fsdp_kwargs.pop("replicate_size", 1)
     if dp_mesh.size() == 1 and (set(fsdp_kwargs) - {"reshard_after_forward"} or
                                 not fsdp_kwargs.get("reshard_after_forward", True)):
         raise ConfigError("strategy.mixed_precision, strategy.reshard_after_forward and strategy.offload act on FSDP2, "
@@ -94,5 +114,5 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     if tp_mesh.size() > 1:
         apply_tensor_parallel(net, tp_mesh)
     if dp_mesh.size() > 1:
-        apply_fsdp(net, dp_mesh, **fsdp_kwargs)
+        apply_fsdp(net, hsdp_mesh(dp_mesh, replicate_size) if replicate_size > 1 else dp_mesh, **fsdp_kwargs)
     net._litforge_sharded = True

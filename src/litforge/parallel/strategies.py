@@ -31,7 +31,7 @@ class ModelParallel(ModelParallelStrategy):
     strategy_name = "litforge_model_parallel"
 
     def __init__(self, *args: Any, mixed_precision: str | None = None, reshard_after_forward: bool = True,
-                 offload: str | None = None, **kwargs: Any) -> None:
+                 offload: str | None = None, replicate_size: int = 1, **kwargs: Any) -> None:
         import torch
 
         from litforge.errors import ConfigError
@@ -45,8 +45,13 @@ class ModelParallel(ModelParallelStrategy):
             # CPUOffloadPolicy pins host memory, which needs a CUDA driver ("Found no NVIDIA driver" mid-setup)
             raise ConfigError("strategy.offload=cpu moves sharded parameters to pinned host memory between uses and "
                               "needs CUDA GPUs; this machine has none: use strategy.offload=null")
+        if replicate_size > 1 and kwargs.get("tensor_parallel_size", 1) not in (1, "1"):
+            raise ConfigError(f"strategy.replicate_size={replicate_size} (HSDP) with strategy.tensor_parallel_size="
+                              f"{kwargs.get('tensor_parallel_size')} would need a 3-D mesh, which litforge does not "
+                              "build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp")
         super().__init__(*args, **kwargs)
         self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
+        self.replicate_size = replicate_size
 
     def fsdp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for every `fully_shard` call: FSDP2's mixed precision, resharding and offload policies."""
@@ -62,12 +67,20 @@ class ModelParallel(ModelParallelStrategy):
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if self.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
+        if self.replicate_size > 1:
+            kwargs["replicate_size"] = self.replicate_size  # HSDP: litforge.parallel.plans.shard builds the 2-D mesh
         return kwargs
 
     def setup_environment(self) -> None:
         from litforge.compat import fill_auto_mesh_sizes
 
-        fill_auto_mesh_sizes(self, self.num_processes * self.num_nodes)
+        world = self.num_processes * self.num_nodes
+        fill_auto_mesh_sizes(self, world)
+        if self.replicate_size > 1 and world % self.replicate_size:
+            from litforge.errors import ConfigError
+
+            raise ConfigError(f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
+                              "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes")
         super().setup_environment()
 
 
