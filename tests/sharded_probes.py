@@ -123,3 +123,34 @@ def hsdp(rank: int, world: int, port: int, out: str) -> None:
     if rank == 0:
         torch.save(record, Path(out) / "hsdp.pt")
     dist.destroy_process_group()
+
+
+def clipping(rank: int, world: int, port: int, out: str, modes: dict[str, tuple[int, int]]) -> None:
+    """Per mode (data-parallel size, tensor-parallel size): gradients after litforge's clip_grad_norm to 0.1 and the
+    norm it saw, against torch's clip_grad_norm_ on an unsharded copy and the whole batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    from litforge.parallel.clipping import clip_grad_norm
+    from litforge.parallel.plans import shard
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    base, idx = _tiny_gpt(), _batch()
+    reference = copy.deepcopy(base)
+    _loss(reference, idx).backward()
+    record: dict[str, Any] = {"reference_norm": torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.1),
+                              "reference": {n: p.grad for n, p in reference.named_parameters()}}
+    for name, (dp, tp) in modes.items():
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
+        net = copy.deepcopy(base)
+        shard(net, mesh)
+        _loss(net, idx.chunk(dp)[mesh["data_parallel"].get_local_rank()]).backward()
+        kinds = {type(p.grad).__name__ for p in net.parameters()}
+        norm = clip_grad_norm(list(net.parameters()), 0.1)
+        record[name] = {"norm": norm, "kinds": sorted(kinds),
+                        "grads": {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+                                  for n, p in net.named_parameters()}}
+    if rank == 0:
+        torch.save(record, Path(out) / "clipping.pt")
+    dist.destroy_process_group()

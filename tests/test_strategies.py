@@ -399,3 +399,28 @@ def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ra
         hsdp_mesh(ThreeRanks(), 2)
     assert ModelParallel(data_parallel_size="auto", tensor_parallel_size=1, replicate_size=2).fsdp_kwargs() == {
         "reshard_after_forward": True, "replicate_size": 2}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world,modes", [(2, {"fsdp": (2, 1), "tp": (1, 2)}), (4, {"fsdp_tp": (2, 2)})])
+def test_clipping_under_sharding_uses_the_global_norm(world: int, modes: dict, tmp_path: Path):
+    """Clipping to 0.1 under fsdp, tp (DTensor and plain gradients mixed: torch's clip_grad_norm_ raises) and fsdp_tp
+    (two meshes: it raises too) gives the gradients torch clips to on one process and the whole batch."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_clipping_rank, args=(world, _free_port(), str(tmp_path), modes), nprocs=world, join=True)
+    record = torch.load(tmp_path / "clipping.pt", weights_only=True)
+    for mode in modes:
+        got = record[mode]
+        torch.testing.assert_close(got["norm"], record["reference_norm"], atol=1e-6, rtol=1e-5, msg=mode)
+        for name, grad in record["reference"].items():
+            torch.testing.assert_close(got["grads"][name], grad, atol=1e-7, rtol=1e-5, msg=f"{mode}: {name}")
+    if "tp" in modes:
+        assert record["tp"]["kinds"] == ["DTensor", "Tensor"]  # the mix torch's clip_grad_norm_ refuses
+    assert float(record["reference_norm"]) > 0.1 * 5  # clipping really scaled the gradients down
+
+
+def _clipping_rank(rank: int, *args: object) -> None:
+    from sharded_probes import clipping
+
+    clipping(rank, *args)

@@ -89,6 +89,19 @@ class LitforgeTask(pl.LightningModule):
         sampler = trainer.distributed_sampler_kwargs if trainer is not None else None
         return int(sampler["num_replicas"]) if sampler else 1
 
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip by the global norm of every gradient when some are sharded (fsdp, tp, fsdp_tp, hsdp): torch's
+        `clip_grad_norm_`, which Lightning calls, fails on a mix of DTensor and plain gradients or of two meshes
+        (litforge.parallel.clipping). Unsharded runs keep Lightning's own clipping."""
+        from litforge.parallel.clipping import clip_grad_norm, has_dtensor_grads
+
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and has_dtensor_grads(params):
+            clip_grad_norm(params, float(gradient_clip_val))
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_model(self) -> None:
         """Shard the net over the device mesh (only under ModelParallelStrategy: strategy=fsdp, tp, fsdp_tp).
 
