@@ -83,13 +83,15 @@ def collect(root: Path = SOURCE_ROOT) -> tuple[dict[str, Any], str]:
     return record, diff
 
 
-def write_start(run_dir: Path, root: Path = SOURCE_ROOT) -> dict[str, Any]:
+def write_start(run_dir: Path, root: Path = SOURCE_ROOT, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write `provenance.json` (+ `provenance.diff` when dirty) for a run starting now; returns the record.
 
     A resumed run finds the file of its earlier attempts: those records move under `"previous"` (newest last), and
     an earlier diff is kept as `provenance.<n>.diff` when the code changed in between, so no attempt's record is lost.
     """
     record, diff = collect(root)
+    if settings:  # process-wide switches the run changed (matmul precision): not visible in the config alone
+        record["settings"] = dict(settings)
     path = run_dir / FILE
     if path.is_file():
         try:

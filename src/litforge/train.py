@@ -27,6 +27,24 @@ from litforge.validation import check_run, run_notes
 log = logging.getLogger(__name__)
 
 
+def apply_matmul_precision(precision: str | None, accelerator: Any = "auto") -> str | None:
+    """`torch.set_float32_matmul_precision` for CUDA runs only; returns what float32 matmuls now use (None on CPU).
+
+    "high" lets float32 matmuls and convolutions use TF32 tensor cores (Ampere and newer; an A100's dense TF32 peak is
+    8x its fp32 one) at a 10-bit mantissa, PyTorch's and Lightning's advice for training (Lightning warns on every
+    CUDA run that leaves it at "highest"). It is a process-wide switch that no config shows, hence the provenance record.
+    A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
+    """
+    import torch
+
+    on_cuda = torch.cuda.is_available() and accelerator in ("gpu", "cuda", "auto")
+    if precision is None or not on_cuda:
+        return None
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = precision != "highest"
+    return torch.get_float32_matmul_precision()
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
     import pytorch_lightning as pl
@@ -42,8 +60,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    settings = {"matmul_precision": apply_matmul_precision(cfg.get("matmul_precision"),
+                                                            cfg.trainer.get("accelerator", "auto"))}
 
-    record = provenance.write_start(output_dir) if is_rank_zero() else {"git": provenance.git_state(),
+    record = provenance.write_start(output_dir, settings=settings) if is_rank_zero() else {"git": provenance.git_state(),
                                                                         "start": provenance.now()}
     try:
         result, loggers = _fit_and_test(cfg, output_dir, record)

@@ -197,6 +197,7 @@ RULES: dict[str, Rule] = {
     "compile": mapping_or(boolean(example="true"), "true, false or a mapping of torch.compile options"),
     "channels_last": boolean(example="true"),
     "activation_checkpointing": choice("none", "full", "selective", example="full"),
+    "matmul_precision": choice("highest", "high", "medium", example="highest"),
     "steps_per_call": integer(1, example=4),
     "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
                              "500", null=True),

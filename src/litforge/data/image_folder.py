@@ -27,6 +27,7 @@ from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
 from litforge.data.images import (check_channels, image_to_tensor, mode_channels, open_image, parse_image_size,
                                   read_header)
 from litforge.data.loader import InMemoryLoader
+from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
@@ -211,7 +212,8 @@ class ImageFolderDataModule(ImageDataModule):
     def _stream_loader(self, split: str, train: bool) -> DataLoader:
         if train:  # resumable mid-epoch, workers included (litforge.data.stateful)
             return stateful_train_loader(self._datasets[split], batch_size=self.batch_size, seed=self.shuffle_seed,
-                                         num_workers=self.num_workers, drop_last=False)
+                                         num_workers=self.num_workers, drop_last=False,
+                                         pin_memory=pin_memory_for(self.trainer))
         return DataLoader(
             self._datasets[split],
             batch_size=self.batch_size if train else self.eval_batch_size,
@@ -220,6 +222,7 @@ class ImageFolderDataModule(ImageDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.shuffle_seed) if train else None,
+            pin_memory=pin_memory_for(self.trainer),  # async host-to-GPU copies (litforge.data.pinned)
         )
 
     def _loader_for(self, split: str, train: bool) -> InMemoryLoader | DataLoader:

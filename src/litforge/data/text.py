@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
@@ -148,8 +149,9 @@ class TextDataModule(pl.LightningDataModule):
             doc_ids = torch.zeros_like(doc_ids)
         windows = Windows(tokens, doc_ids, self.block_size)
         if train:  # resumable mid-epoch (litforge.data.stateful); the order follows the run's `seed`
-            return stateful_train_loader(windows, batch_size=self.batch_size, seed=torch.initial_seed())
-        return DataLoader(windows, batch_size=self.eval_batch_size)
+            return stateful_train_loader(windows, batch_size=self.batch_size, seed=torch.initial_seed(),
+                                         pin_memory=pin_memory_for(self.trainer))
+        return DataLoader(windows, batch_size=self.eval_batch_size, pin_memory=pin_memory_for(self.trainer))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
