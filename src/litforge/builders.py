@@ -97,15 +97,20 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
     return trainer
 
 
+def runs_on_cuda(accelerator: Any) -> bool:
+    """Whether a `trainer.accelerator` setting trains on CUDA on this machine (decided before the Trainer exists,
+    for switches that must be set before it: deterministic kernels, TF32 matmuls)."""
+    import torch
+
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
 def deterministic_mode(deterministic: Any, accelerator: Any) -> Any:
     """`trainer.deterministic=true` on CUDA becomes Lightning's "warn" (`torch.use_deterministic_algorithms(True,
     warn_only=True)`): CUDA has no deterministic kernel for some ops every CNN here uses (the backward of adaptive
     average pooling), so strict mode failed at the first backward. Every op that has a deterministic kernel still
     uses it; the others warn. On CPU every op is deterministic, and `true` stays strict."""
-    import torch
-
-    on_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if deterministic is True and on_cuda:
+    if deterministic is True and runs_on_cuda(accelerator):
         log.warning("trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
                     "pooling's backward) warn instead of failing (trainer.deterministic=warn)")
         return "warn"

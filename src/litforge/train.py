@@ -15,7 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.builders import build_strategy, build_task, build_trainer, respect_trainer_switches, task_class
+from litforge.builders import (build_strategy, build_task, build_trainer, respect_trainer_switches, runs_on_cuda,
+                               task_class)
 from litforge.contracts import DataModule, missing_members
 from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
@@ -37,8 +38,7 @@ def apply_matmul_precision(precision: str | None, accelerator: Any = "auto") -> 
     """
     import torch
 
-    on_cuda = torch.cuda.is_available() and accelerator in ("gpu", "cuda", "auto")
-    if precision is None or not on_cuda:
+    if precision is None or not runs_on_cuda(accelerator):
         return None
     torch.set_float32_matmul_precision(precision)
     torch.backends.cudnn.allow_tf32 = precision != "highest"
