@@ -10,6 +10,10 @@
   (litforge.callbacks.provenance), params already logged are not logged again (MLflow refuses a changed value);
 - at the end the run receives the config, the provenance file (and diff), and the best checkpoint's path as
   artifacts, and the commit as MLflow's own `mlflow.source.git.commit` tag (:func:`log_run_files`).
+
+`WandbLogger` is Lightning's `WandbLogger` (`logger=wandb`, offline by default) with the same three additions: the
+flattened run config as W&B config, the run id under the `run_id` key that :func:`continue_runs` fills on resume
+(Lightning's logger takes it as `id=`, with `resume="allow"`), and the run's files saved into the W&B run.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytorch_lightning.loggers import MLFlowLogger
+from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
 from litforge.provenance import DIFF_FILE, FILE
 
@@ -115,6 +120,47 @@ class MLflowLogger(MLFlowLogger):
         commit = (record.get("git") or {}).get("commit")
         if commit:
             client.set_tag(run_id, "mlflow.source.git.commit", commit)
+
+
+class WandbLogger(LightningWandbLogger):
+    """Lightning's WandbLogger, offline by default, continuing the W&B run whose id a resumed checkpoint carries.
+
+    `version` (what litforge.callbacks.provenance stores as `tracker_runs["wandb"]`) is the W&B run id: `run_id` when
+    given, else the id W&B draws when the run starts (before the first checkpoint: the config is logged at fit start).
+    A resumed offline run writes a new `offline-run-<time>-<id>` folder under the same id; `wandb sync` appends it.
+    """
+
+    tracker = "wandb"  # the key of this tracker's run id in a checkpoint, and its `logger=` option's name
+
+    def __init__(self, save_dir: str = ".", project: str = "train", offline: bool = True, run_id: str | None = None,
+                 run_name: str | None = None, log_model: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(name=run_name, save_dir=save_dir, project=project, offline=offline, id=run_id,
+                         log_model=log_model, **kwargs)  # Lightning passes id= with resume="allow" to wandb.init
+        self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
+
+    def log_hyperparams(self, params: Any) -> None:
+        """The run config flattened (`data.batch_size`, as in MLflow) when given; else Lightning's hparams."""
+        if self.run_config is None:
+            super().log_hyperparams(params)
+            return
+        from litforge.runtime import is_rank_zero
+
+        if is_rank_zero():  # a resumed run's config takes this attempt's values (W&B allows the change)
+            self.experiment.config.update(flatten(self.run_config), allow_val_change=True)
+
+    def log_run_files(self, run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+        """The config, overrides, provenance (and diff) as run files; the best checkpoint's path and the commit in
+        the summary."""
+        run = self.experiment
+        for path in (run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml", run_dir / FILE,
+                     run_dir / DIFF_FILE):
+            if path.is_file():
+                run.save(str(path), base_path=str(run_dir), policy="now")
+        best = result.get("best_checkpoint") or result.get("last_checkpoint")
+        run.summary["best_checkpoint"] = str(best or "")
+        commit = (record.get("git") or {}).get("commit")
+        if commit:
+            run.summary["git_commit"] = commit
 
 
 def continue_runs(logger_cfg: Mapping[str, Any] | None, tracker_runs: Mapping[str, str]) -> Any:
