@@ -161,6 +161,9 @@ BAD_VALUES = [
     ("strategy.warmup_steps", -1, ">= 0"),
     ("strategy.tensor_parallel_size", 0, "an integer >= 1 or auto"),
     ("strategy.start_method", "thread", "one of popen, spawn"),
+    # logger
+    ("logger.wandb.offline", "yes", "true or false"),
+    ("logger.wandb.log_model", "some", "true, false or all"),
     # top level and the other jobs
     ("seed", -1, "in [0, 4294967295]"),
     ("seed", "abc", "an integer"),
@@ -290,6 +293,20 @@ def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
     expected = {"data", "model", "optimizer", "scheduler", "loss", "task", "trainer", "strategy",
                 *(f"callbacks.{name}" for name, node in cfg.callbacks.items() if node is not None), "logger.csv"}
     assert sorted(seen) == sorted(expected)
+
+
+@pytest.mark.parametrize("override", ["logger=wandb", "logger=[tensorboard,wandb]"])
+def test_a_tracker_whose_package_is_missing_is_refused_in_one_line(override: str, compose_cfg, monkeypatch):
+    import sys
+
+    cfg = compose_cfg("print_config=false", override)
+    check_config(cfg)  # installed: passes
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: `import wandb` fails
+    with pytest.raises(ConfigError) as info:
+        check_config(cfg)
+    message = str(info.value)
+    assert message.startswith("logger.wandb needs the wandb package, which is not installed: pip install wandb==0.31.0")
+    assert "\n" not in message
 
 
 def test_the_precision_names_are_lightnings():

@@ -42,6 +42,14 @@ BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "call
 NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is built (and checked) on its own
 NOT_CHECKED = ("hydra",)  # Hydra's own settings: Hydra checks them
 
+# `_target_`s that need an optional package: (module to import, what to install); checked before anything is built,
+# so a missing tracker is one line, not Lightning's ModuleNotFoundError after the data and the net were built
+NEEDS_PACKAGE = {
+    "litforge.tracking.WandbLogger": ("wandb", "wandb==0.31.0"),
+    "pytorch_lightning.loggers.WandbLogger": ("wandb", "wandb==0.31.0"),
+    "litforge.tracking.MLflowLogger": ("mlflow", "'mlflow>=3.17,<3.18'"),
+}
+
 
 # ---- rules -----------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -408,6 +416,9 @@ RULES: dict[str, Rule] = {
     "logger.*.run_dir": text(example="logs/train/runs/run1", null=True),
     "logger.*.run_name": text(example="baseline", null=True),
     "logger.*.run_id": text(example="0123456789abcdef0123456789abcdef", null=True),
+    "logger.*.offline": boolean(example="false"),  # logger=wandb: false uploads as it runs
+    "logger.*.project": text(example="train"),
+    "logger.*.log_model": either("true, false or all", boolean(example="false"), choice("all"), example="false"),
 
     # ---- strategy ----
     "strategy.name": text(example="auto"),
@@ -493,12 +504,30 @@ def check_group(scope: str, node: Any) -> None:
     """Check one group as it is built: `scope` is `data`, `trainer`, ... or `callbacks.<name>` for one entry."""
     if node is None:
         return
+    check_package(scope, node)
     for key, value in leaves(scope, node):
         check_value(key, value)
     prefix = scope + "."
     for relation in RELATIONS:
         if _scope_of(relation) == scope:
             _check_relation(relation, lambda key: _lookup(node, key[len(prefix):]))
+
+
+def check_package(scope: str, node: Any) -> None:
+    """Refuse a group whose `_target_` needs an optional package that is not importable (see NEEDS_PACKAGE)."""
+    import importlib.util
+
+    target = _lookup(node, "_target_")
+    module, install = NEEDS_PACKAGE.get(target, (None, None)) if isinstance(target, str) else (None, None)
+    if module is None:
+        return
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"{scope} needs the {module} package, which is not installed: pip install {install}, "
+                          f"or choose another logger (e.g. logger=tensorboard)")
 
 
 def check_run(cfg: Any) -> None:
