@@ -45,7 +45,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     ckpt_path = Path(str(cfg.ckpt_path))
-    task, datamodule, net = load_exportable(cfg)
+    task, datamodule, net, _ = load_exportable(cfg)
     out_dir = Path(cfg.paths.output_dir)
 
     # the reference every variant is compared with: PyTorch fp32 logits on the whole test split
