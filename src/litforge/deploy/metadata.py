@@ -4,11 +4,12 @@ Why in the file: a model shipped without its config is only usable if the file s
 its output. Every `.onnx` the export job writes (fp32 and the int8 variants) carries the same keys, readable with
 onnxruntime alone (`session.get_modelmeta().custom_metadata_map`); list values are JSON:
 
-- `input_name`, `input_layout` ("NCHW"), `input_dtype` ("float32" or "uint8"), `input_range` ("[0, 1]" / "[0, 255]"),
+- `input_name`, `output_name` ("logits", one row of class scores per image), `input_layout` ("NCHW"),
+  `input_dtype` ("float32" or "uint8"), `input_range` ("[0, 1]" / "[0, 255]"),
   `input_channels`, `input_size` ([height, width]), `color_mode` (Pillow's "L" or "RGB"), `resize` ("bilinear"),
   `normalization` ("in-graph") with `mean` / `std` for the record, `class_names`;
-- `litforge_version`, `git_commit`, `git_dirty` (from the run's provenance.json, else the checkpoint's record),
-  `source_checkpoint`, and `variant` (which file this is).
+- `litforge_version`, `git_commit`, `git_dirty` (the checkpoint's own provenance record, else the run's
+  provenance.json), `task`, `source_checkpoint` (the checkpoint's file name), and `variant` (which file this is).
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ COLOR_MODES = {1: "L", 3: "RGB"}  # channels → the Pillow mode training conver
 
 
 def code_origin(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """{"commit", "dirty"} of the code that trained the checkpoint: the run folder's provenance.json
-    (`<run>/checkpoints/<x>.ckpt` → `<run>/provenance.json`), else the record inside the checkpoint, else unknown."""
+    """{"commit", "dirty"} of the code that trained the checkpoint: the record inside the checkpoint
+    (`litforge_provenance`, which travels with the file), else the run folder's provenance.json
+    (`<run>/checkpoints/<x>.ckpt` → `<run>/provenance.json`), else unknown (None)."""
+    origin = checkpoint.get(CHECKPOINT_KEY) or {}
+    if origin.get("commit"):
+        return {"commit": origin["commit"], "dirty": origin.get("dirty")}
     record = ckpt_path.resolve().parent.parent / PROVENANCE_FILE
     if record.is_file():
         try:
@@ -33,12 +38,12 @@ def code_origin(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, Any]:
                 return {"commit": git["commit"], "dirty": git.get("dirty")}
         except (OSError, json.JSONDecodeError, AttributeError):
             pass
-    origin = checkpoint.get(CHECKPOINT_KEY) or {}
-    return {"commit": origin.get("commit"), "dirty": origin.get("dirty")}
+    return {"commit": None, "dirty": None}
 
 
 def deployment_metadata(input_shape: list[int], class_names: list[str], mean: list[float], std: list[float],
-                        input_dtype: str, ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
+                        input_dtype: str, ckpt_path: Path, checkpoint: dict[str, Any],
+                        task: str = "classification") -> dict[str, str]:
     """The metadata_props of every exported file (all values strings, as ONNX stores them)."""
     from litforge import __version__
 
@@ -57,10 +62,12 @@ def deployment_metadata(input_shape: list[int], class_names: list[str], mean: li
         "mean": json.dumps([float(v) for v in mean]),
         "std": json.dumps([float(v) for v in std]),
         "class_names": json.dumps([str(c) for c in class_names]),
+        "output_name": "logits",
+        "task": task,
         "litforge_version": __version__,
         "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
         "git_dirty": "unknown" if origin["dirty"] is None else str(bool(origin["dirty"])).lower(),
-        "source_checkpoint": str(ckpt_path.resolve()),
+        "source_checkpoint": ckpt_path.name,  # the name only: an absolute path leaks the build machine
     }
 
 
