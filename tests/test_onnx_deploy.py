@@ -72,10 +72,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = make_image_folder(tmp / "images", classes=("dark", "mid", "light"), per_class=10, size=(12, 12),
                              mode="RGB")
 
-    def cfg(name: str, *overrides: str):
+    def cfg(name: str, *overrides: str, out: str | None = None):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return compose(config_name=name, overrides=[f"paths.output_dir={tmp / name}", *overrides])
+            return compose(config_name=name, overrides=[f"paths.output_dir={tmp / (out or name)}", *overrides])
 
     checkpoint = train(cfg("train", "data=image_folder", f"data.root={root}", "data.image_size=8",
                            "data.batch_size=8", "model=mlp", *TINY, "test_after_training=false",
@@ -83,34 +83,51 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
                            "logger=csv"))["best_checkpoint"]
     export(cfg("export", f"ckpt_path={checkpoint}", "quantize=[onnx_dynamic]", "report.batch_sizes=[1]",
                "report.threads=[1]", "report.rounds=1"))
-    predict_cfg = lambda *o: cfg("predict", f"ckpt_path={checkpoint}", *o)  # noqa: E731
+    files = write_jpegs(tmp / "photos")
+    from litforge.predict import predict
+
+    out_csv = tmp / "predictions.csv"
+    predict(cfg("predict", f"ckpt_path={checkpoint}", f"input={files[0].parent}", f"output={out_csv}"))
+    with out_csv.open() as handle:
+        predicted = {Path(row["input"]).name: row["class_name"] for row in csv.DictReader(handle)}
+    export_float = lambda: export(cfg("export", f"ckpt_path={checkpoint}", "input_dtype=float32",  # noqa: E731
+                                      "quantize=[]", "report.batch_sizes=[1]", "report.threads=[1]",
+                                      "report.rounds=1", out="export_float"))
     GlobalHydra.instance().clear()
-    return {"checkpoint": Path(checkpoint), "out": tmp / "export", "tmp": tmp, "predict_cfg": predict_cfg}
+    return {"checkpoint": Path(checkpoint), "out": tmp / "export", "tmp": tmp, "files": files,
+            "predicted": predicted, "export_float": export_float}
+
+
+def classify(model: Path, files: list[Path], cwd: Path) -> dict[str, str]:
+    """{file name: class} as examples/classify_onnx.py prints them, run where torch and litforge cannot be imported."""
+    result = subprocess.run([sys.executable, "-I", "-c", BOOTSTRAP, str(EXAMPLE), str(model), *map(str, files)],
+                            capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {Path(path).name: name for path, name in (line.rsplit(" ", 1) for line in result.stdout.splitlines())}
 
 
 def test_the_example_classifies_jpegs_like_predict_without_torch_or_litforge(exported: dict):
+    expected = exported["predicted"]
+    assert len(expected) == len(exported["files"]) and len(set(expected.values())) >= 2  # not one class for all
+    assert classify(exported["out"] / "model.onnx", exported["files"], exported["tmp"]) == expected
+    # int8 may flip a borderline image; it must still be fed from the same metadata and name the known classes
+    int8 = classify(exported["out"] / "model_int8_dynamic.onnx", exported["files"], exported["tmp"])
+    assert int8.keys() == expected.keys() and set(int8.values()) <= {"dark", "mid", "light"}
+
+
+def test_a_float32_export_takes_unit_range_pixels_and_the_example_follows(exported: dict):
+    import onnxruntime as ort
     from hydra.core.global_hydra import GlobalHydra
 
-    from litforge.predict import predict
-
-    files = write_jpegs(exported["tmp"] / "photos")
-    out_csv = exported["tmp"] / "predictions.csv"
-    predict(exported["predict_cfg"](f"input={files[0].parent}", f"output={out_csv}"))
+    result = exported["export_float"]()
     GlobalHydra.instance().clear()
-    with out_csv.open() as handle:
-        expected = {Path(row["input"]).name: row["class_name"] for row in csv.DictReader(handle)}
-    assert len(expected) == len(files) and len(set(expected.values())) >= 2  # not one class for every photo
-
-    for model in ("model.onnx", "model_int8_dynamic.onnx"):
-        result = subprocess.run([sys.executable, "-I", "-c", BOOTSTRAP, str(EXAMPLE), str(exported["out"] / model),
-                                 *map(str, files)], capture_output=True, text=True, timeout=120,
-                                cwd=exported["tmp"])
-        assert result.returncode == 0, result.stderr[-3000:]
-        printed = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
-        if model == "model.onnx":
-            assert {Path(k).name: v for k, v in printed.items()} == expected
-        else:  # int8 may flip a borderline image; it must still read the same metadata and name known classes
-            assert set(printed.values()) <= {"dark", "mid", "light"} and len(printed) == len(files)
+    assert result["metrics"]["onnx/max_abs_diff"] <= 1e-4
+    model = Path(result["onnx"])
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    assert session.get_inputs()[0].type == "tensor(float)"
+    assert (meta["input_dtype"], meta["input_range"]) == ("float32", "[0, 1]")
+    assert classify(model, exported["files"], exported["tmp"]) == exported["predicted"]
 
 
 def test_every_exported_file_states_what_a_deployer_needs(exported: dict):
