@@ -30,7 +30,7 @@ def build_net(args: argparse.Namespace):  # noqa: ANN201
         from litforge.deploy.net import load_exportable
         from litforge.deploy.quantize import calibration_batches
 
-        _, datamodule, net = load_exportable(OmegaConf.create({"ckpt_path": args.ckpt, "data": None}))
+        _, datamodule, net, _ = load_exportable(OmegaConf.create({"ckpt_path": args.ckpt, "data": None}))
         images, _ = datamodule.split_arrays("test")
         x = datamodule.normalize(images).float()
         return net, x, calibration_batches(datamodule, 256, 64, 0)

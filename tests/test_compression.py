@@ -156,11 +156,12 @@ def test_onnx_parity_for_every_image_net(model: str, compose_cfg, tmp_path: Path
     assert result["metrics"]["onnx/max_abs_diff"] <= 1e-4
     assert result["metrics"]["onnx/argmax_agreement"] >= 0.999
     assert (out / "model.onnx").is_file()
-    # the dynamic batch axis: the exported graph runs any batch size
+    # the dynamic batch axis: the exported graph runs any batch size, of raw uint8 images (the default input_dtype)
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert session.run(None, {"images": torch.zeros(5, 1, 8, 8).numpy()})[0].shape == (5, 10)
+    assert session.get_inputs()[0].type == "tensor(uint8)"
+    assert session.run(None, {"images": torch.zeros(5, 1, 8, 8, dtype=torch.uint8).numpy()})[0].shape == (5, 10)
 
 
 def test_wrapper_prefixes_are_stripped_from_consolidated_checkpoints():

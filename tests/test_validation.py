@@ -176,6 +176,7 @@ BAD_VALUES = [
     ("max_new_tokens", 0, ">= 1"),  # generate
     ("temperature", 0, "> 0"),  # generate
     ("parity.min_agreement", 1.5, "in [0, 1]"),  # export
+    ("input_dtype", "float16", "one of uint8, float32"),  # export
 ]
 
 

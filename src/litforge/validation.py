@@ -227,6 +227,7 @@ RULES: dict[str, Rule] = {
     "num_samples": integer(1, example=3),
     # export
     "opset": integer(7, example=20, null=True),
+    "input_dtype": choice("uint8", "float32"),
     "calibration.size": integer(1, example=512),
     "calibration.batch_size": integer(1, example=64),
     "parity.atol": number(ge=0, example="1e-4"),

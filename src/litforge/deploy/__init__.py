@@ -2,6 +2,9 @@
 
 - :mod:`litforge.deploy.net`: the plain fp32 net of a checkpoint (any wrapper's key prefixes stripped), run in
   batches.
+- :mod:`litforge.deploy.preprocess`: the net behind its training normalisation, taking uint8 or [0, 1] images (what
+  every exported variant takes).
+- :mod:`litforge.deploy.metadata`: the deployer's facts (input, classes, version, commit) in each `.onnx` file.
 - :mod:`litforge.deploy.onnx`: ONNX export with a dynamic batch axis, `onnx.checker`, onnxruntime sessions and
   the parity check against PyTorch.
 - :mod:`litforge.deploy.quantize`: the int8 variants: torchao dynamic, onnxruntime dynamic, onnxruntime static

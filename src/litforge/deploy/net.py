@@ -18,16 +18,17 @@ from litforge.errors import CheckpointError
 WRAPPER_PREFIXES = ("_orig_mod.", "_forward_module.", "module.")
 
 
-def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any]:
-    """(task, datamodule, net) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or QAT runs,
-    a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode."""
+def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(task, datamodule, net, checkpoint) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or
+    QAT runs, a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode. The
+    checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
     from litforge.checkpoints import load_checkpoint
     from litforge.restore import load_for_inference
 
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
-    return task, datamodule, exportable_net(task, path)
+    return task, datamodule, exportable_net(task, path), checkpoint
 
 
 def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:

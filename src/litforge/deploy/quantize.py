@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +81,16 @@ def quantize_onnx_dynamic(pre: Path, out_dir: Path) -> Path:
     return out
 
 
-def calibration_batches(datamodule: Any, size: int, batch_size: int, seed: int) -> list[Any]:
-    """A seeded random subset of the training split, normalised like training, for static quantization."""
+def calibration_batches(datamodule: Any, size: int, batch_size: int, seed: int,
+                        prepare: Callable[[Any], Any] | None = None) -> list[Any]:
+    """A seeded random subset of the training split for static quantization, in the form the graph takes:
+    `prepare(raw images)` (the export job: the deployed input, normalisation in the graph), by default normalised
+    like training (a bare net, as benchmarks/inference.py exports)."""
     import torch
 
     images, _ = datamodule.split_arrays("train")
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:size]
-    x = datamodule.normalize(images[order]).float()
+    x = (prepare or (lambda b: datamodule.normalize(b).float()))(images[order])
     return [x[i : i + batch_size] for i in range(0, len(x), batch_size)]
 
 
