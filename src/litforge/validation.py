@@ -238,6 +238,8 @@ RULES: dict[str, Rule] = {
     "data.*_seed": SEED,
     "data.seed": SEED,
     "data.augment": boolean(example="true"),
+    "data.num_folds": integer(2, example=5, null=True),
+    "data.fold": integer(0, example=0),
     "data.on_device": boolean(example="true"),
     "data.download": boolean(example="false"),
     "data.data_dir": text(example="data"),
@@ -438,6 +440,10 @@ class Relation:
 
 
 RELATIONS: tuple[Relation, ...] = (
+    Relation(("data.fold", "data.num_folds"),
+             lambda fold, folds: folds is None or fold < folds,
+             "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "
+             "-m data.fold='range({1})')"),
     Relation(("trainer.min_epochs", "trainer.max_epochs"),
              lambda lo, hi: lo is None or hi is None or hi < 0 or lo <= hi,
              "trainer.min_epochs={0} is more than trainer.max_epochs={1}: the run would stop at max_epochs anyway; "

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from litforge.data.loader import InMemoryLoader
+from litforge.errors import ConfigError
 
 
 def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -26,6 +27,41 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
     n_test = round(n * test_fraction)
     n_val = round(n * val_fraction)
     return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
+
+
+def check_folds(num_folds: int | None, fold: int) -> None:
+    """The fold keys on their own (the class counts are checked by :func:`fold_indices` once labels are read)."""
+    if num_folds is None:
+        return
+    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
+        raise ConfigError(f"data.num_folds={num_folds!r} must be an integer >= 2 (e.g. 5), or null for the usual "
+                          f"train/val split")
+    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
+        raise ConfigError(f"data.fold={fold!r} is outside [0, {num_folds}) for data.num_folds={num_folds}; pass "
+                          f"data.fold=0 .. {num_folds - 1} (all folds: -m data.fold='range({num_folds})')")
+
+
+def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[Tensor, Tensor]:
+    """(train, val) indices of fold `fold` of a stratified, seeded K-fold split of the pool `labels`.
+
+    scikit-learn's `StratifiedKFold(shuffle=True, random_state=seed)`, a project dependency already: every class
+    is dealt out over the folds, so each fold's class counts differ by at most one sample from the pool's
+    proportions, and the K validation folds are disjoint and cover the pool. K above the smallest class count
+    is refused (sklearn only warns, and some folds would lack that class).
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    check_folds(num_folds, fold)
+    counts = torch.bincount(labels.cpu())
+    present = counts[counts > 0]
+    if len(present) and int(present.min()) < num_folds:
+        smallest = int(torch.nonzero(counts == present.min()).flatten()[0])
+        raise ConfigError(f"data.num_folds={num_folds} is larger than the smallest class count (class {smallest} "
+                          f"has {int(present.min())} samples in the train+val pool): pass data.num_folds="
+                          f"{int(present.min())} or less")
+    splitter = StratifiedKFold(n_splits=num_folds, shuffle=True, random_state=seed)
+    train_idx, val_idx = list(splitter.split(torch.zeros(len(labels), 1).numpy(), labels.cpu().numpy()))[fold]
+    return torch.from_numpy(train_idx).long(), torch.from_numpy(val_idx).long()
 
 
 class ImageDataModule(pl.LightningDataModule):
@@ -50,6 +86,8 @@ class ImageDataModule(pl.LightningDataModule):
         std: Sequence[float] | None = None,
         augment: bool = False,
         on_device: bool = False,
+        num_folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -60,6 +98,11 @@ class ImageDataModule(pl.LightningDataModule):
         self.split_seed = split_seed
         self.shuffle_seed = shuffle_seed
         self.augment = augment
+        # K-fold cross-validation: the train+val pool is split into `num_folds` stratified folds, fold `fold` is
+        # validation (null = the usual `val_fraction` split); the test split is never part of the pool
+        check_folds(num_folds, fold)
+        self.num_folds = num_folds
+        self.fold = fold
         # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU)
         self.on_device = on_device
         self.input_shape: tuple[int, int, int] = (1, 1, 1)
@@ -79,13 +122,20 @@ class ImageDataModule(pl.LightningDataModule):
         if self._splits:
             return
         images, labels = self.load_arrays("train")
-        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        train_idx, val_idx = self.train_val_indices(labels)
         splits = {"train": (images[train_idx], labels[train_idx]), "val": (images[val_idx], labels[val_idx]),
                   "test": self.load_arrays("test")}
         self._check_shapes(splits)
         if self._mean is None or self._std is None:
             self._mean, self._std = channel_stats(splits["train"][0])
         self._splits = splits  # only once everything loaded: a failed setup can simply be retried
+
+    def train_val_indices(self, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """(train, val) indices into the train+val pool: fold `fold` of `num_folds`, or the seeded `val_fraction`."""
+        if self.num_folds is not None:
+            return fold_indices(labels, self.num_folds, self.fold, self.split_seed)
+        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        return train_idx, val_idx
 
     def _check_shapes(self, splits: dict[str, tuple[Tensor, Tensor]]) -> None:
         for split, (images, labels) in splits.items():
