@@ -237,7 +237,9 @@ RULES: dict[str, Rule] = {
     "data.*_fraction": number(ge=0, lt=1, example=0.1),
     "data.*_seed": SEED,
     "data.seed": SEED,
-    "data.augment": boolean(example="true"),
+    "data.augment": either("one of none, flip_crop, randaugment, trivialaugment, autoaugment (true/false: the older "
+                           "spelling of flip_crop/none)", choice("none", "flip_crop", "randaugment", "trivialaugment",
+                                                                  "autoaugment"), boolean(), example="flip_crop"),
     "data.num_folds": integer(2, example=5, null=True),
     "data.fold": integer(0, example=0),
     "data.on_device": boolean(example="true"),

@@ -3,7 +3,8 @@
 A datamodule states its shape (`input_shape`, `num_classes`, `class_names`) as soon as it is constructed, so the
 task can build the net before any data is read and a wrong `model=` × `data=` pair fails before training starts.
 Datasets that fit in memory keep uint8 (or float) tensors and are served by :class:`InMemoryLoader`;
-normalisation and augmentation run per batch, on the device, in `on_after_batch_transfer`.
+augmentation (training batches only, litforge.data.augment) then normalisation run per batch, on the device, in
+`on_after_batch_transfer`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
 from litforge.errors import ConfigError
 
@@ -84,7 +86,7 @@ class ImageDataModule(pl.LightningDataModule):
         shuffle_seed: int = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        augment: bool = False,
+        augment: str | bool = "none",
         on_device: bool = False,
         num_folds: int | None = None,
         fold: int = 0,
@@ -97,7 +99,10 @@ class ImageDataModule(pl.LightningDataModule):
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.shuffle_seed = shuffle_seed
-        self.augment = augment
+        # training-time augmentation (litforge.data.augment): none | flip_crop | randaugment | trivialaugment |
+        # autoaugment; built once, applied to training batches only, before normalisation
+        self.augment = resolve_augment(augment)
+        self._augment_fn = build_augment(self.augment)
         # K-fold cross-validation: the train+val pool is split into `num_folds` stratified folds, fold `fold` is
         # validation (null = the usual `val_fraction` split); the test split is never part of the pool
         check_folds(num_folds, fold)
@@ -188,10 +193,9 @@ class ImageDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, labels = batch
-        images = self.normalize(images)
-        if self.augment and self.trainer is not None and self.trainer.training:
-            images = random_crop_flip(images)
-        return images, labels
+        if self._augment_fn is not None and self.trainer is not None and self.trainer.training:
+            images = self._augment_fn(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on
+        return self.normalize(images), labels
 
     # normalisation statistics travel in the checkpoint (Lightning saves a datamodule's state_dict), so predict and
     # export can preprocess new images exactly like training without reading the training data again
@@ -245,19 +249,3 @@ def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:
     mean = x.mean(dim=(0, 2, 3))
     std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
     return [round(v, 6) for v in mean.tolist()], [round(v, 6) for v in std.tolist()]
-
-
-def random_crop_flip(images: Tensor, padding: int = 2) -> Tensor:
-    """Batched random shift (pad + crop) and horizontal flip, done on whatever device the batch is on."""
-    n, _, h, w = images.shape
-    padded = torch.nn.functional.pad(images, (padding,) * 4, mode="reflect" if min(h, w) > padding else "constant")
-    dy = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
-    dx = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
-    rows = (dy.view(n, 1) + torch.arange(h, device=images.device).view(1, h)).view(n, 1, h, 1)
-    cols = (dx.view(n, 1) + torch.arange(w, device=images.device).view(1, w)).view(n, 1, 1, w)
-    channels = images.shape[1]
-    batch_idx = torch.arange(n, device=images.device).view(n, 1, 1, 1)
-    chan_idx = torch.arange(channels, device=images.device).view(1, channels, 1, 1)
-    out = padded[batch_idx, chan_idx, rows, cols]
-    flip = torch.rand(n, device=images.device) < 0.5
-    return torch.where(flip.view(n, 1, 1, 1), out.flip(-1), out)

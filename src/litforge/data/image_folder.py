@@ -109,7 +109,7 @@ class ImageFolderDataModule(ImageDataModule):
         batch_size: int = 64,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
-        augment: bool = False,
+        augment: str | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_in_memory_mb: float = 256.0,
