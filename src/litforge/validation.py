@@ -278,6 +278,8 @@ RULES: dict[str, Rule] = {
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),
     "task.lr_scaling": choice("none", "linear", "sqrt", example="linear"),
+    "task.mix": choice("none", "mixup", "cutmix", example="mixup"),
+    "task.mix_alpha": number(gt=0, example=0.2),
     "task.gamma": number(ge=0, le=1, example=0.99),
     "task.double_dqn": boolean(example="true"),
     "task.target_sync_steps": integer(1, example=250),
