@@ -9,14 +9,15 @@ values, not on standardised ones. The output keeps the input's shape, dtype and 
 - `flip_crop`: a random shift (reflect-pad by max(1, side // 8) pixels and crop back) and a horizontal flip with
   probability 1/2, per image. Vectorised here instead of torchvision's `RandomCrop` + `RandomHorizontalFlip`:
   those draw one offset and one flip per call, so on a batch every image would move alike, and a call per image
-  costs ~1 ms. Handwritten digits are not flip-invariant (a flipped 2 or 7 is no digit): prefer `none` or a policy
+  would cost a v2 call per image. Handwritten digits are not flip-invariant (a flipped 2 or 7 is no digit): prefer `none` or a policy
   there.
 - `randaugment`, `trivialaugment`, `autoaugment`: torchvision.transforms.v2's `RandAugment`, `TrivialAugmentWide`
   and `AutoAugment` (ImageNet policy) with their defaults, applied image by image. A v2 transform draws its random
   operation once per call, so a batched call would give the whole batch the same operation; the per-image loop is
-  what makes each image its own draw. It is Python-bound (measured ~1 ms per image on this project's CPUs, roughly
-  the same on a GPU, where each operation is a few small kernels), so it suits small nets only when the step is
-  not already faster than that; `flip_crop` costs one batched gather.
+  what makes each image its own draw. It costs 0.1-0.4 ms per image whatever the device (Python and kernel
+  launches, not pixels: benchmarks/augment_cost.py, figures in benchmarks/README.md), so a 128-image CIFAR batch
+  takes 20-50 ms, more than a ResNet-18 step on a big GPU; `flip_crop` is one batched gather (0.2-0.6 ms).
+  Running on the batch's own device keeps `data.on_device=true` data on the device.
 """
 
 from __future__ import annotations
