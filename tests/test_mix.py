@@ -77,9 +77,9 @@ def test_trivialaugment_with_cutmix_trains(compose_cfg, tmp_path: Path):
     out = tmp_path / "run"
     out.mkdir()
     cfg = compose_cfg("data.augment=trivialaugment", "task.mix=cutmix", "trainer.max_epochs=2", "optimizer.lr=0.01",
-                      f"paths.output_dir={out}", "print_config=false", "logger=csv", "callbacks.progress_bar=null",
-                      "callbacks.model_summary=null", "trainer.enable_progress_bar=false", "test_after_training=false",
-                      "trainer.limit_val_batches=1")
+                      f"paths.output_dir={out}", "print_config=false", "logger=[]", "callbacks=none",
+                      "trainer.enable_progress_bar=false", "trainer.enable_checkpointing=false",
+                      "test_after_training=false", "trainer.limit_val_batches=1")
     metrics = train(cfg)["metrics"]
     assert math.isfinite(metrics["train/loss"]) and math.isfinite(metrics["val/loss"])
     assert metrics["val/acc"] > 0.3 and metrics["train/acc"] > 0.2, metrics  # chance is 0.1
