@@ -76,7 +76,7 @@ def _runs(tmp: Path) -> list[tuple[str, str, list[str], dict[str, str], int]]:
     return [
         ("default MLP", "train.py", [*GPU, *SHORT, logs("mlp"), *_syncs(tmp / "mlp.json")], {}, 0),
         ("CNN on_device+augment+channels_last", "train.py",
-         [*GPU, *SHORT, "experiment=digits_cnn", "data.on_device=true", "data.augment=true", "channels_last=true",
+         [*GPU, *SHORT, "experiment=digits_cnn", "data.on_device=true", "data.augment=flip_crop", "channels_last=true",
           logs("cnn"), *_syncs(tmp / "cnn.json")], {}, 0),
         ("compile + steps_per_call=4", "train.py",
          [*GPU, *SHORT, "model=cnn", "compile=true", "steps_per_call=4", logs("compile")], {}, 0),

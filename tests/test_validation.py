@@ -81,7 +81,7 @@ BAD_VALUES = [
     ("data.test_fraction", -0.1, "in [0, 1)"),
     ("data.num_workers", -1, ">= 0"),
     ("data.split_seed", -3, "in [0, 4294967295]"),
-    ("data.augment", "maybe", "true or false"),
+    ("data.augment", "maybe", "one of none, flip_crop, randaugment"),
     ("data.classes", [3, 3], "distinct"),
     ("data.classes", [10], "in [0, 9]"),
     ("data.image_size", [64, 0], "[height,width]"),

@@ -2,7 +2,8 @@
 
 Give it a sweep folder (`python train.py -m seed=1,2,3 optimizer.lr=0.01,0.001`), several run folders, or a
 folder above them: every run below that has a `metrics.json` counts. Runs whose command-line overrides differ only
-by `seed` (and by where they write: `paths.*`, `hydra.*`) form one configuration. The table is printed and saved as
+by `seed` or by the cross-validation fold `data.fold` (and by where they write: `paths.*`, `hydra.*`) form one
+configuration: `python train.py -m data.num_folds=5 data.fold='range(5)'` gives one row, mean ± std over the folds. The table is printed and saved as
 `aggregate.csv` and `aggregate.md` (in the one folder given, or in `--out`).
 
 Reads only JSON/YAML files: no torch import, so it answers in well under a second.
@@ -27,7 +28,9 @@ import yaml
 from litforge.sweeps import atomic_write
 
 #: overrides that do not change what is trained: runs that differ only in these are repeats of one configuration
-IGNORED_PREFIXES = ("seed=", "paths.", "hydra.", "print_config=", "hydra/")
+IGNORED_PREFIXES = ("seed=", "data.fold=", "paths.", "hydra.", "print_config=", "hydra/")
+#: the overrides that make one run a repeat of its configuration, and how its label in the `seeds` column starts
+REPEAT_KEYS = (("seed=", ""), ("data.fold=", "fold="))
 
 
 @dataclass
@@ -67,8 +70,9 @@ def run_overrides(run: Path) -> list[str]:
 
 
 def config_key(overrides: list[str]) -> tuple[str, str | None]:
-    """(the configuration as the overrides that matter, this run's seed)."""
-    seed = next((o.split("=", 1)[1] for o in overrides if o.startswith("seed=")), None)
+    """(the configuration as the overrides that matter, this run's repeat label: its seed and/or its fold)."""
+    labels = [label + o.split("=", 1)[1] for key, label in REPEAT_KEYS for o in overrides if o.startswith(key)]
+    seed = "/".join(labels) or None
     kept = [o for o in overrides if not o.lstrip("+~").startswith(IGNORED_PREFIXES)]
     return " ".join(kept) or "(defaults)", seed
 
@@ -147,7 +151,7 @@ def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[
     csv_path, md_path = out_dir / "aggregate.csv", out_dir / "aggregate.md"
     atomic_write(csv_path, buffer.getvalue())
     header, rows = table(groups)
-    lines = ["# Mean ± std over seeds, best first", ""]
+    lines = ["# Mean ± std over seeds and folds, best first", ""]
     lines += [f"All runs share: `{' '.join(common)}`", ""] if common else []
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     header, rows = table(groups)
-    view = Table(title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds)", header_style="bold")
+    view = Table(title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold")
     for i, name in enumerate(header):
         view.add_column(name, justify="left" if i in (0, 3) else "right", overflow="fold")
     for row in rows:

@@ -26,7 +26,8 @@ class FocalLoss(nn.Module):
     - `label_smoothing`: the target becomes (1 - eps) one-hot + eps / C, and the focal term is applied per class,
       FL = -sum_c alpha_c q_c (1 - p_c)^gamma log p_c, which reduces to smoothed cross-entropy at gamma=0.
 
-    Inputs: logits (N, C) and integer targets (N,). Computed in float32 via log_softmax, so extreme logits stay finite.
+    Inputs: logits (N, C) and integer targets (N,) or class probabilities (N, C) (soft targets, e.g. from
+    `task.mix=mixup|cutmix`; label smoothing then smooths them like `F.cross_entropy` does). Computed in float32 via log_softmax, so extreme logits stay finite.
     """
 
     def __init__(
@@ -60,7 +61,7 @@ class FocalLoss(nn.Module):
                 f"focal loss alpha has {self.alpha.numel()} weights but the model predicts {num_classes} classes; "
                 "give one weight per class or a single float"
             )
-        q = F.one_hot(target, num_classes).float()
+        q = target.float() if target.is_floating_point() else F.one_hot(target, num_classes).float()
         if self.label_smoothing:
             q = q * (1 - self.label_smoothing) + self.label_smoothing / num_classes
         loss = -q * logp

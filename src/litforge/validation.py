@@ -246,7 +246,11 @@ RULES: dict[str, Rule] = {
     "data.*_fraction": number(ge=0, lt=1, example=0.1),
     "data.*_seed": SEED,
     "data.seed": SEED,
-    "data.augment": boolean(example="true"),
+    "data.augment": either("one of none, flip_crop, randaugment, trivialaugment, autoaugment (true/false: the older "
+                           "spelling of flip_crop/none)", choice("none", "flip_crop", "randaugment", "trivialaugment",
+                                                                  "autoaugment"), boolean(), example="flip_crop"),
+    "data.num_folds": integer(2, example=5, null=True),
+    "data.fold": integer(0, example=0),
     "data.on_device": boolean(example="true"),
     "data.download": boolean(example="false"),
     "data.data_dir": text(example="data"),
@@ -283,6 +287,8 @@ RULES: dict[str, Rule] = {
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),
     "task.lr_scaling": choice("none", "linear", "sqrt", example="linear"),
+    "task.mix": choice("none", "mixup", "cutmix", example="mixup"),
+    "task.mix_alpha": number(gt=0, example=0.2),
     "task.gamma": number(ge=0, le=1, example=0.99),
     "task.double_dqn": boolean(example="true"),
     "task.target_sync_steps": integer(1, example=250),
@@ -450,6 +456,10 @@ class Relation:
 
 
 RELATIONS: tuple[Relation, ...] = (
+    Relation(("data.fold", "data.num_folds"),
+             lambda fold, folds: folds is None or fold < folds,
+             "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "
+             "-m data.fold='range({1})')"),
     Relation(("trainer.min_epochs", "trainer.max_epochs"),
              lambda lo, hi: lo is None or hi is None or hi < 0 or lo <= hi,
              "trainer.min_epochs={0} is more than trainer.max_epochs={1}: the run would stop at max_epochs anyway; "

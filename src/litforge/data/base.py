@@ -3,7 +3,8 @@
 A datamodule states its shape (`input_shape`, `num_classes`, `class_names`) as soon as it is constructed, so the
 task can build the net before any data is read and a wrong `model=` × `data=` pair fails before training starts.
 Datasets that fit in memory keep uint8 (or float) tensors and are served by :class:`InMemoryLoader`;
-normalisation and augmentation run per batch, on the device, in `on_after_batch_transfer`.
+augmentation (training batches only, litforge.data.augment) then normalisation run per batch, on the device, in
+`on_after_batch_transfer`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
+from litforge.errors import ConfigError
 
 
 def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -26,6 +29,41 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
     n_test = round(n * test_fraction)
     n_val = round(n * val_fraction)
     return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
+
+
+def check_folds(num_folds: int | None, fold: int) -> None:
+    """The fold keys on their own (the class counts are checked by :func:`fold_indices` once labels are read)."""
+    if num_folds is None:
+        return
+    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
+        raise ConfigError(f"data.num_folds={num_folds!r} must be an integer >= 2 (e.g. 5), or null for the usual "
+                          f"train/val split")
+    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
+        raise ConfigError(f"data.fold={fold!r} is outside [0, {num_folds}) for data.num_folds={num_folds}; pass "
+                          f"data.fold=0 .. {num_folds - 1} (all folds: -m data.fold='range({num_folds})')")
+
+
+def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[Tensor, Tensor]:
+    """(train, val) indices of fold `fold` of a stratified, seeded K-fold split of the pool `labels`.
+
+    scikit-learn's `StratifiedKFold(shuffle=True, random_state=seed)`, a project dependency already: every class
+    is dealt out over the folds, so each fold's class counts differ by at most one sample from the pool's
+    proportions, and the K validation folds are disjoint and cover the pool. K above the smallest class count
+    is refused (sklearn only warns, and some folds would lack that class).
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    check_folds(num_folds, fold)
+    counts = torch.bincount(labels.cpu())
+    present = counts[counts > 0]
+    if len(present) and int(present.min()) < num_folds:
+        smallest = int(torch.nonzero(counts == present.min()).flatten()[0])
+        raise ConfigError(f"data.num_folds={num_folds} is larger than the smallest class count (class {smallest} "
+                          f"has {int(present.min())} samples in the train+val pool): pass data.num_folds="
+                          f"{int(present.min())} or less")
+    splitter = StratifiedKFold(n_splits=num_folds, shuffle=True, random_state=seed)
+    train_idx, val_idx = list(splitter.split(torch.zeros(len(labels), 1).numpy(), labels.cpu().numpy()))[fold]
+    return torch.from_numpy(train_idx).long(), torch.from_numpy(val_idx).long()
 
 
 class ImageDataModule(pl.LightningDataModule):
@@ -48,8 +86,10 @@ class ImageDataModule(pl.LightningDataModule):
         shuffle_seed: int = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        augment: bool = False,
+        augment: str | bool = "none",
         on_device: bool = False,
+        num_folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -59,7 +99,15 @@ class ImageDataModule(pl.LightningDataModule):
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.shuffle_seed = shuffle_seed
-        self.augment = augment
+        # training-time augmentation (litforge.data.augment): none | flip_crop | randaugment | trivialaugment |
+        # autoaugment; built once, applied to training batches only, before normalisation
+        self.augment = resolve_augment(augment)
+        self._augment_fn = build_augment(self.augment)
+        # K-fold cross-validation: the train+val pool is split into `num_folds` stratified folds, fold `fold` is
+        # validation (null = the usual `val_fraction` split); the test split is never part of the pool
+        check_folds(num_folds, fold)
+        self.num_folds = num_folds
+        self.fold = fold
         # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU)
         self.on_device = on_device
         self.input_shape: tuple[int, int, int] = (1, 1, 1)
@@ -79,13 +127,20 @@ class ImageDataModule(pl.LightningDataModule):
         if self._splits:
             return
         images, labels = self.load_arrays("train")
-        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        train_idx, val_idx = self.train_val_indices(labels)
         splits = {"train": (images[train_idx], labels[train_idx]), "val": (images[val_idx], labels[val_idx]),
                   "test": self.load_arrays("test")}
         self._check_shapes(splits)
         if self._mean is None or self._std is None:
             self._mean, self._std = channel_stats(splits["train"][0])
         self._splits = splits  # only once everything loaded: a failed setup can simply be retried
+
+    def train_val_indices(self, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """(train, val) indices into the train+val pool: fold `fold` of `num_folds`, or the seeded `val_fraction`."""
+        if self.num_folds is not None:
+            return fold_indices(labels, self.num_folds, self.fold, self.split_seed)
+        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        return train_idx, val_idx
 
     def _check_shapes(self, splits: dict[str, tuple[Tensor, Tensor]]) -> None:
         for split, (images, labels) in splits.items():
@@ -138,10 +193,9 @@ class ImageDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, labels = batch
-        images = self.normalize(images)
-        if self.augment and self.trainer is not None and self.trainer.training:
-            images = random_crop_flip(images)
-        return images, labels
+        if self._augment_fn is not None and self.trainer is not None and self.trainer.training:
+            images = self._augment_fn(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on
+        return self.normalize(images), labels
 
     # normalisation statistics travel in the checkpoint (Lightning saves a datamodule's state_dict), so predict and
     # export can preprocess new images exactly like training without reading the training data again
@@ -195,19 +249,3 @@ def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:
     mean = x.mean(dim=(0, 2, 3))
     std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
     return [round(v, 6) for v in mean.tolist()], [round(v, 6) for v in std.tolist()]
-
-
-def random_crop_flip(images: Tensor, padding: int = 2) -> Tensor:
-    """Batched random shift (pad + crop) and horizontal flip, done on whatever device the batch is on."""
-    n, _, h, w = images.shape
-    padded = torch.nn.functional.pad(images, (padding,) * 4, mode="reflect" if min(h, w) > padding else "constant")
-    dy = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
-    dx = torch.randint(0, 2 * padding + 1, (n,), device=images.device)
-    rows = (dy.view(n, 1) + torch.arange(h, device=images.device).view(1, h)).view(n, 1, h, 1)
-    cols = (dx.view(n, 1) + torch.arange(w, device=images.device).view(1, w)).view(n, 1, 1, w)
-    channels = images.shape[1]
-    batch_idx = torch.arange(n, device=images.device).view(n, 1, 1, 1)
-    chan_idx = torch.arange(channels, device=images.device).view(1, channels, 1, 1)
-    out = padded[batch_idx, chan_idx, rows, cols]
-    flip = torch.rand(n, device=images.device) < 0.5
-    return torch.where(flip.view(n, 1, 1, 1), out.flip(-1), out)

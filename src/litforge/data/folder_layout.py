@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
-from litforge.data.base import split_indices
+from litforge.data.base import fold_indices, split_indices
 from litforge.data.images import image_extensions
 from litforge.errors import DataError
 
@@ -55,8 +56,13 @@ class FolderLayout:
                                     f"{split_dirs['train']} lacks; every class needs training images")
         return cls(root, split_dirs, class_names, _first_image(class_dir, class_names))
 
-    def samples(self, val_fraction: float, test_fraction: float, split_seed: int) -> dict[str, Samples]:
-        """Every split's (path, label) list; deterministic given the files and `split_seed`, in folder order."""
+    def samples(self, val_fraction: float, test_fraction: float, split_seed: int,
+                folds: tuple[int, int] | None = None) -> dict[str, Samples]:
+        """Every split's (path, label) list; deterministic given the files and `split_seed`, in folder order.
+
+        `folds=(K, i)`: K-fold cross-validation, fold i is validation; the pool is the training images (and the
+        val/ folder's, when there is one), stratified by class; the test split is chosen as without folds.
+        """
         if self.split_dirs:
             train = self._list(self.split_dirs["train"], allow_empty=False)
             test_dir = self.split_dirs.get("test")
@@ -66,7 +72,12 @@ class FolderLayout:
         if test is None:
             train_idx, _, test_idx = split_indices(len(train), 0.0, test_fraction, split_seed)
             train, test = _pick(train, train_idx), _pick(train, test_idx)
-        if "val" in self.split_dirs:
+        if folds is not None:
+            if "val" in self.split_dirs:
+                train = sorted(train + self._list(self.split_dirs["val"], allow_empty=True))
+            train_idx, val_idx = fold_indices(torch.tensor([label for _, label in train]), *folds, split_seed)
+            train, val = _pick(train, train_idx), _pick(train, val_idx)
+        elif "val" in self.split_dirs:
             val = self._list(self.split_dirs["val"], allow_empty=True)
         else:
             train_idx, val_idx, _ = split_indices(len(train), val_fraction, 0.0, split_seed)

@@ -109,11 +109,13 @@ class ImageFolderDataModule(ImageDataModule):
         batch_size: int = 64,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
-        augment: bool = False,
+        augment: str | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_in_memory_mb: float = 256.0,
         on_device: bool = False,
+        num_folds: int | None = None,
+        fold: int = 0,
     ) -> None:
         super().__init__(
             data_dir=str(root),
@@ -126,6 +128,8 @@ class ImageFolderDataModule(ImageDataModule):
             std=list(std) if std is not None else None,
             augment=augment,
             on_device=on_device,
+            num_folds=num_folds,
+            fold=fold,
         )
         for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not 0 <= value < 1:
@@ -161,7 +165,9 @@ class ImageFolderDataModule(ImageDataModule):
     def _scan(self) -> dict[str, Samples]:
         """Every split's (path, label) list, listed once: all loaders and `split_arrays` then see the same files."""
         if not self._samples:
-            self._samples = self.layout.samples(self.val_fraction, self.test_fraction, self.split_seed)
+            self._samples = self.layout.samples(
+                self.val_fraction, self.test_fraction, self.split_seed,
+                folds=(self.num_folds, self.fold) if self.num_folds is not None else None)
         return self._samples
 
     def split_samples(self, split: str) -> Samples:

@@ -13,6 +13,7 @@ from litforge.checkpoints import load_checkpoint
 from litforge.models import transfer
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
+from litforge.tasks.mixing import build_mixer
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ class ClassificationTask(LitforgeTask):
         loss: dict[str, Any] | None = None,
         init_from: str | None = None,
         lr_scaling: str = "none",
+        mix: str = "none",
+        mix_alpha: float = 0.2,
         run_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
@@ -46,6 +49,8 @@ class ClassificationTask(LitforgeTask):
         self.init_from: str | None = init_from or net.get("init_from")
         self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
+        # task.mix: MixUp / CutMix of each training batch (litforge.tasks.mixing); the loss then gets soft targets
+        self.mixer = build_mixer(mix, mix_alpha, num_classes, self.loss_fn)
         self.class_names = class_names or [str(i) for i in range(num_classes)]
         # validate_args=False: the argument checks run `torch.unique` on the targets every update, a host sync per
         # training step on a GPU; the datamodule already guarantees labels in [0, num_classes)
@@ -82,6 +87,12 @@ class ClassificationTask(LitforgeTask):
         return self.loss_fn(logits, labels), logits, labels
 
     def step_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        if self.mixer is not None:  # training batches only: validation and test see the images as they are
+            images, soft = self.mixer(*batch)
+            logits = self(images)
+            # accuracy against the class holding most of each mixed target (the larger share of the two images)
+            self.train_acc.update(logits.detach(), soft.argmax(dim=1))
+            return self.loss_fn(logits, soft)
         loss, logits, labels = self._shared_step(batch)
         self.train_acc.update(logits.detach(), labels)
         return loss
