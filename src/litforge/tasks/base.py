@@ -83,6 +83,19 @@ class LitforgeTask(pl.LightningModule):
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self._build_scheduler(optimizer)}
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Build the optimizer with `lr` from now on (the lr finder's suggestion, `tune=lr_find`).
+
+        The optimizer is built from `optimizer_cfg` in `configure_optimizers`, so that is where the lr must change
+        (Lightning's finder would look for an `lr` attribute this task does not use); the hparams and the stored run
+        config change with it, so checkpoints, hparams.yaml and eval say which lr trained the weights.
+        """
+        self.optimizer_cfg = {**self.optimizer_cfg, "lr": float(lr)}
+        if "optimizer" in self.hparams:
+            self.hparams["optimizer"] = self.optimizer_cfg
+        if isinstance(self.run_config, dict) and isinstance(self.run_config.get("optimizer"), dict):
+            self.run_config = {**self.run_config, "optimizer": {**self.run_config["optimizer"], "lr": float(lr)}}
+
     def _data_parallel_size(self) -> int:
         """Model replicas that each see different data (DDP ranks; the data-parallel part of an FSDP/TP mesh)."""
         trainer = attached_trainer(self)
