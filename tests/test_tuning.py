@@ -152,3 +152,19 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
     cfg = compose_cfg("strategy=ddp", "trainer.devices=2")
     assert cfg.tune.finder == "none"
     check_tuning(cfg)
+
+
+def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
+    from litforge.instantiate import instantiate_group, to_plain
+    from litforge.train import tune_before_fit
+    from litforge.tuning import tune
+
+    cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")
+    trainer_kwargs = instantiate_group("trainer", cfg.trainer)
+    with caplog.at_level(logging.INFO, logger="litforge"):
+        record = tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, [], tmp_path / "smoke")
+        assert record["skipped"] == "trainer.fast_dev_run" and task.optimizer_cfg["lr"] == 0.001
+        assert not (tmp_path / "smoke" / "lr_find.png").exists()
+        tune_before_fit(cfg, task, datamodule, trainer_kwargs, [], tmp_path / "resumed", resuming=True)
+    assert "tune=lr_find: skipped, this run resumes from a checkpoint" in caplog.text
+    assert not (tmp_path / "resumed").exists()
