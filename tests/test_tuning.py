@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from conftest import CONF
 from litforge.errors import ConfigError
@@ -72,6 +73,8 @@ def test_lr_find_plots_to_the_run_folder_and_tensorboard_and_trains_with_the_sug
     assert _optimizer_lr(checkpoint) == pytest.approx(suggestion)
     assert checkpoint["hyper_parameters"]["optimizer"]["lr"] == pytest.approx(suggestion)
     assert checkpoint["litforge"]["run_config"]["optimizer"]["lr"] == pytest.approx(suggestion)
+    logged = yaml.safe_load((run / "tensorboard" / "hparams.yaml").read_text())  # what the loggers recorded
+    assert logged["optimizer"]["lr"] == pytest.approx(suggestion)
     assert not list(run.glob("**/.lr_find_*.ckpt"))  # the finder's scratch checkpoint stays out of the run folder
 
 
@@ -115,7 +118,8 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
     assert found == 2 * 2 ** (3 - 1)  # init_val, then doubled on each of the other trials: no out-of-memory on CPU
     assert json.loads((tmp_path / "batch_size.json").read_text()) == record
     expected = found if apply else 64
-    assert datamodule.batch_size == datamodule.hparams["batch_size"] == expected
+    assert datamodule.batch_size == datamodule.hparams["batch_size"] == datamodule.hparams_initial["batch_size"] \
+        == expected  # the last is what the loggers record
     assert task.run_config["data"]["batch_size"] == expected
     assert datamodule.train_dataloader().batch_size == expected
 

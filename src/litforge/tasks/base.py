@@ -15,7 +15,7 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from litforge.compat import attached_trainer, logs_this_step
+from litforge.compat import attached_trainer, logs_this_step, refresh_initial_hparams
 from litforge.errors import ConfigError
 from litforge.host_reads import StepLosses, Where, host_scalar
 from litforge.instantiate import call_partial
@@ -93,6 +93,7 @@ class LitforgeTask(pl.LightningModule):
         self.optimizer_cfg = {**self.optimizer_cfg, "lr": float(lr)}
         if "optimizer" in self.hparams:
             self.hparams["optimizer"] = self.optimizer_cfg
+            refresh_initial_hparams(self)  # what the loggers record (hparams.yaml) is Lightning's initial copy
         if isinstance(self.run_config, dict) and isinstance(self.run_config.get("optimizer"), dict):
             self.run_config = {**self.run_config, "optimizer": {**self.run_config["optimizer"], "lr": float(lr)}}
 
