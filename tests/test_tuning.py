@@ -172,3 +172,12 @@ def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cf
         tune_before_fit(cfg, task, datamodule, trainer_kwargs, [], tmp_path / "resumed", resuming=True)
     assert "tune=lr_find: skipped, this run resumes from a checkpoint" in caplog.text
     assert not (tmp_path / "resumed").exists()
+
+
+def test_the_training_job_refuses_before_building_anything(compose_cfg, tmp_path):
+    from litforge.train import train
+
+    cfg = compose_cfg("tune=batch_size", "trainer.accelerator=cpu", "print_config=false")
+    with pytest.raises(ConfigError, match="tune=batch_size finds the largest batch that fits GPU memory"):
+        train(cfg)
+    assert not (tmp_path / "provenance.json").exists()  # refused before the run folder was written to
