@@ -32,6 +32,24 @@ def test_lightning_trainer_attachment_and_logging_decision():
     assert compat.attached_trainer(LightningModule()) is None
 
 
+def test_lightning_initial_hparams_copy():
+    from pytorch_lightning import LightningModule
+
+    from litforge import compat
+
+    class Module(LightningModule):
+        def __init__(self, lr: float = 0.1) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+    module = Module()
+    assert hasattr(module, "_hparams_initial"), _renamed("refresh_initial_hparams", "LightningModule._hparams_initial")
+    module.hparams["lr"] = 0.5
+    assert module.hparams_initial["lr"] == 0.1  # Lightning logs its copy, not the changed hparams
+    compat.refresh_initial_hparams(module)
+    assert module.hparams_initial["lr"] == 0.5, _renamed("refresh_initial_hparams", "hparams_initial's source")
+
+
 def test_lightning_optimizer_step_counters_and_logger_step():
     import torch
     from pytorch_lightning.core.optimizer import LightningOptimizer

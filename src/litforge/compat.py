@@ -28,6 +28,19 @@ def attached_trainer(module: Any) -> Any:
     return module._trainer
 
 
+def refresh_initial_hparams(module: Any) -> None:
+    """Make what the loggers record as `module`'s hyperparameters (`hparams_initial`: hparams.yaml, MLflow params)
+    match its current `hparams`, after litforge changed one before training starts (the lr finder's `optimizer.lr`).
+
+    Lightning keeps a deep copy taken by `save_hyperparameters` in `_hparams_initial` and logs that copy at fit
+    start; calling `save_hyperparameters(dict)` again would refresh it but also reset `_hparams_name`, which
+    `load_from_checkpoint` reads. Upstream: no public setter (pytorch_lightning/core/mixins/hparams_mixin.py).
+    """
+    import copy
+
+    module._hparams_initial = copy.deepcopy(module.hparams)
+
+
 def logs_this_step(trainer: Any) -> bool:
     """Whether the loggers write the step metrics of the training step in progress.
 

@@ -23,6 +23,7 @@ from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.folders import check_folder
 from litforge.runtime import is_rank_zero
+from litforge.tuning import check_tuning, finder_of
 from litforge.validation import check_run, run_notes
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.tracking import log_run_files
 
     check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
+    check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg):
         log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
@@ -109,6 +111,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
     loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # same MLflow run on resume
     give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
+    tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
     callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
@@ -141,6 +144,25 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
         (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
                                                             indent=2))
     return result, loggers
+
+
+def tune_before_fit(cfg: DictConfig, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], loggers: list[Any],
+                    output_dir: Path, resuming: bool) -> None:
+    """`tune=lr_find|batch_size`: Lightning's finder on a throwaway Trainer (litforge.tuning), inside Lightning's
+    `isolate_rng` (torch, CUDA, numpy and Python generators put back after), so the fit draws the same dropout masks
+    and augmentations as an untuned run; the finder restores the weights it started from."""
+    from pytorch_lightning.utilities.seed import isolate_rng
+
+    from litforge.tuning import tune
+
+    name = finder_of(cfg)
+    if name == "none":
+        return
+    if resuming:  # the checkpoint's optimizer state (its lr) and data settings continue the original run
+        log.info("tune=%s: skipped, this run resumes from a checkpoint", name)
+        return
+    with isolate_rng():
+        tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, loggers, output_dir)
 
 
 def starting_checkpoint(cfg: DictConfig) -> str | None:

@@ -240,6 +240,19 @@ RULES: dict[str, Rule] = {
     "paths.log_dir": text(example="logs"),
     "paths.min_free_mb": number(ge=0, example=200),
 
+    # tune (Lightning's finders before training: litforge.tuning)
+    "tune.finder": choice("none", "lr_find", "batch_size", example="lr_find"),
+    "tune.apply": boolean(example="false"),
+    "tune.min_lr": number(gt=0, example="1e-6"),
+    "tune.max_lr": number(gt=0, example=1.0),
+    "tune.num_training": integer(13, example=100, extra=" (the suggestion skips the first 10 steps and the last)"),
+    "tune.mode": choice("exponential", "linear", "power", "binsearch", example="exponential"),
+    "tune.early_stop_threshold": number(gt=1, example=4.0, null=True),
+    "tune.init_val": integer(1, example=2),
+    "tune.max_trials": integer(1, example=25),
+    "tune.steps_per_trial": integer(1, example=3),
+    "tune.max_val": integer(1, example=8192),
+
     # ---- data ----
     "data.batch_size": integer(1, example=64),
     "data.num_workers": integer(0, example=4),
@@ -481,6 +494,14 @@ RELATIONS: tuple[Relation, ...] = (
              lambda sync, target: not sync or not str(target).endswith("ModelParallel"),
              "trainer.sync_batchnorm={0} is ignored under strategy._target_={1} (fsdp/tp never convert BatchNorm): "
              "use strategy=ddp with trainer.sync_batchnorm=true, or trainer.sync_batchnorm=false"),
+    Relation(("tune.finder", "tune.mode"),
+             lambda finder, mode: mode in {"lr_find": ("exponential", "linear"),
+                                           "batch_size": ("power", "binsearch")}.get(finder, (mode,)),
+             "tune.mode={1} is not a mode of tune={0}: tune=lr_find takes exponential or linear, tune=batch_size "
+             "power or binsearch"),
+    Relation(("tune.min_lr", "tune.max_lr"), lambda lo, hi: lo < hi,
+             "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
+             "tune.min_lr=1e-6 tune.max_lr=1"),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
     Relation(("channels_last", "strategy._target_"),
              lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),

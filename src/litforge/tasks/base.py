@@ -15,7 +15,7 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from litforge.compat import attached_trainer, logs_this_step
+from litforge.compat import attached_trainer, logs_this_step, refresh_initial_hparams
 from litforge.errors import ConfigError
 from litforge.host_reads import StepLosses, Where, host_scalar
 from litforge.instantiate import call_partial
@@ -82,6 +82,20 @@ class LitforgeTask(pl.LightningModule):
         if not self.scheduler_cfg:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self._build_scheduler(optimizer)}
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Build the optimizer with `lr` from now on (the lr finder's suggestion, `tune=lr_find`).
+
+        The optimizer is built from `optimizer_cfg` in `configure_optimizers`, so that is where the lr must change
+        (Lightning's finder would look for an `lr` attribute this task does not use); the hparams and the stored run
+        config change with it, so checkpoints, hparams.yaml and eval say which lr trained the weights.
+        """
+        self.optimizer_cfg = {**self.optimizer_cfg, "lr": float(lr)}
+        if "optimizer" in self.hparams:
+            self.hparams["optimizer"] = self.optimizer_cfg
+            refresh_initial_hparams(self)  # what the loggers record (hparams.yaml) is Lightning's initial copy
+        if isinstance(self.run_config, dict) and isinstance(self.run_config.get("optimizer"), dict):
+            self.run_config = {**self.run_config, "optimizer": {**self.run_config["optimizer"], "lr": float(lr)}}
 
     def _data_parallel_size(self) -> int:
         """Model replicas that each see different data (DDP ranks; the data-parallel part of an FSDP/TP mesh)."""
