@@ -161,7 +161,8 @@ class LitforgeOptunaSweeper(Sweeper):
         return TPESampler(**cfg, **extra)
 
     def _metric_name(self) -> str | None:
-        assert self.config is not None
+        if self.config is None:  # before setup (the trials' config is not known yet)
+            return None
         return OmegaConf.select(self.config, "objective.metric", default=None)
 
 
