@@ -34,7 +34,7 @@ def run_sweep(pruner: str, args: argparse.Namespace, folder: Path) -> dict:
                f"hydra.sweeper.pruner={pruner}", "print_config=false", "callbacks.progress_bar=null",
                *args.overrides]
     if pruner != "none":
-        command.append(f"+hydra.sweeper.pruner_args={{n_startup_trials:{args.startup},"
+        command.append(f"hydra.sweeper.pruner_args={{n_startup_trials:{args.startup},"
                        f"n_warmup_steps:{args.warmup}}}")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     start = time.perf_counter()
@@ -59,13 +59,14 @@ def main() -> None:
     parser.add_argument("--startup", type=int, default=5, help="pruner_args.n_startup_trials")
     parser.add_argument("--warmup", type=int, default=1, help="pruner_args.n_warmup_steps (validations)")
     parser.add_argument("--repeats", type=int, default=1, help="sweeps per arm, alternating the order")
+    parser.add_argument("--pruned-first", action="store_true", help="start with the pruned arm (then alternate)")
     parser.add_argument("overrides", nargs="*", help="more train.py overrides for every trial")
     args = parser.parse_args()
 
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="litforge-pruning-") as tmp:
         for repeat in range(args.repeats):
-            order = ["none", args.pruner] if repeat % 2 == 0 else [args.pruner, "none"]
+            order = ["none", args.pruner] if (repeat + args.pruned_first) % 2 == 0 else [args.pruner, "none"]
             for pruner in order:
                 result = run_sweep(pruner, args, Path(tmp) / str(repeat))
                 results.append(result)

@@ -34,7 +34,7 @@ def test_median_pruner_stops_a_hopeless_trial_early_and_the_summary_ranks_only_c
     result = run_cli("train.py", *tiny, SEARCH, *FIXED, f"trainer.max_epochs={MAX_EPOCHS}",
                      "trainer.limit_train_batches=2",
                      "optimizer.lr=choice(0.05,1e-7)", "hydra.sweeper.n_trials=3", "hydra.sweeper.pruner=median",
-                     "+hydra.sweeper.pruner_args={n_startup_trials:2,n_warmup_steps:0}",
+                     "hydra.sweeper.pruner_args={n_startup_trials:2,n_warmup_steps:0}",
                      f"hydra.sweep.dir={sweep_dir}", log_dir=tmp_path / "logs", extra_args=("-m",))
     assert result.returncode == 0, result.output[-4000:]
     assert "3 trials: 2 complete, 1 pruned, 0 failed" in result.output
