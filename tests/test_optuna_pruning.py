@@ -71,6 +71,7 @@ def test_pruner_none_adds_no_callback_and_bad_pruner_settings_are_refused_in_one
                                      n_trials=2, n_jobs=1, sampler={}, params={}, pruner=pruner, pruner_args=args)
 
     assert sweeper("none")._pruning_overrides(0) == []
+    assert sweeper("none", n_warmup_steps=1)._pruning_overrides(0) == [], "none ignores a search config's args"
     override = sweeper("median", n_warmup_steps=1)._pruning_overrides(4)
     assert len(override) == 1 and override[0].startswith("++callbacks.optuna_pruning=")
     assert "trial_number:4" in override[0] and f"{tmp_path}/optuna.db" in override[0]

@@ -14,7 +14,8 @@ SQLITE_TIMEOUT_S = 60  # parallel trials (joblib) write to one SQLite file: wait
 
 
 def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
-    """The Optuna pruner `hydra.sweeper.pruner` names, with `hydra.sweeper.pruner_args` as its keyword arguments."""
+    """The Optuna pruner `hydra.sweeper.pruner` names, with `hydra.sweeper.pruner_args` as its keyword arguments
+    (ignored by `none`, so `pruner=none` alone turns off a search config's pruner)."""
     import inspect
 
     import optuna
@@ -23,6 +24,8 @@ def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
     if key not in PRUNERS:
         raise ValueError(f"hydra.sweeper.pruner={name!r}: use one of {', '.join(PRUNERS)} "
                          "(e.g. hydra.sweeper.pruner=median)")
+    if key == "none":  # pruning off: pruner_args (e.g. a search config's median settings) do not apply
+        return optuna.pruners.NopPruner()
     cls = getattr(optuna.pruners, PRUNERS[key])
     try:
         return cls(**dict(args or {}))
