@@ -47,11 +47,10 @@ def test_median_pruner_stops_a_hopeless_trial_early_and_the_summary_ranks_only_c
     # the pruned run's folder stays, with the epoch it stopped at; the summary marks it and ranks it last
     record = json.loads((sweep_dir / "2" / "result.json").read_text())
     assert record["status"] == "PRUNED" and record["pruned_after_validations"] == 1
-    last_ckpt = next((sweep_dir / "2").rglob("last.ckpt"), None)
-    if last_ckpt is not None:
-        import torch
+    import torch
 
-        assert torch.load(last_ckpt, map_location="cpu", weights_only=False)["epoch"] < MAX_EPOCHS - 1
+    last_ckpt = torch.load(sweep_dir / "2" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last_ckpt["epoch"] < MAX_EPOCHS - 1, "the pruned run's last checkpoint is from before its final epoch"
     summary = (sweep_dir / "summary.csv").read_text().splitlines()
     assert summary[-1].startswith("2,PRUNED") and "optuna_pruning" not in "\n".join(summary)
 
