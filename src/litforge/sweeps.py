@@ -20,6 +20,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 RESULT_FILE = "result.json"
+PRUNED = "PRUNED"  # a job the Optuna sweeper's pruner stopped early: kept, listed after the completed ones
+# overrides the summary leaves out: plumbing the sweeper adds to each trial (still in each job's overrides.yaml)
+PLUMBING_OVERRIDES = ("++callbacks.optuna_pruning=",)
 
 
 class SweepSummary(Callback):
@@ -65,8 +68,10 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     def rank(record: dict[str, Any]) -> tuple[int, float]:
         objective = record.get("objective") or {}
         value = objective.get("value")
-        if record.get("status") != "COMPLETED" or value is None:
+        if record.get("status") == PRUNED:
             return (1, 0.0)
+        if record.get("status") != "COMPLETED" or value is None:
+            return (2, 0.0)
         return (0, -value if objective.get("mode", "max") == "max" else value)
 
     return sorted(records, key=rank)
@@ -78,7 +83,7 @@ def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
         return records
     metric_names = sorted({name for r in records for name in r.get("metrics", {})})
     header = ["job", "status", "overrides", *metric_names, "error"]
-    rows = [[r["job"], r["status"], " ".join(r["overrides"]),
+    rows = [[r["job"], r["status"], " ".join(o for o in r["overrides"] if not o.startswith(PLUMBING_OVERRIDES)),
              *[_fmt(r.get("metrics", {}).get(m)) for m in metric_names], (r.get("error") or "")[:200]]
             for r in records]
     buffer = io.StringIO()
@@ -90,6 +95,16 @@ def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     atomic_write(sweep_dir / "summary.md", "\n".join(lines) + "\n")
     return records
+
+
+def mark_pruned(job_dir: Path, last_step: int | None) -> None:
+    """Record in a job's result.json that the pruner stopped it (after validation `last_step`, counted from 0)."""
+    path = job_dir / RESULT_FILE
+    if not path.exists():
+        return
+    record = json.loads(path.read_text())
+    record.update(status=PRUNED, pruned_after_validations=None if last_step is None else last_step + 1)
+    atomic_write(path, json.dumps(record, indent=2))
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -112,7 +127,7 @@ def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_
     failure's traceback) once every job of the batch has run; the others' results are already recorded."""
     import sys
 
-    failed = sum(r.get("status") != "COMPLETED" for r in records)
+    failed = sum(r.get("status") not in ("COMPLETED", PRUNED) for r in records)
     print(f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"
           f"litforge: {failed} of {len(records)} jobs failed so far; the other jobs go on. Results of every job: "
           f"{sweep_dir / 'summary.md'}", file=sys.stderr)

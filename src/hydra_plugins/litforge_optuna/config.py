@@ -31,6 +31,13 @@ class LitforgeOptunaSweeperConf:
     n_trials: int = 20  # the study's total: a resumed study only runs the trials it still lacks
     n_jobs: int = 1  # trials launched together per batch (run in parallel by a parallel launcher, e.g. joblib)
     sampler: TPESamplerConf = field(default_factory=TPESamplerConf)
+    # none | median | hyperband: stop unpromising trials early. Each trial reports objective.metric after every
+    # validation (step = the validation's index: the epoch, with one validation per epoch); needs a storage.
+    pruner: str = "none"
+    # keyword arguments of the pruner: median -> optuna.pruners.MedianPruner (n_startup_trials: 5 trials before any
+    # pruning, n_warmup_steps: 0 validations before a trial can be pruned, interval_steps: 1); hyperband ->
+    # HyperbandPruner (min_resource: 1, max_resource: auto, reduction_factor: 3)
+    pruner_args: Dict[str, Any] = field(default_factory=dict)
     # The search space, in Hydra's override grammar: choice(a,b), range(1,5), interval(1e-4,1e-1),
     # tag(log, interval(...)), tag(int, interval(...)); a plain value is fixed for every trial.
     params: Dict[str, str] = field(default_factory=dict)

@@ -6,6 +6,10 @@ outcome is told back: the job's return value, or FAIL when the job raised or ret
 broken trial never ends the study. The study lives in a database (SQLite in the sweep folder by default): an
 interrupted sweep resumes where it stopped, and a finished one can be inspected with Optuna's tools. After every
 batch `best.yaml` in the sweep folder holds the best parameters, their score and the command that reproduces them.
+
+With `pruner=median|hyperband` each trial's config gets the pruning callback (litforge.callbacks.optuna_pruning),
+which reports the objective after every validation and marks a hopeless trial PRUNED in the study itself; the
+sweeper then leaves that trial as it is, marks its job PRUNED in the sweep summary and ranks only completed trials.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 BEST_FILE = "best.yaml"
+PRUNING_KEY = "callbacks.optuna_pruning"  # where each trial's config gets the pruning callback
 
 
 class SearchSpaceError(ValueError):
@@ -37,7 +42,10 @@ class SearchSpaceError(ValueError):
 
 class LitforgeOptunaSweeper(Sweeper):
     def __init__(self, direction: str, study_name: str, storage: str | None, n_trials: int, n_jobs: int,
-                 sampler: Mapping[str, Any], params: Mapping[str, str] | None) -> None:
+                 sampler: Mapping[str, Any], params: Mapping[str, str] | None, pruner: str = "none",
+                 pruner_args: Mapping[str, Any] | None = None) -> None:
+        from litforge.optuna_study import build_pruner
+
         if str(direction).lower() not in DIRECTIONS:
             raise ValueError(f"hydra.sweeper.direction={direction!r}: use one of max, min (or maximize, minimize)")
         if n_trials < 1 or n_jobs < 1:
@@ -50,6 +58,13 @@ class LitforgeOptunaSweeper(Sweeper):
         self.sampler_cfg = dict(OmegaConf.to_container(sampler, resolve=True) if OmegaConf.is_config(sampler)
                                 else sampler)
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.pruner = str(pruner).lower()
+        self.pruner_args = dict(OmegaConf.to_container(pruner_args, resolve=True) if OmegaConf.is_config(pruner_args)
+                                else pruner_args or {})
+        build_pruner(self.pruner, self.pruner_args)  # an unknown name or argument: one line before any trial
+        if self.pruner != "none" and not storage:
+            raise ValueError(f"hydra.sweeper.pruner={self.pruner} needs hydra.sweeper.storage (each trial reports "
+                             "to the study through it): keep the default sqlite:///${hydra.sweep.dir}/optuna.db")
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
@@ -72,16 +87,22 @@ class LitforgeOptunaSweeper(Sweeper):
             raise SearchSpaceError("the search space is empty: set hydra.sweeper.params (see "
                                    "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
                                    "optimizer.lr='interval(1e-4,1e-1)'")
-        study = optuna.create_study(study_name=self.study_name, storage=self._storage_url(), sampler=self._sampler(),
+        from litforge.optuna_study import build_pruner, study_storage
+
+        url = self._storage_url()
+        study = optuna.create_study(study_name=self.study_name, storage=study_storage(url) if url else None,
+                                    sampler=self._sampler(), pruner=build_pruner(self.pruner, self.pruner_args),
                                     direction=self.direction, load_if_exists=True)
         fail_stale_trials(study)
-        log.info("Optuna study %r (%s, %s): %d of %d trials done; searching %s", self.study_name, self.direction,
-                 self._storage_url() or "in memory", finished_count(study), self.n_trials, ", ".join(space))
+        log.info("Optuna study %r (%s, %s, pruner %s): %d of %d trials done; searching %s", self.study_name,
+                 self.direction, url or "in memory", self.pruner, finished_count(study), self.n_trials,
+                 ", ".join(space))
 
         returns: list[Any] = []
         while (done := finished_count(study)) < self.n_trials:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - done))]
-            batch = [tuple(fixed + trial_overrides(trial.params)) for trial in trials]
+            batch = [tuple(fixed + trial_overrides(trial.params) + self._pruning_overrides(trial.number))
+                     for trial in trials]
             try:
                 self.validate_batch_is_legal(batch)
             except Exception as exc:  # a search-space key the config does not have: no job could ever run
@@ -93,7 +114,9 @@ class LitforgeOptunaSweeper(Sweeper):
             results = self.launcher.launch(batch, initial_job_idx=trials[0].number)
             for trial, result in zip(trials, results, strict=True):
                 value, error = job_outcome(result)
-                if error is None:
+                if (pruned := finished_trial(study, trial.number)) is not None:  # the trial's callback pruned it
+                    note_pruned(pruned, result, sweep_dir, error)
+                elif error is None:
                     study.tell(trial, value)
                 else:
                     log.warning("Trial %d failed (recorded as FAIL, the study goes on): %s", trial.number, error)
@@ -102,6 +125,7 @@ class LitforgeOptunaSweeper(Sweeper):
             returns.extend(results)
             write_best(study, sweep_dir, fixed, self._storage_url(), self._metric_name())
         write_best(study, sweep_dir, fixed, self._storage_url(), self._metric_name())
+        print(f"litforge: Optuna study {self.study_name!r}: {trial_counts_text(study)}; best: {sweep_dir / BEST_FILE}")
         return returns
 
     # ---- helpers ----------------------------------------------------------------------------------------------------
@@ -112,6 +136,23 @@ class LitforgeOptunaSweeper(Sweeper):
             Path(self.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         return self.storage
 
+    def _pruning_overrides(self, number: int) -> list[str]:
+        """The pruning callback for trial `number` (none without a pruner), as one override of the trial's config.
+
+        An override, not an environment variable or a file: it reaches the job with every launcher (in-process,
+        joblib's worker processes, submitit's cluster jobs) and is recorded in the job's .hydra/overrides.yaml.
+        """
+        if self.pruner == "none":
+            return []
+        url = self._storage_url()
+        assert url is not None
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):  # a job may run in another folder
+            url = "sqlite:///" + str(Path(url.removeprefix("sqlite:///")).resolve())
+        callback = {"_target_": "litforge.callbacks.optuna_pruning.OptunaPruning", "storage": url,
+                    "study_name": self.study_name, "trial_number": number, "monitor": self._metric_name(),
+                    "pruner": self.pruner, "pruner_args": self.pruner_args}
+        return [f"++{PRUNING_KEY}={override_value_text(callback)}"]
+
     def _sampler(self) -> Any:
         from optuna.samplers import TPESampler
 
@@ -120,7 +161,8 @@ class LitforgeOptunaSweeper(Sweeper):
         return TPESampler(**cfg, **extra)
 
     def _metric_name(self) -> str | None:
-        assert self.config is not None
+        if self.config is None:  # before setup (the trials' config is not known yet)
+            return None
         return OmegaConf.select(self.config, "objective.metric", default=None)
 
 
@@ -194,6 +236,35 @@ def finished_count(study: Any) -> int:
     from optuna.trial import TrialState
 
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)))
+
+
+def finished_trial(study: Any, number: int) -> Any:
+    """Trial `number` as stored, if its job already finished it (the pruning callback marks it PRUNED); else None."""
+    from optuna.trial import TrialState
+
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    return trial if trial.state == TrialState.PRUNED else None
+
+
+def note_pruned(trial: Any, result: Any, sweep_dir: Path, error: str | None) -> None:
+    """Log a pruned trial and mark its job PRUNED in the sweep summary (its run folder and logs stay as they are)."""
+    from litforge.sweeps import mark_pruned, write_summary
+
+    log.info("Trial %d pruned after %d validations (%s)", trial.number, (trial.last_step or 0) + 1,
+             "its job then failed: " + error if error else "its run folder is kept")
+    job_dir = OmegaConf.select(getattr(result, "hydra_cfg", None) or {}, "hydra.runtime.output_dir", default=None)
+    if error is None:
+        mark_pruned(Path(job_dir) if job_dir else sweep_dir / str(trial.number), trial.last_step)
+        write_summary(sweep_dir)
+
+
+def trial_counts_text(study: Any) -> str:
+    from optuna.trial import TrialState
+
+    counts = {state: len(study.get_trials(deepcopy=False, states=(state,)))
+              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    return (f"{sum(counts.values())} trials: {counts[TrialState.COMPLETE]} complete, "
+            f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL]} failed")
 
 
 def fail_stale_trials(study: Any) -> None:
