@@ -238,7 +238,7 @@ RULES: dict[str, Rule] = {
     "data.*_seed": SEED,
     "data.seed": SEED,
     "data.augment": boolean(example="true"),
-    "data.on_device": boolean(example="true"),
+    "data.on_device": choice("auto", True, False),
     "data.download": boolean(example="false"),
     "data.data_dir": text(example="data"),
     "data.root": text(example="/path/to/images"),
