@@ -369,6 +369,7 @@ RULES: dict[str, Rule] = {
     "callbacks.progress_bar.leave": boolean(example="true"),
     "callbacks.nonfinite_loss.check_every_n_steps": integer(1, example=50, null=True),
     "callbacks.checkpoint_on_signal.hang_grace": number(gt=0, example=60, null=True),
+    "callbacks.checkpoint_on_signal.check_every_n_steps": integer(1, example=50, null=True),
     "callbacks.model_summary.max_depth": integer(-1, example=2, extra=" (-1 = all layers)"),
     "callbacks.hparams.after_test": boolean(example="true"),
     "callbacks.test_images.max_samples": integer(1, example=32),
