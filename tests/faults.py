@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -36,3 +37,26 @@ class PoisonAt(Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 next(pl_module.parameters()).fill_(float("nan"))
+
+
+class HangAt(Callback):
+    """After optimizer step `step`, ask for SIGTERM and then block forever, as a rank stuck in a collective does.
+
+    The block is a lock acquired twice: the Python SIGTERM handler runs (Lightning sets its flag) and the wait goes
+    on, so the loop never reaches the step boundary where it would stop (issue 18).
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            print(f"FAULT hang at {time.time():.3f}", flush=True)
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            hang_forever()
+
+
+def hang_forever() -> None:
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()  # never returns

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def test_sigterm_mid_epoch_saves_the_step_and_resumes_exactly(uninterrupted, tmp
     assert result.returncode == 143, result.output[-3000:]  # 128 + SIGTERM
     assert "Traceback" not in result.output
     assert "stopped by SIGTERM at step 9 (epoch 1)" in result.output and "resume=" in result.output
+    assert "after SIGTERM" not in result.output and "most recent call first" not in result.output, "the watchdog fired"
     run_dir = single_run(tmp_path)
     saved = last_ckpt(run_dir)
     assert (saved["epoch"], saved["global_step"]) == (1, 9), "saved at the step, not the epoch start"
@@ -108,6 +110,25 @@ def test_sigterm_mid_epoch_saves_the_step_and_resumes_exactly(uninterrupted, tmp
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
     assert read_metrics(run_dir)["metrics"]["test/acc"] == read_metrics(uninterrupted)["metrics"]["test/acc"]
+
+
+def test_sigterm_ends_a_hung_run_within_the_grace_with_its_stacks_and_keeps_its_checkpoints(tmp_path):
+    """A run blocked forever at step 8 (a lock, as a rank in an unmatched collective) gets SIGTERM: the loop never
+    reaches its next step, so the watchdog ends it hang_grace (2 s) later, exit 143, naming the blocked frame; the
+    epoch-end last.ckpt (step 6) is kept."""
+    result = run_cli("train.py", *COMMON, "callbacks.checkpoint_on_signal.hang_grace=2", *fault("HangAt", step=8),
+                     log_dir=tmp_path, env=FAULTS_ENV, timeout=120)
+    ended = time.time()
+    assert result.returncode == 143, result.output[-3000:]
+    hung_at = float(re.search(r"FAULT hang at ([0-9.]+)", result.output).group(1))
+    assert 2 <= ended - hung_at < 2 + 10, "ended within the grace period plus a few seconds"
+    assert "still running 2 s after SIGTERM" in result.stderr
+    dump = 'faults.py", line {} in hang_forever'
+    assert re.search(dump.format(r"\d+"), result.stderr), result.stderr[-3000:]
+    run_dir = single_run(tmp_path)
+    log = (run_dir / "train.log").read_text()
+    assert "still running 2 s after SIGTERM" in log and re.search(dump.format(r"\d+"), log), "the run log has it"
+    assert last_ckpt(run_dir)["global_step"] == 6
 
 
 def test_last_ckpt_is_the_latest_step_when_the_metric_stops_improving(uninterrupted, tmp_path):

@@ -139,6 +139,67 @@ def set_pruning_targets(callback: Any, targets: Any) -> None:
     callback._parameters_to_prune = targets
 
 
+def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
+    """Replace Lightning's SIGTERM handling under DDP so that no collective runs per step; returns `agree()`.
+
+    Lightning 2.6 broadcasts a SIGTERM flag from rank 0 before *every* DDP training step
+    (`_TrainingEpochLoop._broadcast_sigterm_tensor`: 0.37 ms per step per rank on gloo, a host sync on NCCL), and its
+    handler (`_SignalConnector._sigterm_notifier_fn`) itself calls `dist.broadcast` inside the signal handler, matched
+    only by the other ranks' per-step broadcast: thinning out one alone hung a 2-rank job. Both are replaced here:
+
+    - the handler only notes the signal (and, on a launcher rank, forwards it to the ranks it started, as Lightning
+      does); under several ranks it leaves `trainer.received_sigterm` alone, so no rank stops on its own;
+    - the per-step broadcast becomes one tiny all-reduce (max) before every `every_n`-th training batch (counted by
+      the loop's total batch progress, the same on every rank, across resumes) and when `agree()` is called (the
+      on-signal callback calls it at each epoch end); when any rank got SIGTERM, every rank sets
+      `received_sigterm` and raises Lightning's SIGTERMException at that same batch.
+
+    Single process: the handler sets `received_sigterm` at once, as Lightning's does (the loop stops at the next
+    batch). Upstream: Lightning-AI/pytorch-lightning#21487 (the per-step broadcast).
+    """
+    import torch
+    import torch.distributed as dist
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+    from pytorch_lightning.utilities.rank_zero import rank_prefixed_message
+
+    connector = trainer._signal_connector
+    epoch_loop = trainer.fit_loop.epoch_loop
+    pending = [False]  # this rank got SIGTERM; not agreed on yet
+
+    def several_ranks() -> bool:
+        return dist.is_available() and dist.is_initialized() and trainer.world_size > 1
+
+    def on_sigterm(signum: Any, _frame: Any) -> None:
+        import logging
+
+        logging.getLogger("pytorch_lightning").info(
+            rank_prefixed_message(f"Received SIGTERM: {signum}", trainer.local_rank))
+        if not (pending[0] or connector.received_sigterm) and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)
+        if several_ranks():
+            pending[0] = True
+        else:
+            connector.received_sigterm = True
+
+    def agree() -> bool:
+        """All ranks: whether any rank got SIGTERM (one all-reduce); if so, every rank's loop stops."""
+        if not several_ranks():
+            return bool(connector.received_sigterm)
+        flag = torch.tensor([int(pending[0] or connector.received_sigterm)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            connector.received_sigterm = True
+        return bool(connector.received_sigterm)
+
+    def check_before_batch() -> None:  # called by the loop before each batch under several ranks
+        if epoch_loop.batch_progress.total.ready % every_n == 0 and agree():
+            raise SIGTERMException()
+
+    connector._sigterm_notifier_fn = on_sigterm  # read when fit registers its handlers, after the callbacks' setup
+    epoch_loop._broadcast_sigterm_tensor = check_before_batch
+    return agree
+
+
 # ---- Hydra ---------------------------------------------------------------------------------------------------------
 
 

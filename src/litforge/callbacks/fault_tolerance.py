@@ -6,6 +6,8 @@
 - :class:`CheckpointOnSignal`: SIGTERM (a scheduler's pre-emption, `kill`, Kubernetes) saves `last.ckpt` at the
   current step, mid-epoch included, before the process exits. Lightning already turns SIGTERM into a
   `SIGTERMException` at the next batch boundary (all ranks together under DDP); this callback adds the save.
+  A rank that never reaches that boundary (stuck in a collective) is ended `hang_grace` s after SIGTERM by
+  litforge.watchdog.HangWatchdog, with every thread's stack, exit 143.
   Ctrl+C is deliberately not saved: a KeyboardInterrupt can land between the optimizer step and the loop's step
   counter, and a checkpoint from there would resume one step off. `last.ckpt` from the last epoch end stays.
   On SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves `hpc_ckpt_<n>.ckpt` and requeues the job;
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,10 @@ import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from litforge.compat import logs_this_step
+from litforge.compat import agree_on_sigterm_every, logs_this_step
 from litforge.errors import TrainingStopped
 from litforge.host_reads import StepLosses, Where
+from litforge.watchdog import HangWatchdog, run_log_file
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -119,12 +123,43 @@ class CheckpointOnSignal(Callback):
 
     Resuming from it (`resume=<run folder>` or `resume=auto`) continues from the interrupted step: Lightning restores
     the loop position and our in-memory loader skips the batches already trained on.
+
+    `hang_grace` (seconds, null = off): a rank that never reaches the next step boundary (blocked in a collective)
+    would ignore SIGTERM; from setup to teardown a litforge.watchdog.HangWatchdog ends such a process that long after
+    SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
+
+    Under DDP no collective runs per step for this (Lightning broadcasts a SIGTERM flag before every step): each
+    rank's handler only notes the signal, and the ranks agree on it with one tiny all-reduce every
+    `check_every_n_steps` training batches (null = `trainer.log_every_n_steps`) and at each epoch end, so every rank
+    stops and saves at the same batch (litforge.compat.agree_on_sigterm_every). Schedulers send SIGTERM to every
+    rank; one that reaches a single rank stops all of them too.
     """
 
-    def __init__(self, filename: str = "last") -> None:
+    def __init__(self, filename: str = "last", hang_grace: float | None = 60,
+                 check_every_n_steps: int | None = None) -> None:
         super().__init__()
         self.filename = filename
         self.saved_path: str | None = None
+        self.hang_grace = hang_grace
+        self.check_every_n_steps = check_every_n_steps
+        self.watchdog: HangWatchdog | None = None
+        self._agree: Callable[[], bool] | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        self._agree = agree_on_sigterm_every(trainer, every)
+        if self.hang_grace is not None and self.watchdog is None:
+            self.watchdog = HangWatchdog(self.hang_grace, log_file=run_log_file())
+            self.watchdog.arm()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.watchdog is not None:
+            self.watchdog.disarm()  # a grace period already running goes on: after SIGTERM the process must end
+            self.watchdog = None
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._agree is not None:
+            self._agree()  # every rank is here: a SIGTERM since the last check stops the fit loop on all of them
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":

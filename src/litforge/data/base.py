@@ -18,6 +18,7 @@ from torch import Tensor
 
 from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
+from litforge.data.placement import dataset_bytes, hold_on_device
 from litforge.errors import ConfigError
 
 
@@ -87,7 +88,7 @@ class ImageDataModule(pl.LightningDataModule):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         augment: str | bool = "none",
-        on_device: bool = False,
+        on_device: bool | str = "auto",
         num_folds: int | None = None,
         fold: int = 0,
     ) -> None:
@@ -108,8 +109,10 @@ class ImageDataModule(pl.LightningDataModule):
         check_folds(num_folds, fold)
         self.num_folds = num_folds
         self.fold = fold
-        # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU)
+        # hold the split tensors on the accelerator: no host→device copy per batch (a no-op on CPU); auto: on a
+        # CUDA device when they fit comfortably (litforge.data.placement)
         self.on_device = on_device
+        self._hold: bool | None = None  # the decision, taken once for all splits when the first loader is built
         self.input_shape: tuple[int, int, int] = (1, 1, 1)
         self.num_classes: int = 0
         self.class_names: list[str] = []
@@ -165,14 +168,19 @@ class ImageDataModule(pl.LightningDataModule):
         )
 
     def _split_on_device(self, split: str) -> tuple[Tensor, Tensor]:
-        """The split's tensors, moved once to the trainer's device when `on_device` (whole dataset on the GPU).
+        """The split's tensors, moved once to the trainer's device when `on_device` says so (whole dataset on the GPU).
 
         Batches then are slices of device tensors and Lightning's per-batch transfer is a no-op. Images stay uint8
-        where they were, so a dataset takes a quarter of its float size on the device.
+        where they were, so a dataset takes a quarter of its float size on the device. `auto` decides once, for all
+        splits together (litforge.data.placement.hold_on_device).
         """
         tensors = self._splits[split]
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-        if not self.on_device or device.type == "cpu":
+        if device.type == "cpu":
+            return tensors
+        if self._hold is None:
+            self._hold = hold_on_device(self.on_device, dataset_bytes(self._splits.values()), device)
+        if not self._hold:
             return tensors
         if tensors[0].device != device:
             tensors = tuple(t.to(device) for t in tensors)

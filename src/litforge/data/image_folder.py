@@ -113,7 +113,7 @@ class ImageFolderDataModule(ImageDataModule):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         max_in_memory_mb: float = 256.0,
-        on_device: bool = False,
+        on_device: bool | str = "auto",
         num_folds: int | None = None,
         fold: int = 0,
     ) -> None:

@@ -1,0 +1,116 @@
+"""SIGTERM under DDP without a per-step collective (issue 17 goal 4): 2 gloo ranks, real Lightning DDP fits.
+
+Lightning broadcasts a SIGTERM flag before every DDP step; litforge's on-signal callback replaces that (and the handler
+that broadcast inside the signal handler) with an all-reduce every N batches. Collectives are counted by wrapping
+torch.distributed's Python functions: DDP's gradient all-reduce runs in its C++ reducer and is not among them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from gloo import GlooRanks
+
+pytestmark = pytest.mark.distributed
+
+COUNTED = ("broadcast", "all_reduce", "barrier", "all_gather", "reduce", "broadcast_object_list", "all_gather_object")
+
+
+def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[int, ...], litforge: bool) -> dict:
+    """One DDP fit of 10 batches per rank; SIGTERM to `sigterm_ranks` after step 5. Returns what each rank saw."""
+    import pytorch_lightning as pl
+    import torch.distributed as dist
+    from pytorch_lightning.strategies import DDPStrategy
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from litforge.callbacks.fault_tolerance import CheckpointOnSignal
+    from litforge.errors import TrainingStopped
+    from litforge.train import fit_or_stop
+
+    calls: list[str] = []
+    real = {name: getattr(dist, name) for name in COUNTED}
+
+    def counted(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return real[name](*args, **kwargs)
+        return call
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(80, 4, generator=torch.Generator().manual_seed(0))),
+                              batch_size=4)  # 40 samples, 10 batches per rank
+
+    per_batch: list[list[str]] = []
+
+    class Record(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            calls.clear()
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            per_batch.append(calls[:])  # the collectives since the previous batch started (its step, the check)
+            calls.clear()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 5 and rank in sigterm_ranks:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
+    trainer = pl.Trainer(accelerator="cpu", devices=world_size, strategy=DDPStrategy(process_group_backend="gloo"),
+                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=root, log_every_n_steps=4,
+                         callbacks=[Record(), *([on_signal] if litforge else [])])
+    for name in COUNTED:
+        setattr(dist, name, counted(name))
+    exit_code = 0
+    try:
+        fit_or_stop(trainer, Tiny(), None, None, Path(root))
+    except TrainingStopped as stopped:
+        exit_code = stopped.exit_code
+    finally:
+        for name in COUNTED:
+            setattr(dist, name, real[name])
+    return {"per_batch": per_batch, "step": trainer.global_step, "saved": on_signal.saved_path,
+            "exit_code": exit_code}
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    pool = GlooRanks(2, preload=("pytorch_lightning", "litforge.train"))
+    yield pool
+    pool.close()
+
+
+def test_lightning_alone_broadcasts_before_every_step(ranks: GlooRanks, tmp_path):
+    """The control arm: the counter sees Lightning's per-step SIGTERM broadcast (Lightning-AI/pytorch-lightning#21487)."""
+    for seen in ranks.run(_fit_on_ranks, str(tmp_path), (), False, timeout=120):
+        assert seen["per_batch"] == [["broadcast"]] * 10 and seen["exit_code"] == 0
+
+
+@pytest.mark.parametrize("sigterm_ranks", [(1,), (0,), (0, 1)], ids=["rank1", "rank0", "both"])
+def test_sigterm_checkpoints_every_rank_with_no_per_step_collective(ranks: GlooRanks, tmp_path, sigterm_ranks):
+    """SIGTERM after step 5, ranks agree every 4 batches: no collective before batches 1-3 and 5-7, one all-reduce
+    before 0 and 4; every rank stops at step 8 (the same batch), saves and exits 143. SIGTERM at step 5 with checks
+    every 4 steps is the case that hung when only the loop's broadcast was thinned out (rank 0 blocked in the
+    broadcast Lightning's handler makes): a hang fails here after the 120 s timeout."""
+    results = ranks.run(_fit_on_ranks, str(tmp_path), sigterm_ranks, True, timeout=120)
+    for rank, seen in enumerate(results):
+        assert seen["per_batch"] == [["all_reduce"], [], [], [], ["all_reduce"], [], [], []], f"rank {rank}"
+        assert (seen["step"], seen["exit_code"]) == (8, 143), f"rank {rank}"
+        assert seen["saved"] == str(tmp_path / "checkpoints" / "last.ckpt"), f"rank {rank} saved nothing"
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
