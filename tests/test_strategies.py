@@ -141,6 +141,19 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
         torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
 
 
+@pytest.mark.distributed
+def test_single_rank_fsdp_tests_from_its_best_checkpoint(tmp_path: Path):
+    """`strategy=fsdp trainer.devices=1` (one GPU): FSDP2 runs over a 1-rank mesh, so the sharded checkpoint holds
+    DTensor weights and the final trainer.test(ckpt_path=best) loads it. Before, the net stayed unsharded on one rank
+    and Lightning's loader refused ("Could not find a distributed model"): found by benchmarks/gpu_smoke.py on an H200."""
+    result = run_cli("train.py", *TINY, *QUIET, *TINY_VIT, "trainer.max_epochs=1", "strategy=fsdp", "trainer.devices=1",
+                     log_dir=tmp_path, timeout=300)
+    assert result.returncode == 0, result.output[-3000:]
+    run = single_run(tmp_path)
+    assert "test/acc" in read_metrics(run)["metrics"]
+    assert (run / "checkpoints" / "last.ckpt").is_dir()  # sharded (a folder of shards), as with more ranks
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_spawn_trains_two_ranks_into_one_run_folder(tmp_path: Path):
@@ -316,12 +329,16 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
 
     from litforge.parallel.plans import shard
 
-    class OneRank:  # a mesh dimension of size 1: FSDP2 does not run, so its options would do nothing
-        def size(self) -> int:
-            return 1
+    class Ranks:  # a mesh dimension of a given size
+        def __init__(self, n: int) -> None:
+            self.n = n
 
+        def size(self) -> int:
+            return self.n
+
+    # fsdp_tp with one data-parallel rank: FSDP2 does not run (tensor parallelism only), so its options would do nothing
     with pytest.raises(ConfigError, match="act on FSDP2, which runs only over more than one data-parallel rank"):
-        shard(torch.nn.Linear(2, 2), {"tensor_parallel": OneRank(), "data_parallel": OneRank()}, kwargs)
+        shard(torch.nn.Linear(2, 2), {"tensor_parallel": Ranks(2), "data_parallel": Ranks(1)}, kwargs)
 
 
 @pytest.mark.distributed

@@ -106,13 +106,14 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     tp_mesh, dp_mesh = device_mesh["tensor_parallel"], device_mesh["data_parallel"]
     fsdp_kwargs = dict(fsdp_kwargs or {})
     replicate_size = fsdp_kwargs.pop("replicate_size", 1)
-    if dp_mesh.size() == 1 and (set(fsdp_kwargs) - {"reshard_after_forward"} or
+    if dp_mesh.size() == 1 and tp_mesh.size() > 1 and (set(fsdp_kwargs) - {"reshard_after_forward"} or
                                 not fsdp_kwargs.get("reshard_after_forward", True)):
         raise ConfigError("strategy.mixed_precision, strategy.reshard_after_forward and strategy.offload act on FSDP2, "
                           "which runs only over more than one data-parallel rank: use their defaults here, or "
                           "strategy=fsdp with trainer.devices=2 or more")
     if tp_mesh.size() > 1:
         apply_tensor_parallel(net, tp_mesh)
-    if dp_mesh.size() > 1:
+    if dp_mesh.size() > 1 or tp_mesh.size() == 1:  # one rank: FSDP2 over a 1-rank mesh (DTensor weights, so
+        # Lightning's sharded save/load of the checkpoint, and trainer.test from it, work as with more ranks)
         apply_fsdp(net, hsdp_mesh(dp_mesh, replicate_size) if replicate_size > 1 else dp_mesh, **fsdp_kwargs)
     net._litforge_sharded = True
