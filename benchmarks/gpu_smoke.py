@@ -98,7 +98,7 @@ def _runs(tmp: Path) -> list[tuple[str, str, list[str], dict[str, str], int]]:
         ("GPT + text samples", "train.py", [*GPU, "experiment=gpt_char", "trainer.max_steps=60",
                                             "trainer.val_check_interval=30", "trainer.limit_val_batches=2",
                                             logs("gpt"), *_syncs(tmp / "gpt.json")], {}, 0),
-        ("  generate on the GPU", "generate.py", [lambda: last("gpt"), "max_new_tokens=50", logs("gen")], {}, 0),
+        ("  generate on the GPU", "generate.py", [lambda: last("gpt", job="gpt_char"), "max_new_tokens=50", logs("gen")], {}, 0),
         ("EMA", "train.py", [*GPU, *SHORT, "callbacks=[default,ema]", logs("ema")], {}, 0),
         ("DQN", "train.py", [*GPU, "experiment=cartpole_dqn", "trainer.max_epochs=2", logs("dqn")], {}, 0),
     ]
@@ -107,7 +107,7 @@ def _runs(tmp: Path) -> list[tuple[str, str, list[str], dict[str, str], int]]:
 def _run(script: str, overrides: list[Any], env: dict[str, str], timeout: float = 150) -> int:
     args = [o() if callable(o) else o for o in overrides]
     after = env.pop("SIGTERM_AFTER", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=ROOT, env={**os.environ, **env},
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=ROOT, env={**os.environ, "HYDRA_FULL_ERROR": "1", **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         if after:
@@ -119,7 +119,7 @@ def _run(script: str, overrides: list[Any], env: dict[str, str], timeout: float 
         proc.communicate()
         return -9
     if proc.returncode not in (0, 143):
-        print("    " + "\n    ".join(err.strip().splitlines()[-3:]), flush=True)
+        print("    " + "\n    ".join(err.strip().splitlines()[-25:]), flush=True)
     return proc.returncode
 
 
