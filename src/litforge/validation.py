@@ -425,6 +425,7 @@ RULES: dict[str, Rule] = {
     "strategy.sync_every": integer(1, example=32),
     "strategy.outer_lr": number(gt=0, example=0.7),
     "strategy.outer_momentum": number(ge=0, lt=1, example=0.9),
+    "strategy.decide_every": integer(1, example=100),
 }
 
 
@@ -459,6 +460,11 @@ RELATIONS: tuple[Relation, ...] = (
              lambda sync, target: not sync or not str(target).endswith("ModelParallel"),
              "trainer.sync_batchnorm={0} is ignored under strategy._target_={1} (fsdp/tp never convert BatchNorm): "
              "use strategy=ddp with trainer.sync_batchnorm=true, or trainer.sync_batchnorm=false"),
+    # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
+    Relation(("trainer.accelerator", "strategy._target_"),
+             lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
+             "trainer.accelerator={0} with strategy=hogwild: hogwild runs CPU worker processes sharing host memory "
+             "only; use trainer=cpu, or strategy=ddp on GPUs"),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
     Relation(("channels_last", "strategy._target_"),
              lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),

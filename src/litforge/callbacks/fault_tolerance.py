@@ -26,6 +26,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from litforge.compat import logs_this_step
 from litforge.errors import TrainingStopped
 from litforge.host_reads import StepLosses, Where
+from litforge.runtime import meets_now
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -71,7 +72,8 @@ class StopOnNonFiniteLoss(Callback):
             self._own.keep(loss, self._where)
         self._steps += 1
         every = self.check_every_n_steps
-        if logs_this_step(trainer) or (every and self._steps % every == 0):
+        # hogwild: the check is a collective decision, taken only every strategy.decide_every steps
+        if (logs_this_step(trainer) or (every and self._steps % every == 0)) and meets_now(trainer):
             self.check(trainer, pl_module)
 
     # checkpoints and validation must never see weights updated from a non-finite loss
