@@ -125,6 +125,30 @@ def test_lightning_tracing_context_and_mesh_sizes():
     assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (4, 2)
 
 
+def test_lightning_per_batch_sigterm_broadcast():
+    """The fit loop still broadcasts the SIGTERM flag before every batch (what hogwild turns off), and the local
+    replacement still stops on this process's own SIGTERM."""
+    import types
+
+    import pytest as _pytest
+    from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from litforge import compat
+
+    assert callable(getattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor", None)), \
+        _renamed("skip_sigterm_broadcast", "_TrainingEpochLoop._broadcast_sigterm_tensor")
+    assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance), \
+        _renamed("skip_sigterm_broadcast", "the per-batch call of _broadcast_sigterm_tensor in advance()")
+    loop = type("Loop", (), {"_broadcast_sigterm_tensor": lambda self: None})()
+    trainer = types.SimpleNamespace(fit_loop=types.SimpleNamespace(epoch_loop=loop), received_sigterm=False)
+    compat.skip_sigterm_broadcast(trainer)
+    loop._broadcast_sigterm_tensor()  # no collective, no stop
+    trainer.received_sigterm = True
+    with _pytest.raises(SIGTERMException):
+        loop._broadcast_sigterm_tensor()
+
+
 def test_hydra_override_value_text():
     from hydra.core.override_parser.types import Override
 

@@ -15,7 +15,7 @@ GROUPS = ["data", "model", "task", "optimizer", "scheduler", "loss", "callbacks"
 # datasets that need files a test cannot download: composed and constructed, but not trained on here
 NEEDS_DOWNLOAD = {"mnist", "fashion_mnist", "cifar10"}
 # options that start several processes or need hardware: composed and built, trained in their own tests
-NOT_IN_PROCESS = {("strategy", name) for name in ("ddp", "ddp_spawn", "fsdp", "hsdp", "tp", "fsdp_tp", "tpu", "local_sgd", "diloco")}
+NOT_IN_PROCESS = {("strategy", name) for name in ("ddp", "ddp_spawn", "fsdp", "hsdp", "tp", "fsdp_tp", "tpu", "local_sgd", "diloco", "hogwild")}
 NOT_IN_PROCESS |= {("trainer", "gpu")}  # no GPU here; its clear error is tested with the bad inputs
 # options that only make sense with a matching task/data/model: composed with their partners (and tiny sizes)
 LM = ["task=language_model", "data=python_docs", "model=gpt", "data.max_chars=20000", "data.block_size=32",

@@ -124,6 +124,31 @@ def fill_auto_mesh_sizes(strategy: Any, world_size: int) -> None:
         strategy._tensor_parallel_size = max(1, world_size // int(dp))
 
 
+def skip_sigterm_broadcast(trainer: Any) -> None:
+    """Stop `trainer`'s fit loop from broadcasting a SIGTERM flag from rank 0 before every training batch.
+
+    Lightning's training epoch loop calls the private `_broadcast_sigterm_tensor` at the start of every batch
+    whenever a process group exists: a collective per step, so every rank waits for the slowest one, which defeats
+    asynchronous (Hogwild) training. Replaced on this trainer's loop instance only, by a local check: each rank stops
+    when it received SIGTERM itself (a scheduler signals every process of a job). There is no public switch.
+    Upstream: Lightning-AI/pytorch-lightning#21487 (the per-step broadcast; no option to turn it off).
+    """
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if "_broadcast_sigterm_tensor" in vars(epoch_loop):  # already replaced by agree_on_sigterm_every (the SIGTERM
+        return  # checkpoint callback): its rare agreement stays, or a SIGTERM would never stop this rank
+    if not callable(getattr(type(epoch_loop), "_broadcast_sigterm_tensor", None)):
+        raise RuntimeError("litforge.compat.skip_sigterm_broadcast: Lightning's _TrainingEpochLoop has no "
+                           "_broadcast_sigterm_tensor any more; see the entry's docstring")
+
+    def local_sigterm_check() -> None:
+        if getattr(trainer, "received_sigterm", False):
+            raise SIGTERMException()
+
+    epoch_loop._broadcast_sigterm_tensor = local_sigterm_check
+
+
 def pruning_targets(callback: Any) -> Any:
     """The (module, parameter name) pairs a Lightning `ModelPruning` callback prunes."""
     return callback._parameters_to_prune

@@ -48,4 +48,13 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
 
 
+def meets_now(trainer: object) -> bool:
+    """Whether the ranks may take a collective decision at this training step (callbacks ask before they do).
+
+    Always True for synchronous strategies; under hogwild only every `strategy.decide_every` optimizer steps, the
+    same steps on every rank (each rank counts its own), so the waits are rare and never mismatched."""
+    every = int(getattr(trainer.strategy, "decide_every", 1) or 1)
+    return every <= 1 or trainer.global_step % every == 0
+
+
 register_resolvers()

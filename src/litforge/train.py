@@ -116,6 +116,8 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
     callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
     strategy = build_strategy(cfg.get("strategy"))
+    if callable(check_task := getattr(strategy, "check_task", None)):
+        check_task(task)  # refusals that need the built net (hogwild: BatchNorm), once, before any rank starts
     if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)

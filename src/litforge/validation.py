@@ -458,6 +458,7 @@ RULES: dict[str, Rule] = {
     "strategy.sync_every": integer(1, example=32),
     "strategy.outer_lr": number(gt=0, example=0.7),
     "strategy.outer_momentum": number(ge=0, lt=1, example=0.9),
+    "strategy.decide_every": integer(1, example=100),
 }
 
 
@@ -504,6 +505,11 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(("tune.min_lr", "tune.max_lr"), lambda lo, hi: lo < hi,
              "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
              "tune.min_lr=1e-6 tune.max_lr=1"),
+    # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
+    Relation(("trainer.accelerator", "strategy._target_"),
+             lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
+             "trainer.accelerator={0} with strategy=hogwild: hogwild runs CPU worker processes sharing host memory "
+             "only; use trainer=cpu, or strategy=ddp on GPUs"),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
     Relation(("channels_last", "strategy._target_"),
              lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),

@@ -22,6 +22,7 @@ from pytorch_lightning.callbacks import Callback
 
 from litforge.callbacks.checkpointing import save_latest
 from litforge.durations import parse_every
+from litforge.runtime import meets_now
 from litforge.errors import ConfigError
 
 
@@ -51,6 +52,8 @@ class CheckpointEvery(Callback):
             return
         if self.unit == "steps":  # crossing a multiple, not hitting it: steps_per_call > 1 advances N at a time
             due = step // int(self.interval) > previous // int(self.interval)
+        elif not meets_now(trainer):  # hogwild: the ranks decide together only every strategy.decide_every steps
+            return
         else:
             due = trainer.strategy.broadcast(time.monotonic() - self._last_save >= self.interval)
         if due:

@@ -30,6 +30,7 @@ from litforge.compat import agree_on_sigterm_every, logs_this_step
 from litforge.errors import TrainingStopped
 from litforge.host_reads import StepLosses, Where
 from litforge.watchdog import HangWatchdog, run_log_file
+from litforge.runtime import meets_now
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -75,7 +76,8 @@ class StopOnNonFiniteLoss(Callback):
             self._own.keep(loss, self._where)
         self._steps += 1
         every = self.check_every_n_steps
-        if logs_this_step(trainer) or (every and self._steps % every == 0):
+        # hogwild: the check is a collective decision, taken only every strategy.decide_every steps
+        if (logs_this_step(trainer) or (every and self._steps % every == 0)) and meets_now(trainer):
             self.check(trainer, pl_module)
 
     # checkpoints and validation must never see weights updated from a non-finite loss
@@ -147,6 +149,7 @@ class CheckpointOnSignal(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        every = max(every, int(getattr(trainer.strategy, "decide_every", 1) or 1))  # hogwild: only at its rare meetings
         self._agree = agree_on_sigterm_every(trainer, every)
         if self.hang_grace is not None and self.watchdog is None:
             self.watchdog = HangWatchdog(self.hang_grace, log_file=run_log_file())

@@ -30,6 +30,7 @@ from pytorch_lightning.callbacks import Callback
 
 from litforge.callbacks.checkpointing import save_latest
 from litforge.durations import is_time_limit, parse_duration
+from litforge.runtime import meets_now
 from litforge.errors import ConfigError, TrainingStopped
 
 EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): not finished, run it again
@@ -101,6 +102,8 @@ class TimeLimit(Callback):
         self.note_save_time(trainer)
         margin = self.margin(pl_module)
         left = self.deadline - now
+        if not meets_now(trainer):  # hogwild: the ranks decide together only every strategy.decide_every steps
+            return
         if not trainer.strategy.broadcast(left <= margin):
             return
         path, seconds = save_latest(trainer)
