@@ -53,7 +53,7 @@ def meets_now(trainer: object) -> bool:
 
     Always True for synchronous strategies; under hogwild only every `strategy.decide_every` optimizer steps, the
     same steps on every rank (each rank counts its own), so the waits are rare and never mismatched."""
-    every = int(getattr(trainer.strategy, "decide_every", 1) or 1)
+    every = int(getattr(getattr(trainer, "strategy", None), "decide_every", 1) or 1)
     return every <= 1 or trainer.global_step % every == 0
 
 
