@@ -91,6 +91,9 @@ def test_lightning_sigterm_handler_and_per_step_broadcast():
     assert trainer.fit_loop.epoch_loop.batch_progress.total.ready == 0, _renamed(entry, "batch_progress.total.ready")
     trainer._signal_connector._sigterm_notifier_fn(15, None)  # one process: the flag is set at once, as Lightning does
     assert trainer.received_sigterm and agree()
+    replaced = trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor
+    compat.skip_sigterm_broadcast(trainer)  # hogwild's configure_ddp, after the callback's setup: the agreement stays
+    assert trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor is replaced
 
 
 def test_lightning_hydra_relaunch_hook():

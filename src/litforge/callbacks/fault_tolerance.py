@@ -149,7 +149,8 @@ class CheckpointOnSignal(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
-        every = max(every, int(getattr(trainer.strategy, "decide_every", 1) or 1))  # hogwild: only at its rare meetings
+        decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
+        every = max(every, int(decide_every or 1))
         self._agree = agree_on_sigterm_every(trainer, every)
         if self.hang_grace is not None and self.watchdog is None:
             self.watchdog = HangWatchdog(self.hang_grace, log_file=run_log_file())
