@@ -147,3 +147,14 @@ def make_image_folder(root: Path, classes: tuple[str, ...] = ("cat", "dog", "fox
             pixels = np.clip(rng.normal(level, 10, size=(size[1], size[0], channels)), 0, 255).astype("uint8")
             Image.fromarray(pixels.squeeze(-1) if channels == 1 else pixels, mode=mode).save(folder / f"{i:03d}.png")
     return root
+
+
+@pytest.fixture(scope="module")
+def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
+    """Two gloo ranks (tests/gloo.py) shared by one test module's distributed tests: starting them costs two torch +
+    Lightning imports. They preload the module's `GLOO_PRELOAD` names, by default the test module itself."""
+    from gloo import GlooRanks
+
+    pool = GlooRanks(2, preload=tuple(getattr(request.module, "GLOO_PRELOAD", (request.module.__name__,))))
+    yield pool
+    pool.close()

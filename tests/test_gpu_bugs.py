@@ -38,14 +38,6 @@ def _text_sample_on_sharded_ranks(rank: int, world_size: int, tp: int) -> str:
     return getattr(callback, "last_sample", None)
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    """Two gloo ranks shared by this module's distributed tests (starting them costs two torch + Lightning imports)."""
-    pool = GlooRanks(2, preload=(__name__,))
-    yield pool
-    pool.close()
-
-
 @pytest.mark.distributed
 @pytest.mark.parametrize("tp", [1, 2], ids=["fsdp", "tp"])
 def test_text_samples_under_sharding_do_not_hang(ranks: GlooRanks, tp: int):

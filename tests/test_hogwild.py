@@ -72,13 +72,6 @@ def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root
     return out
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    pool = GlooRanks(2, preload=(__name__,))
-    yield pool
-    pool.close()
-
-
 @pytest.mark.distributed
 def test_hogwild_workers_update_one_shared_copy_without_waiting(ranks: GlooRanks, tmp_path: Path):
     """Rank 1 sleeps 50 ms in each of its 12 steps, so under DDP every rank's steps take >= 50 ms (each waits at

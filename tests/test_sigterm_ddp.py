@@ -89,11 +89,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
             "exit_code": exit_code}
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    pool = GlooRanks(2, preload=("pytorch_lightning", "litforge.train"))
-    yield pool
-    pool.close()
+GLOO_PRELOAD = ("pytorch_lightning", "litforge.train")  # what the shared `ranks` fixture (conftest) imports first
 
 
 def test_lightning_alone_broadcasts_before_every_step(ranks: GlooRanks, tmp_path):
