@@ -160,7 +160,7 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
 
 def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
     from litforge.instantiate import instantiate_group, to_plain
-    from litforge.train import tune_before_fit
+    from litforge.tuning import tune_before_fit
     from litforge.tuning import tune
 
     cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")

@@ -23,7 +23,7 @@ from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.folders import check_folder
 from litforge.runtime import is_rank_zero
-from litforge.tuning import check_tuning, finder_of
+from litforge.tuning import check_tuning, tune_before_fit
 from litforge.validation import check_run, run_notes
 
 log = logging.getLogger(__name__)
@@ -146,25 +146,6 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
         (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
                                                             indent=2))
     return result, loggers
-
-
-def tune_before_fit(cfg: DictConfig, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], loggers: list[Any],
-                    output_dir: Path, resuming: bool) -> None:
-    """`tune=lr_find|batch_size`: Lightning's finder on a throwaway Trainer (litforge.tuning), inside Lightning's
-    `isolate_rng` (torch, CUDA, numpy and Python generators put back after), so the fit draws the same dropout masks
-    and augmentations as an untuned run; the finder restores the weights it started from."""
-    from pytorch_lightning.utilities.seed import isolate_rng
-
-    from litforge.tuning import tune
-
-    name = finder_of(cfg)
-    if name == "none":
-        return
-    if resuming:  # the checkpoint's optimizer state (its lr) and data settings continue the original run
-        log.info("tune=%s: skipped, this run resumes from a checkpoint", name)
-        return
-    with isolate_rng():
-        tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, loggers, output_dir)
 
 
 def starting_checkpoint(cfg: DictConfig) -> str | None:

@@ -113,6 +113,25 @@ def tune(tune_cfg: Mapping[str, Any], task: Any, datamodule: Any, trainer_kwargs
     return record
 
 
+def tune_before_fit(cfg: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], loggers: list[Any],
+                    output_dir: Path, resuming: bool) -> None:
+    """`tune=lr_find|batch_size`: Lightning's finder on a throwaway Trainer (litforge.tuning), inside Lightning's
+    `isolate_rng` (torch, CUDA, numpy and Python generators put back after), so the fit draws the same dropout masks
+    and augmentations as an untuned run; the finder restores the weights it started from."""
+    from pytorch_lightning.utilities.seed import isolate_rng
+
+    from litforge.instantiate import to_plain
+
+    name = finder_of(cfg)
+    if name == "none":
+        return
+    if resuming:  # the checkpoint's optimizer state (its lr) and data settings continue the original run
+        log.info("tune=%s: skipped, this run resumes from a checkpoint", name)
+        return
+    with isolate_rng():
+        tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, loggers, output_dir)
+
+
 def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> Any:
     """A Trainer for the finder: the run's settings (precision, accelerator, clipping, accumulation, limits), but no
     callbacks, loggers, checkpoints, progress bar, profiler or validation. The finders count steps (they set
