@@ -43,6 +43,7 @@ def _serve(rank: int, world_size: int, port: int, preload: tuple[str, ...], inbo
             outbox.put((rank, "ok", fn(rank, world_size, *args)))
         except BaseException:  # noqa: BLE001 - every failure goes back to the test
             outbox.put((rank, "error", traceback.format_exc()))
+    dist.barrier()  # no rank tears gloo down under a peer still using it (SIGABRT seen in CI otherwise)
     dist.destroy_process_group()
 
 

@@ -14,6 +14,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 
+
+def _leave() -> None:
+    """Every rank waits for the others before tearing gloo down: a rank that destroys its group while a peer still
+    works (rank 0 saving the record) can abort that peer ("terminate called without an active exception", SIGABRT;
+    seen once in CI on the 4-rank clipping probe, 2 cores)."""
+    dist.barrier()
+    dist.destroy_process_group()
+
 def _tiny_gpt() -> Any:
     from litforge.models.gpt import GPT
 
@@ -78,7 +86,7 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
         record[name] = seen
     if rank == 0:
         torch.save(record, Path(out) / "fsdp_options.pt")
-    dist.destroy_process_group()
+    _leave()
 
 
 def hsdp(rank: int, world: int, port: int, out: str) -> None:
@@ -122,7 +130,7 @@ def hsdp(rank: int, world: int, port: int, out: str) -> None:
     }
     if rank == 0:
         torch.save(record, Path(out) / "hsdp.pt")
-    dist.destroy_process_group()
+    _leave()
 
 
 def clipping(rank: int, world: int, port: int, out: str, modes: dict[str, tuple[int, int]]) -> None:
@@ -153,4 +161,4 @@ def clipping(rank: int, world: int, port: int, out: str, modes: dict[str, tuple[
                                   for n, p in net.named_parameters()}}
     if rank == 0:
         torch.save(record, Path(out) / "clipping.pt")
-    dist.destroy_process_group()
+    _leave()
