@@ -101,3 +101,32 @@ def test_tensorboard_server_shows_scalars_images_graph_and_comparable_hparams(tm
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_throughput_logs_nothing_for_an_epoch_it_ran_no_batch_of_and_times_from_the_resume():
+    """A run resumed from an end-of-epoch checkpoint reaches on_train_epoch_end without on_train_epoch_start: it used
+    to log the seconds since perf_counter's origin as `time/epoch_s`."""
+    import time
+
+    import torch
+
+    from litforge.callbacks.throughput import Throughput
+
+    logged: dict[str, float] = {}
+
+    class Module:
+        def log(self, name: str, value: float, **kwargs: object) -> None:
+            logged[name] = value
+
+    class Trainer:
+        world_size = 1
+
+    callback, trainer, module = Throughput(), Trainer(), Module()
+    started = time.perf_counter()
+    callback.on_train_start(trainer, module)
+    callback.on_train_epoch_end(trainer, module)
+    assert logged == {}
+    callback.on_train_batch_end(trainer, module, None, (torch.zeros(4, 2), torch.zeros(4)), 0)
+    callback.on_train_epoch_end(trainer, module)
+    assert 0 <= logged["time/epoch_s"] <= time.perf_counter() - started
+    assert logged["time/train_samples_per_s"] > 0

@@ -13,12 +13,18 @@ class Throughput(pl.Callback):
     """Times each training epoch and counts its samples; logs once per epoch, so the per-step cost is one addition.
 
     `time/train_samples_per_s` spans the first to the last training batch of the epoch (all ranks together);
-    `time/epoch_s` is the whole epoch as the user waits for it, validation included.
+    `time/epoch_s` is the whole epoch as the user waits for it, validation included. A run resumed mid-epoch counts
+    from the resume; an epoch this process ran no batch of (resumed from its end-of-epoch checkpoint, where Lightning
+    skips `on_train_epoch_start`) logs nothing rather than the time since the clock's origin.
     """
 
     def __init__(self) -> None:
         self._start = 0.0
         self._last_batch_end = 0.0
+        self._samples = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = self._last_batch_end = time.perf_counter()
         self._samples = 0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -33,8 +39,10 @@ class Throughput(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         now = time.perf_counter()
         train_time = self._last_batch_end - self._start
+        if not self._samples:
+            return
         pl_module.log("time/epoch_s", now - self._start, rank_zero_only=True)
-        if train_time > 0 and self._samples:
+        if train_time > 0:
             pl_module.log("time/train_samples_per_s", self._samples * trainer.world_size / train_time,
                           rank_zero_only=True)
 
