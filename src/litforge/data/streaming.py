@@ -219,8 +219,11 @@ class StreamingImageDataModule(ImageDataModule):
 
         if self.split_size(split) == 0:
             return TensorDataset(torch.empty((0, *self.input_shape)), torch.empty(0, dtype=torch.int64))
+        # drop_last None: LitData's default, which under DDP drops the last few training samples so every rank
+        # gets the same number of batches (uneven ranks would hang in the gradient all-reduce); evaluation keeps all
         return StreamingDataset(split_dir(self.input_dir, split), cache_dir=self.cache_dir, shuffle=train,
-                                seed=self.shuffle_seed, drop_last=False, max_cache_size=self.max_cache_size,
+                                seed=self.shuffle_seed, drop_last=None if train else False,
+                                max_cache_size=self.max_cache_size,
                                 storage_options=self.storage_options)
 
     def _streaming_loader(self, split: str, train: bool) -> Any:
