@@ -16,6 +16,7 @@ after the device transfer, normalised exactly as the source datamodule normalise
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -166,6 +167,36 @@ def read_facts(input_dir: str, storage_options: Mapping[str, Any] | None = None)
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------
+@functools.cache
+def resumable_loader_class() -> type:
+    """LitData's `StreamingDataLoader`, fixed for resumed runs whose epochs end early (`trainer.limit_train_batches`).
+
+    After `load_state_dict`, LitData sets the loader's `restore` flag and clears it only when an epoch runs to its
+    end; an epoch that Lightning leaves early (limit_train_batches, max_steps mid-epoch) leaves it set, so every
+    later epoch of the resumed run replays the restored position instead of starting a new epoch, and the run drifts
+    from an uninterrupted one. This subclass keeps the flag for the first iteration after a restore only (the
+    resumed epoch) and clears it before any later one, the fix proposed upstream for the same flag in
+    Lightning-AI/litData#770 (ParallelStreamingDataset; closed) and #649. `restore` is a public attribute of the
+    loader; tests/test_compat.py checks the LitData behaviour this relies on and fails when it changes.
+    """
+    from litdata import StreamingDataLoader
+
+    class ResumableStreamingDataLoader(StreamingDataLoader):
+        _resumed_epoch_pending = False
+
+        def load_state_dict(self, obj: dict[str, Any]) -> None:
+            super().load_state_dict(obj)
+            self._resumed_epoch_pending = True  # the next iteration continues the saved epoch
+
+        def __iter__(self) -> Any:
+            if self.restore and not self._resumed_epoch_pending:
+                self.restore = False  # the resumed epoch was left early: this one is a new epoch
+            self._resumed_epoch_pending = False
+            return super().__iter__()
+
+    return ResumableStreamingDataLoader
+
+
 class StreamingImageDataModule(ImageDataModule):
     """Image classification from LitData shards written by `python -m litforge.data.prepare`.
 
@@ -227,15 +258,16 @@ class StreamingImageDataModule(ImageDataModule):
                                 storage_options=self.storage_options)
 
     def _streaming_loader(self, split: str, train: bool) -> Any:
-        from litdata import StreamingDataLoader
-
         dataset = self.dataset(split, train=train)
         batch_size = self.batch_size if train else self.eval_batch_size
         if isinstance(dataset, TensorDataset):
             return torch.utils.data.DataLoader(dataset, batch_size=batch_size)
-        # StreamingDataLoader has state_dict/load_state_dict: Lightning saves its position in every checkpoint
-        return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=self.num_workers,
-                                   persistent_workers=self.num_workers > 0)
+        # StreamingDataLoader has state_dict/load_state_dict: Lightning saves its position in every checkpoint.
+        # generator: torch's DataLoader draws its workers' base seed from the global RNG on every iter() unless given
+        # one, which shifted the dropout masks of a resumed run (its extra sanity-check iter drew once more)
+        return resumable_loader_class()(dataset, batch_size=batch_size, num_workers=self.num_workers,
+                                        persistent_workers=self.num_workers > 0,
+                                        generator=torch.Generator().manual_seed(self.shuffle_seed))
 
     def train_dataloader(self) -> Any:  # type: ignore[override]
         return self._streaming_loader("train", train=True)
