@@ -43,7 +43,7 @@ def test_prepare_writes_every_split_and_the_shape_facts(shards: Path):
     source.setup()
     facts = json.loads((shards / "litforge.json").read_text())
     assert facts["splits"] == {split: len(source.split_arrays(split)[1]) for split in ("train", "val", "test")}
-    assert (facts["mean"], facts["std"]) == (source._mean, source._std)
+    assert {"mean": facts["mean"], "std": facts["std"]} == source.state_dict()
     assert all((shards / split / "index.json").is_file() for split in ("train", "val", "test"))
 
     streamed = StreamingImageDataModule(input_dir=str(shards))  # the facts alone: no other input

@@ -51,9 +51,10 @@ def source_facts(datamodule: Any) -> dict[str, Any]:
         raise ConfigError(f"prepare writes image datamodules only; data={type(datamodule).__name__} has kind "
                           f"{getattr(datamodule, 'kind', None)!r}: choose data=digits, mnist, cifar10 or image_folder")
     datamodule.ensure_stats()
+    stats = datamodule.state_dict()  # the normalisation a checkpoint of a `data=<dm>` run would carry
     return {"format": FORMAT_VERSION, "kind": "image", "source": f"{type(datamodule).__module__}."
             f"{type(datamodule).__qualname__}", **datamodule.describe(),
-            "mean": list(datamodule._mean), "std": list(datamodule._std)}
+            "mean": list(stats["mean"]), "std": list(stats["std"])}
 
 
 def split_dataset(datamodule: Any, split: str) -> Dataset:
