@@ -13,8 +13,6 @@ import torch
 from conftest import CONF, TINY, read_metrics, run_cli, single_run
 from test_reliability import FAULTS_ENV, assert_same_weights, fault, last_ckpt
 
-GLOO_PRELOAD = ("litdata", "litforge.data.streaming")
-
 
 def prepare_cfg(output: Path, *overrides: str):
     from hydra import compose, initialize_config_dir
@@ -41,7 +39,7 @@ def test_prepare_writes_every_split_and_the_shape_facts(shards: Path):
 
     source = DigitsDataModule()
     source.setup()
-    facts = json.loads((shards / "litforge.json").read_text())
+    facts = json.loads((shards / "litforge_facts.json").read_text())
     assert facts["splits"] == {split: len(source.split_arrays(split)[1]) for split in ("train", "val", "test")}
     assert {"mean": facts["mean"], "std": facts["std"]} == source.state_dict()
     assert all((shards / split / "index.json").is_file() for split in ("train", "val", "test"))
@@ -54,6 +52,7 @@ def test_prepare_writes_every_split_and_the_shape_facts(shards: Path):
             assert torch.equal(got, expected)
 
 
+@pytest.mark.slow
 def test_prepare_refuses_a_non_empty_output_in_one_line_and_overwrites_when_asked(tmp_path: Path):
     output = tmp_path / "out"
     output.mkdir()
@@ -68,7 +67,7 @@ def test_prepare_refuses_a_non_empty_output_in_one_line_and_overwrites_when_aske
     source = DigitsDataModule(classes=[0, 1], train_per_class=4)
     facts = write_shards(source, str(output), overwrite=True)
     assert not (output / "keep.txt").exists()
-    assert json.loads((output / "litforge.json").read_text()) == facts
+    assert json.loads((output / "litforge_facts.json").read_text()) == facts
     assert facts["splits"]["train"] == len(source.split_arrays("train")[1]) > 0 and facts["num_classes"] == 2
 
 
@@ -76,7 +75,7 @@ def test_a_missing_input_dir_names_the_key_and_says_run_prepare_first(tmp_path: 
     from litforge.data.streaming import StreamingImageDataModule
     from litforge.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"data.input_dir=.* holds no litforge.json.*python -m litforge.data.prepare"):
+    with pytest.raises(ConfigError, match=r"data.input_dir=.* holds no litforge_facts.json.*python -m litforge.data.prepare"):
         StreamingImageDataModule(input_dir=str(tmp_path))
 
 
@@ -88,7 +87,7 @@ def test_train_streams_the_shards_end_to_end_in_process(shards: Path, compose_cf
     metrics = result["metrics"]
     assert 0 <= metrics["test/acc"] <= 1 and metrics["val/loss"] == metrics["val/loss"]
     saved = torch.load(result["last_checkpoint"], weights_only=True)
-    facts = json.loads((shards / "litforge.json").read_text())
+    facts = json.loads((shards / "litforge_facts.json").read_text())
     assert saved["StreamingImageDataModule"] == {"mean": facts["mean"], "std": facts["std"]}
     # the loader's position is in the checkpoint (LitData's StreamingDataLoader.state_dict)
     loader_state = saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
@@ -123,10 +122,11 @@ def test_the_streaming_loader_resumes_mid_epoch_exactly(shards: Path, num_worker
         assert all(torch.equal(expected[k], got[k]) for k in ("index", "image", "label"))
 
 
-COMMON = [*TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=6", "callbacks.early_stopping=null",
+COMMON = [*TINY, "trainer.max_epochs=2", "trainer.limit_train_batches=6", "callbacks.early_stopping=null",
           "data=streaming", "data.batch_size=16"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_epoch_then_resume_auto_ends_like_an_uninterrupted_run(shards: Path, tmp_path: Path):
     """checkpoint_every=4: last.ckpt at step 8 (epoch 1, batch 2 of 6); SIGKILL at step 10; resume=auto is exact."""
     common = [*COMMON, f"data.input_dir={shards}"]
@@ -150,17 +150,46 @@ def test_kill_9_mid_epoch_then_resume_auto_ends_like_an_uninterrupted_run(shards
         assert got[name] == pytest.approx(expected[name], abs=1e-6), name
 
 
-def _epoch_indices(rank: int, world_size: int, input_dir: str) -> list[list[int]]:
-    """Two epochs of this rank's training sample ids (the loader splits by torch.distributed's rank)."""
+def _epoch_indices(rank: int, world_size: int, port: int, input_dir: str, out) -> None:
+    """One gloo rank: two epochs of its training sample ids (LitData splits by torch.distributed's rank)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
     from litforge.data.streaming import StreamingImageDataModule
 
-    loader = StreamingImageDataModule(input_dir=input_dir, batch_size=16, shuffle_seed=0).train_dataloader()
-    return [[int(i) for batch in loader for i in batch["index"]] for _ in range(2)]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    try:
+        loader = StreamingImageDataModule(input_dir=input_dir, batch_size=16, shuffle_seed=0).train_dataloader()
+        out.put((rank, [[int(i) for batch in loader for i in batch["index"]] for _ in range(2)]))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
-def test_ddp_ranks_read_disjoint_parts_covering_the_split(ranks, shards: Path):
-    per_rank = ranks.run(_epoch_indices, str(shards), timeout=120)
-    n_train = json.loads((shards / "litforge.json").read_text())["splits"]["train"]
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ddp_ranks_read_disjoint_parts_covering_the_split(shards: Path):
+    """Two gloo ranks forked from this process (torch and LitData already imported: no start-up of their own)."""
+    import multiprocessing as mp
+
+    from gloo import _free_port
+
+    ctx, port = mp.get_context("fork"), _free_port()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_epoch_indices, args=(rank, 2, port, str(shards), out)) for rank in range(2)]
+    for proc in procs:
+        proc.start()
+    try:
+        per_rank = dict(out.get(timeout=120) for _ in procs)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    assert all(proc.exitcode == 0 for proc in procs)
+    n_train = json.loads((shards / "litforge_facts.json").read_text())["splits"]["train"]
     for epoch in range(2):
         a, b = (set(per_rank[r][epoch]) for r in range(2))
         assert len(a) == len(per_rank[0][epoch]) and len(b) == len(per_rank[1][epoch]), "a sample twice on one rank"

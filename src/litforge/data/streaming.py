@@ -2,7 +2,7 @@
 
 `python -m litforge.data.prepare data=<dm> output=<folder or s3://bucket/path>` writes each split with LitData's
 `optimize` into `<output>/{train,val,test}/` (chunk files + LitData's `index.json`) and the shape facts beside them
-in `<output>/litforge.json`; `data=streaming data.input_dir=<the same>` trains from them through LitData's
+in `<output>/litforge_facts.json`; `data=streaming data.input_dir=<the same>` trains from them through LitData's
 `StreamingDataset` / `StreamingDataLoader`. LitData does the hard parts itself, which is why it is used and not
 hand-written: reading chunks from a local folder or an object store with a bounded local cache, shuffling chunk
 order and items per epoch from a seed, splitting the samples between DDP ranks and workers (no sample twice per
@@ -29,7 +29,7 @@ from torch.utils.data import Dataset, TensorDataset
 from litforge.data.base import ImageDataModule
 from litforge.errors import ConfigError, DataError
 
-FACTS_FILE = "litforge.json"  # the shape facts beside the split folders
+FACTS_FILE = "litforge_facts.json"  # the shape facts beside the split folders
 FORMAT_VERSION = 1
 SPLITS = ("train", "val", "test")
 PREPARE_HINT = "python -m litforge.data.prepare data=<digits|mnist|cifar10|image_folder> output=<that folder>"
