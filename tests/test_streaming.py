@@ -161,8 +161,11 @@ def _epoch_indices(rank: int, world_size: int, port: int, input_dir: str, out) -
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))
     try:
-        loader = StreamingImageDataModule(input_dir=input_dir, batch_size=16, shuffle_seed=0).train_dataloader()
-        out.put((rank, [[int(i) for batch in loader for i in batch["index"]] for _ in range(2)]))
+        dm = StreamingImageDataModule(input_dir=input_dir, batch_size=16, shuffle_seed=0)
+        loader = dm.train_dataloader()
+        epochs = [[int(i) for batch in loader for i in batch["index"]] for _ in range(2)]
+        val = [int(i) for batch in dm.val_dataloader() for i in batch["index"]]
+        out.put((rank, (epochs, val)))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -189,7 +192,11 @@ def test_ddp_ranks_read_disjoint_parts_covering_the_split(shards: Path):
             if proc.is_alive():
                 proc.kill()
     assert all(proc.exitcode == 0 for proc in procs)
-    n_train = json.loads((shards / "litforge_facts.json").read_text())["splits"]["train"]
+    per_rank, val = {r: v[0] for r, v in per_rank.items()}, {r: v[1] for r, v in per_rank.items()}
+    splits = json.loads((shards / "litforge_facts.json").read_text())["splits"]
+    n_train = splits["train"]
+    # evaluation keeps every sample, and no rank is left without validation batches (Lightning refuses that)
+    assert val[0] and val[1] and not set(val[0]) & set(val[1]) and sorted(val[0] + val[1]) == list(range(splits["val"]))
     for epoch in range(2):
         a, b = (set(per_rank[r][epoch]) for r in range(2))
         assert len(a) == len(per_rank[0][epoch]) and len(b) == len(per_rank[1][epoch]), "a sample twice on one rank"

@@ -227,7 +227,10 @@ class StreamingImageDataModule(ImageDataModule):
             os.path.abspath(os.path.expanduser(str(input_dir)))
         self.storage_options = dict(storage_options or {})
         self.facts = read_facts(self.input_dir, self.storage_options)
-        super().__init__(data_dir=self.input_dir, batch_size=batch_size, eval_batch_size=eval_batch_size,
+        # eval_batch_size defaults to batch_size, not the in-memory max(batch_size, 256): LitData hands each rank its
+        # samples in whole batches (the remainder to the last rank), so under DDP a big evaluation batch can leave a
+        # rank with an empty validation loader, which Lightning refuses
+        super().__init__(data_dir=self.input_dir, batch_size=batch_size, eval_batch_size=eval_batch_size or batch_size,
                          val_fraction=0.0, shuffle_seed=shuffle_seed,
                          mean=list(mean) if mean is not None else list(self.facts["mean"]),
                          std=list(std) if std is not None else list(self.facts["std"]),
