@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONF, TINY, read_metrics, run_cli, single_run
+from conftest import CONF, TINY, make_image_folder, read_metrics, run_cli, single_run
 from test_reliability import FAULTS_ENV, assert_same_weights, fault, last_ckpt
 
 
@@ -69,6 +69,22 @@ def test_prepare_refuses_a_non_empty_output_in_one_line_and_overwrites_when_aske
     assert not (output / "keep.txt").exists()
     assert json.loads((output / "litforge_facts.json").read_text()) == facts
     assert facts["splits"]["train"] == len(source.split_arrays("train")[1]) > 0 and facts["num_classes"] == 2
+
+
+def test_prepare_reads_an_image_folder_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from litforge.data.image_folder import ImageFolderDataModule
+    from litforge.data.streaming import StreamingImageDataModule, write_shards
+
+    source = ImageFolderDataModule(root=str(make_image_folder(tmp_path / "images", per_class=4)), mean=[0.5],
+                                   std=[0.25], val_fraction=0.2, test_fraction=0.2)
+    expected = {split: source.split_arrays(split) for split in ("train", "val", "test")}
+    monkeypatch.setattr(ImageFolderDataModule, "split_arrays", None)  # never the whole split decoded at once
+    write_shards(source, str(tmp_path / "shards"))
+    streamed = StreamingImageDataModule(input_dir=str(tmp_path / "shards"))
+    assert streamed.describe() == source.describe()
+    for split, arrays in expected.items():
+        for got, want in zip(streamed.split_arrays(split), arrays):
+            assert torch.equal(got, want)
 
 
 def test_a_missing_input_dir_names_the_key_and_says_run_prepare_first(tmp_path: Path):
