@@ -223,3 +223,39 @@ def test_the_scan_catches_a_private_name(tmp_path: Path):
     assert [ast.unparse(n) for n in found] == ["trainer._logger_connector"]
     assert not _private("_target_") and not _private("__init__") and _private("_trainer")
     pytest.importorskip("pytorch_lightning")
+
+
+def test_litdata_replays_a_restored_epoch_left_early_which_the_streaming_loader_fixes(tmp_path: Path):
+    """LitData keeps `restore` set after `load_state_dict` until an epoch runs to its end, so an epoch left early
+    (limit_train_batches) is replayed by every later iter() (litData#770). If this starts failing, LitData fixed it:
+    drop litforge.data.streaming.resumable_loader_class and use StreamingDataLoader itself."""
+    from litdata import StreamingDataLoader, StreamingDataset, optimize
+
+    from litforge.data.streaming import resumable_loader_class
+
+    optimize(fn=_identity_item, inputs=list(range(40)), output_dir=str(tmp_path / "d"), chunk_bytes="1MB",
+             num_workers=1, start_method="fork", verbose=False)
+
+    def epochs_after_resume(loader_class: type) -> list[list[int]]:
+        first = loader_class(StreamingDataset(str(tmp_path / "d"), shuffle=True, seed=1), batch_size=4)
+        iterator = iter(first)
+        next(iterator)
+        state = first.state_dict()
+        resumed = loader_class(StreamingDataset(str(tmp_path / "d"), shuffle=True, seed=1), batch_size=4)
+        resumed.load_state_dict(state)
+        assert resumed.restore is True  # the public flag the fix relies on
+        seen = []
+        for _ in range(3):  # three epochs, each left after two batches
+            batches = iter(resumed)
+            seen.append([int(i) for _ in range(2) for i in next(batches)])
+            del batches
+        return seen
+
+    plain = epochs_after_resume(StreamingDataLoader)
+    assert plain[1] == plain[2] == plain[0], "LitData no longer replays: its fix landed, drop litforge's subclass"
+    fixed = epochs_after_resume(resumable_loader_class())
+    assert fixed[0] == plain[0] and fixed[1] != fixed[0] and fixed[2] != fixed[1]
+
+
+def _identity_item(index: int) -> int:
+    return index

@@ -57,6 +57,12 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
         overrides.append(f"data.path={tmp_path / 'corpus.txt'}")
     if group == "data" and option == "image_folder" or "image_folder" in option or option == "finetune_resnet":
         overrides.append(f"data.root={make_image_folder(tmp_path / 'images')}")
+    if group == "data" and option == "streaming":  # shards of a small digits subset, as prepare writes them
+        from litforge.data.digits import DigitsDataModule
+        from litforge.data.streaming import write_shards
+
+        write_shards(DigitsDataModule(classes=[0, 1, 2], train_per_class=20), str(tmp_path / "shards"))
+        overrides.append(f"data.input_dir={tmp_path / 'shards'}")
     cfg = compose_cfg(*overrides)
     check_config(cfg)  # every default of every option passes the rule table (its rules are not too strict)
 

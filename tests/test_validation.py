@@ -18,7 +18,7 @@ from conftest import CONF
 from litforge.errors import ConfigError
 from litforge.validation import RELATIONS, RULES, check_config, check_group, check_run, check_value, leaves, run_notes
 
-JOBS = ("train", "eval", "predict", "export", "generate")
+JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
 
 
 # ---- the table itself --------------------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_every_rules_example_fits_the_rule_as_typed(key: str):
 def test_each_jobs_shipped_config_passes(job: str):
     from hydra import compose, initialize_config_dir
 
-    required = [] if job == "train" else ["ckpt_path=run/checkpoints/last.ckpt"]
+    required = {"train": [], "prepare": ["output=shards"]}.get(job, ["ckpt_path=run/checkpoints/last.ckpt"])
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name=job, overrides=[*required, "paths.output_dir=out"])
     check_config(cfg)

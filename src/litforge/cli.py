@@ -37,6 +37,7 @@ JOBS: dict[str, tuple[str, str]] = {
     "predict": ("litforge.predict", "predict"),
     "export": ("litforge.export", "export"),
     "generate": ("litforge.generate", "generate"),
+    "prepare": ("litforge.prepare", "prepare"),  # python -m litforge.data.prepare: LitData shards
 }
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 HELP_FLAGS = ("--help", "-h")
+SCRIPTS = {"prepare": "-m litforge.data.prepare"}  # jobs started as a module, not a root script
 
 
 def answer_help(config_name: str, conf_dir: Path, argv: list[str] | None = None) -> None:
@@ -20,7 +21,7 @@ def answer_help(config_name: str, conf_dir: Path, argv: list[str] | None = None)
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 1 and args[0] in HELP_FLAGS:
         try:
-            print(help_text(config_name, conf_dir, script=f"{config_name}.py"), flush=True)
+            print(help_text(config_name, conf_dir, script=SCRIPTS.get(config_name, f"{config_name}.py")), flush=True)
         except BrokenPipeError:  # `python train.py --help | head`: the reader left, which is not an error
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)
         sys.exit(0)

@@ -235,6 +235,12 @@ RULES: dict[str, Rule] = {
     "report.batch_sizes": int_list(1, nonempty=True, example="[1,64]"),
     "report.rounds": integer(1, example=15),
     "report.max_acc_drop": number(ge=0, example=0.01),
+    # prepare (python -m litforge.data.prepare: LitData shards)
+    "overwrite": boolean(example="true"),
+    "num_workers": integer(1, example=4),
+    "start_method": choice("fork", "spawn", "forkserver", example="spawn", null=True),
+    "chunk_bytes": either("a size like 64MB or a byte count", integer(1, example=67108864),
+                          text(example="64MB"), example="64MB"),
     # paths
     "paths.data_dir": text(example="data"),
     "paths.log_dir": text(example="logs"),
@@ -268,6 +274,9 @@ RULES: dict[str, Rule] = {
     "data.download": boolean(example="false"),
     "data.data_dir": text(example="data"),
     "data.root": text(example="/path/to/images"),
+    "data.input_dir": text(example="data/streaming/digits"),  # data=streaming: what prepare wrote
+    "data.cache_dir": text(example="/tmp/litdata_cache", null=True),
+    "data.eval_batch_size": integer(1, example=256, null=True),
     "data.image_size": either("an integer >= 1 or [height,width]", integer(1, example=64),
                               int_list(1, example="[64,64]"), example="64", null=True),
     "data.channels": choice(1, 3, example=3, null=True),

@@ -175,6 +175,11 @@ class ImageFolderDataModule(ImageDataModule):
         by them)."""
         return list(self._scan()[split])
 
+    def split_dataset(self, split: str) -> ImageFileDataset:
+        """A split as a map-style dataset that decodes one file per item: `python -m litforge.data.prepare` writes
+        shards from it without holding the split in memory."""
+        return self._dataset(split)
+
     def _dataset(self, split: str) -> ImageFileDataset:
         return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode)
 
