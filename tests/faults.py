@@ -60,3 +60,19 @@ def hang_forever() -> None:
     lock = threading.Lock()
     lock.acquire()
     lock.acquire()  # never returns
+
+
+class SignalInValidation(Callback):
+    """Slow the validation that runs at optimizer step `step` by `sleep` s per batch (a validation long enough to
+    matter) and send `signal` to this process after its validation batch `batch`."""
+
+    def __init__(self, step: int, batch: int = 0, sleep: float = 0.5, signal: str = "SIGTERM") -> None:
+        self.step, self.batch, self.sleep, self.signal = step, batch, sleep, signal
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.sanity_checking or trainer.global_step != self.step:
+            return
+        time.sleep(self.sleep)
+        if batch_idx == self.batch:
+            print(f"FAULT {self.signal} in validation batch {batch_idx} at {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), getattr(signal, self.signal))
