@@ -16,12 +16,15 @@ from pytorch_lightning.callbacks import Callback
 
 
 class SignalAt(Callback):
-    """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`."""
+    """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`;
+    with `attempt`, only in that attempt of a torchrun job (its TORCHELASTIC_RESTART_COUNT: 0 = the first start)."""
 
-    def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None) -> None:
-        self.step, self.signal, self.rank = step, signal, rank
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None, attempt: int | None = None) -> None:
+        self.step, self.signal, self.rank, self.attempt = step, signal, rank, attempt
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.attempt is not None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) != self.attempt:
+            return
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             print(f"FAULT {self.signal} rank {trainer.global_rank} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), getattr(signal, self.signal))
