@@ -16,12 +16,15 @@ from pytorch_lightning.callbacks import Callback
 
 
 class SignalAt(Callback):
-    """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`."""
+    """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`;
+    with `attempt`, only in that attempt of a torchrun job (its TORCHELASTIC_RESTART_COUNT: 0 = the first start)."""
 
-    def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None) -> None:
-        self.step, self.signal, self.rank = step, signal, rank
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None, attempt: int | None = None) -> None:
+        self.step, self.signal, self.rank, self.attempt = step, signal, rank, attempt
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.attempt is not None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) != self.attempt:
+            return
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             print(f"FAULT {self.signal} rank {trainer.global_rank} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), getattr(signal, self.signal))
@@ -60,3 +63,19 @@ def hang_forever() -> None:
     lock = threading.Lock()
     lock.acquire()
     lock.acquire()  # never returns
+
+
+class SignalInValidation(Callback):
+    """Slow the validation that runs at optimizer step `step` by `sleep` s per batch (a validation long enough to
+    matter) and send `signal` to this process after its validation batch `batch`."""
+
+    def __init__(self, step: int, batch: int = 0, sleep: float = 0.5, signal: str = "SIGTERM") -> None:
+        self.step, self.batch, self.sleep, self.signal = step, batch, sleep, signal
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.sanity_checking or trainer.global_step != self.step:
+            return
+        time.sleep(self.sleep)
+        if batch_idx == self.batch:
+            print(f"FAULT {self.signal} in validation batch {batch_idx} at {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), getattr(signal, self.signal))

@@ -152,6 +152,30 @@ def test_lightning_per_batch_sigterm_broadcast():
         loop._broadcast_sigterm_tensor()
 
 
+def test_lightning_restart_mid_evaluation_shape():
+    """restart_validation_on_resume writes the batch progress Lightning reads as "restarted mid evaluation" (which
+    re-runs the validation on resume); if Lightning changes that test, the resumed run would skip the validation."""
+    from pytorch_lightning import Trainer
+    from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
+
+    from litforge import compat
+
+    entry = "restart_validation_on_resume"
+    assert "self.val_loop.restarted_mid_evaluation" in inspect.getsource(_TrainingEpochLoop.advance), \
+        _renamed(entry, "_TrainingEpochLoop.advance's 'go back and finish running validation' branch")
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
+    val_loop = trainer.fit_loop.epoch_loop.val_loop
+    progress = val_loop.batch_progress
+    progress.increment_by(9, True)  # one finished validation of 9 batches
+    progress.current.reset()
+    progress.increment_by(3, False)  # 3 batches into the next one, stopped there
+    compat.restart_validation_on_resume(trainer)
+    assert (progress.total.completed, progress.current.completed) == (9, 0)
+    val_loop.restarting = True
+    val_loop.update_restart_stage()
+    assert val_loop.restarted_mid_evaluation, _renamed(entry, "_EvaluationLoop.update_restart_stage's conditions")
+
+
 def test_hydra_override_value_text():
     from hydra.core.override_parser.types import Override
 

@@ -48,6 +48,31 @@ def test_short_dqn_run_learns_from_the_buffer(compose_cfg, tmp_path: Path):
     assert len(ckpt["optimizer_states"][0]["param_groups"][0]["params"]) == len(online)  # target net not optimised
     sd = ckpt["state_dict"]
     assert not torch.equal(sd["target_net.net.0.weight"], sd["net.net.0.weight"])  # tau=0.5: halfway, not a copy
+    # the replay buffer travels in the checkpoint: 200 warm-up + 300 training transitions, restorable into a new run
+    saved = ckpt["GymDataModule"]["replay_buffer"]
+    assert (saved["size"], saved["pos"]) == (500, 500)
+    restored = GymDataModule(buffer_size=cfg.data.buffer_size)
+    restored.load_state_dict(ckpt["GymDataModule"])
+    assert len(restored.buffer) == 500 and torch.equal(restored.buffer.obs[:500], saved["obs"])
+
+
+def test_replay_buffer_state_round_trip_continues_the_same_samples():
+    """Contents, ring position and the sampling generator come back: the restored buffer draws what the original
+    draws next, and keeps writing at the same slot; a resume with another buffer size is refused, naming the key."""
+    buffer = ReplayBuffer(capacity=8, observation_size=3, seed=5)
+    for i in range(11):  # wrapped: pos 3
+        buffer.add([i, -i, 2 * i], action=i % 2, reward=float(i), next_obs=[i + 1] * 3, done=i % 4 == 3)
+    [buffer.sample_index() for _ in range(7)]  # the generator has moved on
+    state = buffer.state_dict()
+    copy = ReplayBuffer(capacity=8, observation_size=3, seed=0)
+    copy.load_state_dict(state)
+    assert [copy.sample_index() for _ in range(20)] == [buffer.sample_index() for _ in range(20)]
+    for b in (buffer, copy):
+        b.add([9, 9, 9], action=1, reward=9.0, next_obs=[0, 0, 0], done=False)
+    for name in ("obs", "next_obs", "actions", "rewards", "dones"):
+        assert torch.equal(getattr(copy, name), getattr(buffer, name)), name
+    with pytest.raises(ConfigError, match="data.buffer_size=16"):
+        ReplayBuffer(capacity=16, observation_size=3).load_state_dict(state)
 
 
 def make_task(**kwargs):

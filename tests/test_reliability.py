@@ -112,6 +112,35 @@ def test_sigterm_mid_epoch_saves_the_step_and_resumes_exactly(uninterrupted, tmp
     assert read_metrics(run_dir)["metrics"]["test/acc"] == read_metrics(uninterrupted)["metrics"]["test/acc"]
 
 
+def test_sigterm_mid_validation_exits_within_the_grace_and_the_resume_validates_again(uninterrupted, tmp_path):
+    """A validation of 9 batches of 4 s each (36 s, longer than a scheduler's 30 s grace) at step 12 gets SIGTERM
+    after its first batch: the run stops after that batch, saves and exits 143 well within 30 s. resume=auto runs
+    that validation again in full (Lightning alone would skip it): weights, metrics and the best-checkpoint choice
+    are those of the uninterrupted run (the same samples, in batches of 16 instead of 256)."""
+    slow_val = [*COMMON, "+data.eval_batch_size=16", "trainer.limit_val_batches=null", "trainer.limit_test_batches=null"]
+    killed = run_cli("train.py", *slow_val, *fault("SignalInValidation", step=12, batch=0, sleep=4),
+                     log_dir=tmp_path, env=FAULTS_ENV)
+    ended = time.time()
+    assert killed.returncode == 143, killed.output[-3000:]
+    signalled = float(re.search(r"FAULT SIGTERM in validation batch 0 at ([0-9.]+)", killed.output).group(1))
+    assert ended - signalled < 30, f"exited {ended - signalled:.1f} s after SIGTERM"
+    assert "stopped by SIGTERM at step 12 (epoch 1)" in killed.output and "Traceback" not in killed.output
+    run_dir = single_run(tmp_path)
+    assert last_ckpt(run_dir)["global_step"] == 12
+
+    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    expected, got = last_ckpt(uninterrupted), last_ckpt(run_dir)
+    assert_same_weights(expected, got)
+    for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
+        assert read_metrics(run_dir)["metrics"][name] == \
+            pytest.approx(read_metrics(uninterrupted)["metrics"][name], abs=1e-6), name
+    (expected_cb,), (got_cb,) = expected["callbacks"].values(), got["callbacks"].values()
+    assert Path(got_cb["best_model_path"]).name == Path(expected_cb["best_model_path"]).name == \
+        "epoch001-step000012.ckpt", "the interrupted validation (step 12) took part in picking the best checkpoint"
+    assert float(got_cb["best_model_score"]) == pytest.approx(float(expected_cb["best_model_score"]), abs=1e-6)
+
+
 def test_sigterm_ends_a_hung_run_within_the_grace_with_its_stacks_and_keeps_its_checkpoints(tmp_path):
     """A run blocked forever at step 8 (a lock, as a rank in an unmatched collective) gets SIGTERM: the loop never
     reaches its next step, so the watchdog ends it hang_grace (2 s) later, exit 143, naming the blocked frame; the

@@ -110,3 +110,71 @@ def test_sigterm_checkpoints_every_rank_with_no_per_step_collective(ranks: GlooR
         assert (seen["step"], seen["exit_code"]) == (8, 143), f"rank {rank}"
         assert seen["saved"] == str(tmp_path / "checkpoints" / "last.ckpt"), f"rank {rank} saved nothing"
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
+
+
+def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
+    """One DDP fit of 2 training batches then a validation of 8 batches per rank; SIGTERM to rank 1 only, after its
+    validation batch 0. Returns the validation batches each rank ran and how it ended."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.strategies import DDPStrategy
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from litforge.callbacks.fault_tolerance import CheckpointOnSignal
+    from litforge.errors import TrainingStopped
+    from litforge.train import fit_or_stop
+
+    data = TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)))
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self):
+            return DataLoader(data, batch_size=16)  # 32 samples per rank: 2 batches
+
+        def val_dataloader(self):
+            return DataLoader(data, batch_size=4)  # 8 batches per rank
+
+    seen: list[int] = []
+
+    class Record(pl.Callback):
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            if trainer.sanity_checking:
+                return
+            seen.append(batch_idx)
+            if batch_idx == 0 and rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=2)
+    trainer = pl.Trainer(accelerator="cpu", devices=world_size, strategy=DDPStrategy(process_group_backend="gloo"),
+                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=root, num_sanity_val_steps=0,
+                         callbacks=[Record(), on_signal])
+    exit_code = 0
+    try:
+        fit_or_stop(trainer, Tiny(), None, None, Path(root))
+    except TrainingStopped as stopped:
+        exit_code = stopped.exit_code
+    return {"seen": seen, "exit_code": exit_code, "saved": on_signal.saved_path}
+
+
+def test_sigterm_to_one_rank_mid_validation_stops_every_rank_at_the_same_validation_batch(ranks: GlooRanks, tmp_path):
+    """Under DDP only an agreement stops a rank (its handler only notes the signal): the ranks agree every 2
+    validation batches, so SIGTERM to rank 1 after validation batch 0 stops both after batch 1 of 8, saved, 143."""
+    for rank, seen in enumerate(ranks.run(_validate_on_ranks, str(tmp_path), timeout=120)):
+        assert (seen["seen"], seen["exit_code"]) == ([0, 1], 143), f"rank {rank}: {seen}"
+        assert seen["saved"] == str(tmp_path / "checkpoints" / "last.ckpt"), f"rank {rank} saved nothing"
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 2
+    assert saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["total"]["completed"] == 0, \
+        "the resumed run must validate again from the first batch"

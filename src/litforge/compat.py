@@ -225,6 +225,27 @@ def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
     return agree
 
 
+def restart_validation_on_resume(trainer: Any) -> None:
+    """Make the next checkpoint of `trainer`, stopped mid-validation, resume by running that validation again in full.
+
+    A SIGTERM during `fit`'s validation stops Lightning's evaluation loop after the current batch. Its loop state then
+    says "training batch done, validation batches done": on resume Lightning takes that for a checkpoint written
+    after validation (`RestartStage.RESTARTED_ON_LAST`) and skips the interrupted validation, so its metrics, the
+    best-checkpoint choice and early stopping's count never see it. Lightning re-runs a validation on resume only
+    when the checkpoint was written inside a validation step (`_EvaluationLoop.update_restart_stage`: one batch
+    started, none processed since); this sets the validation loop's batch progress to exactly that shape, with the
+    batches of earlier validations kept in the totals, so the resumed run validates from the first batch (validation
+    state is not saved: metrics start empty, as in an uninterrupted run). Only for a trainer that is ending (the live
+    counters change). Upstream: no issue filed; the restart stages are private to Lightning's loops.
+    """
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    before = progress.total.completed - progress.current.completed  # batches of the validations already finished
+    for tracker, done in ((progress.total, before), (progress.current, 0)):
+        tracker.ready = tracker.started = done + 1
+        tracker.processed = tracker.completed = done
+    progress.is_last_batch = False
+
+
 # ---- Hydra ---------------------------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from litforge.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.errors import ConfigError, TrainingStopped
 from litforge.metrics import scalar_metrics
 from litforge.folders import check_folder
+from litforge.parallel.elastic import init_elastic_process_group
 from litforge.runtime import is_rank_zero
 from litforge.tuning import check_tuning, tune_before_fit
 from litforge.validation import check_run, run_notes
@@ -122,6 +123,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
+    init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
 
     fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
     metrics = scalar_metrics(trainer.callback_metrics)

@@ -26,7 +26,7 @@ import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from litforge.compat import agree_on_sigterm_every, logs_this_step
+from litforge.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
 from litforge.errors import TrainingStopped
 from litforge.host_reads import StepLosses, Where
 from litforge.watchdog import HangWatchdog, run_log_file
@@ -135,6 +135,12 @@ class CheckpointOnSignal(Callback):
     `check_every_n_steps` training batches (null = `trainer.log_every_n_steps`) and at each epoch end, so every rank
     stops and saves at the same batch (litforge.compat.agree_on_sigterm_every). Schedulers send SIGTERM to every
     rank; one that reaches a single rank stops all of them too.
+
+    SIGTERM during `fit`'s validation stops it after the current validation batch (under DDP the ranks agree every
+    `check_every_n_steps` validation batches, which all ranks count alike), not after the whole validation: a long
+    one would outlast the grace a scheduler gives before SIGKILL (SLURM's KillWait, 30 s). The checkpoint then
+    resumes by running that validation again from its first batch (litforge.compat.restart_validation_on_resume):
+    Lightning would otherwise skip it on resume, and its metrics, checkpoint choice and early stopping with it.
     """
 
     def __init__(self, filename: str = "last", hang_grace: float | None = 60,
@@ -146,11 +152,14 @@ class CheckpointOnSignal(Callback):
         self.check_every_n_steps = check_every_n_steps
         self.watchdog: HangWatchdog | None = None
         self._agree: Callable[[], bool] | None = None
+        self._every = 1
+        self._validating = False  # inside fit's validation (not the sanity check)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
         decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
         every = max(every, int(decide_every or 1))
+        self._every = every
         self._agree = agree_on_sigterm_every(trainer, every)
         if self.hang_grace is not None and self.watchdog is None:
             self.watchdog = HangWatchdog(self.hang_grace, log_file=run_log_file())
@@ -165,11 +174,26 @@ class CheckpointOnSignal(Callback):
         if self._agree is not None:
             self._agree()  # every rank is here: a SIGTERM since the last check stops the fit loop on all of them
 
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        # Lightning's evaluation loop stops at the next batch once `received_sigterm` is set; under several ranks
+        # only an agreement sets it (the same batch on every rank: each validates the same number of batches)
+        if self._validating and self._agree is not None and _distributed() and (batch_idx + 1) % self._every == 0:
+            self._agree()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validating = False
+
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         if trainer.sanity_checking or trainer.global_step == 0:
             return  # nothing trained yet: keep whatever checkpoint the run started from
+        if self._validating:  # stopped mid-validation: the resumed run validates again, from the first batch
+            restart_validation_on_resume(trainer)
         checkpoint_cb = trainer.checkpoint_callback
         folder = Path(checkpoint_cb.dirpath) if isinstance(checkpoint_cb, ModelCheckpoint) and checkpoint_cb.dirpath \
             else Path(trainer.default_root_dir) / "checkpoints"

@@ -52,6 +52,27 @@ class ReplayBuffer:
     def __getitem__(self, i: int) -> Transition:
         return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
 
+    def state_dict(self) -> dict[str, Any]:
+        """The filled part of the buffer, its write position and its sampling generator (tensors and ints only, so
+        checkpoints load under `weights_only=True`)."""
+        n = self.size
+        return {"capacity": self.capacity, "size": n, "pos": self.pos, "obs": self.obs[:n].clone(),
+                "next_obs": self.next_obs[:n].clone(), "actions": self.actions[:n].clone(),
+                "rewards": self.rewards[:n].clone(), "dones": self.dones[:n].clone(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["capacity"] != self.capacity or state["obs"].shape[1:] != self.obs.shape[1:]:
+            raise ConfigError(f"the checkpoint's replay buffer holds {state['capacity']} transitions of "
+                              f"{tuple(state['obs'].shape[1:])} observations; this run's data.buffer_size="
+                              f"{self.capacity} with {tuple(self.obs.shape[1:])}: resume with the run's own "
+                              f"data.buffer_size={state['capacity']} and data.env_id")
+        n = self.size = int(state["size"])
+        self.pos = int(state["pos"])
+        for name in ("obs", "next_obs", "actions", "rewards", "dones"):
+            getattr(self, name)[:n] = state[name]
+        self.generator.set_state(state["generator"])
+
 
 class ReplayStream(IterableDataset):
     """`length` transitions sampled uniformly from the buffer, drawn lazily: each minibatch sees the newest data."""
@@ -100,6 +121,15 @@ class GymDataModule(pl.LightningDataModule):
         except gym.error.Error as exc:
             raise ConfigError(f"data.env_id={self.env_id} is not a gymnasium environment this machine can make "
                               f"({exc}); e.g. data.env_id=CartPole-v1") from None
+
+    # Lightning stores these in every checkpoint and hands them back on resume (before `on_fit_start`, so the
+    # task's warm-up finds the buffer full and does not refill it with random actions)
+    def state_dict(self) -> dict[str, Any]:
+        return {"replay_buffer": self.buffer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "replay_buffer" in state_dict:
+            self.buffer.load_state_dict(state_dict["replay_buffer"])
 
     def describe(self) -> dict[str, Any]:
         return {"observation_size": self.observation_size, "num_actions": self.num_actions}
