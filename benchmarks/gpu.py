@@ -4,7 +4,7 @@
     PYTHONPATH=src python3 benchmarks/gpu.py --device cpu --tiny   # dry run: every arm a few steps on CPU (the test)
 
 Workloads: ResNet-18 (`model=resnet`) on CIFAR-shaped random images held on the device (3×32×32, 10 classes), and
-a GPT (`model=gpt`, nanoGPT's char-level size: dim 384, 6 blocks, 6 heads, 256 tokens) on `data=python_docs`,
+a GPT (`experiment=gpt_char` at nanoGPT's char-level size: dim 384, 6 blocks, 6 heads, 256 tokens) on `data=python_docs`,
 packed documents on. Arms, each timed over the same window of steady-state optimizer steps after a warm-up (the
 first compile, cudnn autotuning and allocations are outside it):
 
@@ -42,10 +42,10 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "GH200": 989e12, "B200": 2250e12, "
              "L40S": 362e12, "L4": 121e12, "RTX 4090": 165e12, "A6000": 155e12}
 
 SIZES = {  # (full GPU run, --tiny dry run)
-    "resnet": ({"batch": 256, "train_size": 50_000, "warmup": 15, "steps": 80},
-               {"batch": 8, "train_size": 256, "warmup": 2, "steps": 3}),
+    "resnet": ({"batch": 256, "train_size": 50_000, "image": 32, "warmup": 15, "steps": 80},
+               {"batch": 2, "train_size": 64, "image": 8, "warmup": 1, "steps": 2}),
     "gpt": ({"batch": 64, "block": 256, "dim": 384, "depth": 6, "heads": 6, "warmup": 15, "steps": 80},
-            {"batch": 4, "block": 32, "dim": 32, "depth": 1, "heads": 2, "warmup": 2, "steps": 3,
+            {"batch": 4, "block": 32, "dim": 32, "depth": 1, "heads": 2, "warmup": 1, "steps": 2,
              "max_chars": 20_000}),
 }
 
@@ -117,12 +117,12 @@ def overrides(workload: str, arm: str, device: str, tiny: bool, out_dir: str) ->
     common = ["print_config=false", "test_after_training=false", "callbacks.progress_bar=null",
               "callbacks.model_checkpoint=null", "callbacks.early_stopping=null", "trainer.limit_val_batches=0",
               "trainer.num_sanity_val_steps=0", f"trainer.max_steps={s['warmup'] + s['steps'] + 8}",
-              "trainer.max_epochs=1000", "callbacks.model_graph=null", f"paths.output_dir={out_dir}",
+              "trainer.max_epochs=1000", "callbacks.model_graph=null", "callbacks.model_summary=null", f"paths.output_dir={out_dir}",
               f"paths.data_dir={out_dir}/data", f"data.batch_size={s['batch']}"]
     common += ["trainer=gpu"] if device == "cuda" else ["trainer=cpu", "trainer.precision=32-true"]
     if workload == "resnet":
         common += ["model=resnet", "model.depth=18", "data._target_=common.SyntheticImages",
-                   "+data.input_shape=[3,32,32]", "+data.num_classes=10", f"+data.train_size={s['train_size']}",
+                   f"+data.input_shape=[3,{s['image']},{s['image']}]", "+data.num_classes=10", f"+data.train_size={s['train_size']}",
                    "+data.test_size=64", "~data.data_dir", "~data.download"]
     else:
         common += ["experiment=gpt_char", "callbacks.text_samples=null", f"data.block_size={s['block']}",
@@ -235,9 +235,9 @@ def build_plain(workload: str, device: str, tiny: bool) -> tuple[Any, Any]:
     if workload == "resnet":
         from litforge.models.resnet import ResNet
 
-        net = ResNet(num_classes=10, in_channels=3, image_size=(32, 32), depth=18).to(device)
+        net = ResNet(num_classes=10, in_channels=3, image_size=(s["image"], s["image"]), depth=18).to(device)
         n = s["train_size"]
-        x = torch.randn(n, 3, 32, 32, device=device)
+        x = torch.randn(n, 3, s["image"], s["image"], device=device)
         y = torch.randint(0, 10, (n,), device=device)
     else:
         from gpt_speed import NanoGPT
