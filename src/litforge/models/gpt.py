@@ -53,6 +53,7 @@ def document_layout(doc_ids: Tensor, with_mask: bool = True) -> tuple[Tensor, Te
     return positions, (same_doc & causal).unsqueeze(1)
 
 
+@torch.compiler.disable  # built eagerly once per batch also under `compile=true` (as torchtitan builds its masks)
 def document_block_mask(doc_ids: Tensor) -> BlockMask:
     """The block-diagonal causal rule of `document_layout` as a FlexAttention BlockMask (built on the device of
     `doc_ids`, with tensor ops only: no host read)."""

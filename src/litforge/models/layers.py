@@ -70,7 +70,9 @@ class Attention(nn.Module):
         else:  # a BlockMask; no dropout in FlexAttention: the GPT sends one only without dropout
             from torch.nn.attention.flex_attention import flex_attention
 
-            y = (compiled_flex_attention() if q.is_cuda else flex_attention)(q, k, v, block_mask=mask)
+            # inside `compile=true` the net's own compile fuses it; eager, the separately compiled kernel
+            fused = q.is_cuda and not torch.compiler.is_compiling()
+            y = (compiled_flex_attention() if fused else flex_attention)(q, k, v, block_mask=mask)
         y = y.transpose(1, 2).reshape(B, T, heads * self.head_dim)
         return self.proj_drop(self.proj(y))
 
