@@ -19,7 +19,12 @@ Columns: samples/s, the ratio to the plain loop, MFU (model FLOPs per sample fro
 loop's net, forward + backward, × samples/s ÷ the GPU's dense bf16 peak from :data:`PEAK_BF16`, or a measured
 bf16 matmul peak for a GPU not listed), and host syncs per optimizer step (`torch.cuda.set_sync_debug_mode("warn")`
 over the window, each warning counted). Validation, test and checkpoints are off in every arm, so the window is
-training steps only. Without CUDA (and without `--device cpu`) it says so in one line and exits 0.
+training steps only. Without CUDA (and without `--device cpu`) it says so in one line and exits 0. After the
+table, on CUDA, one line compares the GPT's FlexAttention document mask with the explicit mask (logits, gradients).
+
+On the lent GPU machine (no hydra-core, omegaconf or antlr4 there, no registry; see ../shared/LESSONS.md) bring the
+pure-Python wheels: `pip download --no-deps -d wheels hydra-core omegaconf antlr4-python3-runtime` here, then there
+`pip install --no-deps wheels/*.whl && PYTHONPATH=src python3 benchmarks/gpu.py`. Not yet run on a GPU.
 """
 
 from __future__ import annotations
