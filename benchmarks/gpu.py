@@ -13,7 +13,8 @@ first compile, cudnn autotuning and allocations are outside it):
 - **litforge default**: `python train.py trainer=gpu ...` (its precision is conf/trainer/gpu.yaml's);
 - **litforge tuned**: + `trainer.precision=bf16-mixed compile=true steps_per_call=8`, + `channels_last=true
   data.on_device=true` for the ResNet (the text data has no `on_device`);
-- with ≥ 2 GPUs also **ddp** and **fsdp** (the tuned arm on every GPU, through the CLI: Lightning starts the ranks).
+- with ≥ 2 GPUs also **ddp** and **fsdp** (the tuned arm without `steps_per_call`, which runs on one device only,
+  on every GPU, through the CLI: Lightning starts the ranks).
 
 Columns: samples/s, the ratio to the plain loop, MFU (model FLOPs per sample from `FlopCounterMode` on the plain
 loop's net, forward + backward, × samples/s ÷ the GPU's dense bf16 peak from :data:`PEAK_BF16`, or a measured
@@ -140,9 +141,10 @@ def overrides(workload: str, arm: str, device: str, tiny: bool, out_dir: str) ->
     tuned.append("compile=true" if not tiny else "compile=false")  # a cold compile costs ~1 min on a 2-core CPU
     if workload == "resnet":
         tuned += ["channels_last=true", "data.on_device=true"]
-    if arm in ("ddp", "fsdp"):
+    if arm in ("ddp", "fsdp"):  # steps_per_call runs on one device only (refused with a strategy)
         import torch
 
+        tuned = [t for t in tuned if not t.startswith("steps_per_call")]
         tuned += [f"strategy={arm}", f"trainer.devices={torch.cuda.device_count()}"]
     return common + tuned
 
