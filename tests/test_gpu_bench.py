@@ -39,3 +39,6 @@ def test_gpu_bench_dry_run_executes_every_arm_and_prints_the_table(capsys):
     tuned = gpu.overrides("resnet", "litforge tuned", "cuda", False, "/tmp/x")
     assert {"trainer.precision=bf16-mixed", "compile=true", "channels_last=true", "data.on_device=true",
             "steps_per_call=8"} <= set(tuned)
+    for arm in ("ddp", "fsdp"):  # the >= 2 GPU arms compose (they cannot run here) and leave out steps_per_call
+        cfg = gpu.compose_arm("resnet", arm, "cuda", False, "/tmp/litforge-gpu-compose")
+        assert cfg.strategy.get("_target_") and cfg.steps_per_call == 1 and cfg.compile is True
