@@ -27,6 +27,43 @@ def test_packed_documents_match_separate_runs():
     assert not torch.allclose(net(packed)[:, 6:], net(b), atol=1e-3)
 
 
+def test_flex_attention_block_mask_matches_the_explicit_mask_and_reads_nothing(monkeypatch):
+    """model.attention=flex (FlexAttention's document BlockMask, what `auto` takes on CUDA) gives the explicit
+    mask's logits to 1e-5 on packed rows, one crossing a boundary and one not, without a host read. (FlexAttention
+    has no CPU backward: training through it is refused here, and benchmarks/gpu.py compares gradients on CUDA.)"""
+    from litforge.errors import ConfigError
+    from test_speed import CountSyncs, _patch_sync_methods
+
+    torch.manual_seed(0)
+    mask_net = GPT(vocab_size=13, block_size=32, dim=32, depth=2, heads=4, attention="mask")
+    flex_net = GPT(vocab_size=13, block_size=32, dim=32, depth=2, heads=4, attention="flex")
+    flex_net.load_state_dict(mask_net.state_dict())
+    idx = torch.randint(13, (3, 32))
+    doc_ids = torch.tensor([[0] * 5 + [1] * 20 + [2] * 7, [4] * 32, [5] * 31 + [6]])
+    counter = CountSyncs()
+    counter.counting = True
+    _patch_sync_methods(monkeypatch, counter)
+    with torch.no_grad():
+        out = flex_net(idx, doc_ids)
+    assert counter.calls == []
+    monkeypatch.undo()
+    with torch.no_grad():
+        ref = mask_net(idx, doc_ids)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="model.attention=flex cannot train on a CPU"):
+        flex_net(idx, doc_ids)
+    assert not GPT(vocab_size=13, block_size=32, dim=32, depth=1, heads=4)._flex(idx)  # auto on CPU: the mask
+
+
+def test_gpt_attention_key_is_checked():
+    from litforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.attention='fast'"):
+        GPT(vocab_size=5, block_size=8, dim=16, depth=1, heads=2, attention="fast")
+    with pytest.raises(ConfigError, match="model.attention=flex with model.dropout=0.1"):
+        GPT(vocab_size=5, block_size=8, dim=16, depth=1, heads=2, attention="flex", dropout=0.1)
+
+
 def test_document_layout_masks_within_documents_without_asking_the_data():
     positions, mask = document_layout(torch.tensor([[3, 3, 3, 4, 4], [7, 7, 7, 7, 7]]))
     assert positions.tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 3, 4]]

@@ -305,6 +305,7 @@ RULES: dict[str, Rule] = {
     "model.channels": int_list(1, nonempty=True, example="[32,64]"),
     "model.pretrained": boolean(example="false"),
     "model.small_input": boolean(example="true", null=True),
+    "model.attention": choice("auto", "flex", "mask", example="auto"),
 
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),

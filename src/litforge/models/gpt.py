@@ -8,22 +8,36 @@ Packed sequences (a dynamic graph): `forward(idx, doc_ids)` accepts several docu
 batch: a token attends only to earlier tokens of its own document (a block-diagonal causal mask) and positions
 restart at 0 where a document starts. Without `doc_ids` (unpacked data) the blocks take the fused `is_causal`
 kernel. Whether a batch has a boundary is never asked of the data: that would be a host sync per forward on a GPU.
+
+How packed attention is computed (`attention`): an explicit (B, 1, T, T) mask rules out SDPA's fused flash and
+memory-efficient kernels on a GPU (they take `is_causal` only), so on CUDA the document rule becomes a FlexAttention
+`BlockMask`, built once per batch and shared by every block, and the compiled `flex_attention` kernel skips the
+blocks outside it (a row of one document costs what a causal row costs). On a CPU the explicit mask stays:
+FlexAttention has no CPU backward, its eager forward is an unfused reference, compiling it takes ~100 s on 2 cores,
+and at gpt_char's sizes the masked
+SDPA costs the same as `is_causal` there (benchmarks/gpt_speed.py). Both give the same numbers (tests: ≤ 1e-5).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
+from litforge.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan
 
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
-def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
+
+def document_layout(doc_ids: Tensor, with_mask: bool = True) -> tuple[Tensor, Tensor | None]:
     """Positions within each document and the block-diagonal causal mask, for rows of packed documents.
 
     doc_ids (B, T): which document each token belongs to (non-decreasing along a row). Returns positions (B, T) and
     a (B, 1, T, T) mask (a row of one document gets the plain causal mask; no data-dependent branch, which would
-    read the device every forward).
+    read the device every forward); `with_mask=False` skips the mask (None) for a caller that builds its own.
     """
     B, T = doc_ids.shape
     idx = torch.arange(T, device=doc_ids.device).expand(B, T)
@@ -32,15 +46,36 @@ def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
     # position = index - index of the latest document start at or before it
     last_start = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
     positions = idx - last_start
+    if not with_mask:
+        return positions, None
     same_doc = doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1)
     causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
     return positions, (same_doc & causal).unsqueeze(1)
+
+
+@torch.compiler.disable  # built eagerly once per batch also under `compile=true` (as torchtitan builds its masks)
+def document_block_mask(doc_ids: Tensor) -> BlockMask:
+    """The block-diagonal causal rule of `document_layout` as a FlexAttention BlockMask (built on the device of
+    `doc_ids`, with tensor ops only: no host read)."""
+    from torch.nn.attention.flex_attention import create_block_mask  # ~1 s to import: only where it is used
+
+    B, T = doc_ids.shape
+
+    def same_document_causal(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return (doc_ids[b, q] == doc_ids[b, kv]) & (q >= kv)
+
+    return create_block_mask(same_document_causal, B, None, T, T, device=doc_ids.device)
+
+
+ATTENTION = ("auto", "flex", "mask")
 
 
 class GPT(nn.Module):
     """Token + learned position embeddings → `self.blocks` → final LayerNorm → `self.head` (tied to the embedding).
 
     `vocab_size` and `block_size` (the longest context) come from the text datamodule, like an image net's shape.
+    `attention` picks the packed-document path: `auto` (FlexAttention on CUDA without dropout, else the explicit
+    mask), `flex` or `mask` (see the module docstring).
     """
 
     def __init__(
@@ -52,9 +87,18 @@ class GPT(nn.Module):
         heads: int = 4,
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,
+        attention: str = "auto",
     ) -> None:
         super().__init__()
+        if attention not in ATTENTION:
+            raise ConfigError(f"model.attention={attention!r}: use auto (FlexAttention on CUDA, the explicit mask on "
+                              "CPU), flex or mask")
+        if attention == "flex" and dropout:
+            raise ConfigError(f"model.attention=flex with model.dropout={dropout}: FlexAttention has no attention "
+                              "dropout; use model.dropout=0 or model.attention=mask")
         self.block_size = block_size
+        self.attention = attention
+        self.dropout = dropout
         self.tok_embed = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Embedding(block_size, dim)
         self.drop = nn.Dropout(dropout)
@@ -93,11 +137,22 @@ class GPT(nn.Module):
         if doc_ids is None:
             positions, mask = torch.arange(T, device=idx.device).expand(B, T), None
         else:
-            positions, mask = document_layout(doc_ids)
+            flex = self._flex(idx)
+            positions, mask = document_layout(doc_ids, with_mask=not flex)
+            if flex:
+                if not idx.is_cuda and torch.is_grad_enabled():
+                    raise ConfigError("model.attention=flex cannot train on a CPU (FlexAttention has no CPU "
+                                      "backward in torch): use model.attention=auto (the explicit mask on CPU) or a GPU")
+                mask = document_block_mask(doc_ids)
         x = self.drop(self.tok_embed(idx) + self.pos_embed(positions))
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.norm(x))
+
+    def _flex(self, idx: Tensor) -> bool:
+        if self.attention == "auto":
+            return idx.is_cuda and not (self.dropout and self.training)
+        return self.attention == "flex"
 
     @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,

@@ -8,10 +8,28 @@ tensor-parallel shard holding only some of the heads runs unchanged.
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING, Any
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
+
+if TYPE_CHECKING:  # importing FlexAttention costs ~1 s: only the packed-document GPT on CUDA needs it
+    from torch.nn.attention.flex_attention import BlockMask
+
+
+@functools.cache
+def compiled_flex_attention() -> Any:
+    """FlexAttention compiled once per process: eager `flex_attention` is an unfused reference that materialises
+    the scores (torch warns), so it pays only compiled. Compiling its kernel alone works whether or not the net is
+    compiled (`compile=true` traces through it); it takes seconds on a GPU but ~100 s on a 2-core CPU, which is why
+    the GPT uses it on CUDA only (litforge.models.gpt)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
 
 
 class Attention(nn.Module):
@@ -36,8 +54,10 @@ class Attention(nn.Module):
         self.causal = causal
         self.proj_drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """`mask` (B, 1, T, T) bool, True = may attend (e.g. block-diagonal for packed documents); replaces `causal`."""
+    def forward(self, x: Tensor, mask: Tensor | BlockMask | None = None) -> Tensor:
+        """`mask` replaces `causal`: a (B, 1, T, T) bool tensor, True = may attend (e.g. block-diagonal for packed
+        documents), for SDPA's masked kernel; or a FlexAttention `BlockMask` (the same rule, block-sparse: whole
+        blocks outside it are skipped, so the fused kernel still runs), for compiled `flex_attention`."""
         B, T, _ = x.shape
         q, k, v = self.q(x), self.k(x), self.v(x)
         heads = q.shape[-1] // self.head_dim  # local heads: fewer than configured when q/k/v are sharded
@@ -45,8 +65,14 @@ class Attention(nn.Module):
         drop = self.dropout if self.training else 0.0
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=self.causal)
-        else:
+        elif isinstance(mask, Tensor):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        else:  # a BlockMask; no dropout in FlexAttention: the GPT sends one only without dropout
+            from torch.nn.attention.flex_attention import flex_attention
+
+            # inside `compile=true` the net's own compile fuses it; eager, the separately compiled kernel
+            fused = q.is_cuda and not torch.compiler.is_compiling()
+            y = (compiled_flex_attention() if fused else flex_attention)(q, k, v, block_mask=mask)
         y = y.transpose(1, 2).reshape(B, T, heads * self.head_dim)
         return self.proj_drop(self.proj(y))
 
@@ -76,7 +102,7 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = FeedForward(dim, int(dim * mlp_ratio), dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | BlockMask | None = None) -> Tensor:
         x = x + self.attn(self.norm1(x), mask)
         return x + self.mlp(self.norm2(x))
 
