@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan
+from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
 
 def document_layout(doc_ids: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -98,6 +98,33 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.norm(x))
+
+    def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
+        """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the embeddings with the
+        first, the final norm and the (tied) head with the last. The stages share this net's modules (no copies)."""
+        runs = split_runs(self.blocks, num_stages, "model.depth")
+        return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
+
+
+class GPTStage(nn.Module):
+    """One pipeline stage of a :class:`GPT` (unpacked rows only: a stage passes one tensor on, not document ids)."""
+
+    def __init__(self, net: GPT, blocks: list[nn.Module], first: bool, last: bool) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        if first:
+            self.tok_embed, self.pos_embed, self.drop = net.tok_embed, net.pos_embed, net.drop
+        self.blocks = nn.ModuleList(blocks)
+        if last:
+            self.norm, self.head = net.norm, net.head
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.first:  # token ids (B, T) -> embeddings, as GPT.forward without doc_ids
+            positions = torch.arange(x.shape[1], device=x.device).expand_as(x)
+            x = self.drop(self.tok_embed(x) + self.pos_embed(positions))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)) if self.last else x
 
     @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
