@@ -45,3 +45,76 @@ def test_unsplittable_nets_are_refused_in_one_line() -> None:
         split_net(nn.Sequential(nn.Linear(2, 2)), 2)
     with pytest.raises(ConfigError, match=r"model.depth gives 2 layer runs to split into 3 pipeline stages"):
         split_net(GPT(11, 6, dim=16, depth=2, heads=2), 3)
+
+
+# ---- the schedule loop on 2 gloo ranks: equal to one process --------------------------------------------------------
+def _task(kind: str) -> object:
+    from litforge.tasks.classification import ClassificationTask
+    from litforge.tasks.language_model import LanguageModelTask
+
+    torch.manual_seed(0)
+    sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5}
+    if kind == "gpt":  # tied embedding/head across the first and last stage
+        net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": 3, "heads": 2}
+        return LanguageModelTask(net=net, optimizer=sgd, vocab_size=11, block_size=6)
+    net = {"_target_": "litforge.models.mlp.MLP", "_partial_": True, "hidden_dims": [8, 8], "dropout": 0.0}
+    return ClassificationTask(net=net, optimizer=sgd, input_shape=[1, 4, 4], num_classes=3)
+
+
+def _batch(kind: str, size: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(size)
+    if kind == "gpt":
+        tokens = torch.randint(0, 11, (size, 7), generator=g)
+        return tokens[:, :-1], tokens[:, 1:], torch.zeros(size, 6, dtype=torch.long)
+    return torch.randn(size, 1, 4, 4, generator=g), torch.randint(0, 3, (size,), generator=g)
+
+
+def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule: str) -> dict[str, float]:
+    """Loss and gradients of one pipeline pass vs the whole net on the whole batch; then 3 SGD steps, weights."""
+    import torch.distributed as dist
+
+    from litforge.loops.pipeline import PipelineLoop
+    from litforge.parallel.pipeline_split import owners, split_net
+
+    task, reference = _task(kind), _task(kind)
+    stages = split_net(task.net, world_size)
+    held = {f"net.{name}": where for name, where in owners(task.net, stages).items()}
+    tied = [p for p in stages[rank].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+    loop = PipelineLoop(task, stages[rank], rank, world_size, schedule, 4, group=None,
+                        stage_ranks=list(range(world_size)), tied=tied,
+                        tied_group=dist.new_group(list(range(world_size))) if tied else None,
+                        device=torch.device("cpu"))
+    out: dict[str, float] = {"loss": 0.0, "grad": 0.0, "weight": 0.0, "metric": 0.0}
+    opt, ref_opt = torch.optim.SGD(task.parameters(), lr=0.5), torch.optim.SGD(reference.parameters(), lr=0.5)
+    for step, size in enumerate((8, 8, 6)):  # 6: a partial batch, 3 micro-batches
+        batch = _batch(kind, size)
+        opt.zero_grad(set_to_none=True)
+        ref_opt.zero_grad(set_to_none=True)
+        _, _, losses = loop.run(batch, train=True)
+        loss = torch.stack([part.detach() for part in losses]).mean()
+        loop.sum_tied_gradients()
+        ref_loss = reference.step_loss(batch)
+        ref_loss.backward()
+        out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
+        mine = dict(task.named_parameters(remove_duplicate=False))
+        for name, p in reference.named_parameters(remove_duplicate=False):
+            if rank in held[name]:
+                assert mine[name].grad is not None, name
+                out["grad"] = max(out["grad"], (mine[name].grad - p.grad).abs().max().item())
+        opt.step()
+        ref_opt.step()
+    mine = dict(task.named_parameters(remove_duplicate=False))
+    for name, p in reference.named_parameters(remove_duplicate=False):
+        if rank in held[name]:
+            out["weight"] = max(out["weight"], (mine[name] - p).abs().max().item())
+    if kind == "mlp":  # the training metric: updated from the pipeline's output on every rank
+        out["metric"] = abs(task.train_acc.compute().item() - reference.train_acc.compute().item())
+    return out
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedule: str) -> None:
+    for result in ranks.run(_pipeline_equals_one_process, kind, schedule, timeout=60):
+        assert result["loss"] <= 1e-6 and result["grad"] <= 1e-6, result
+        assert result["weight"] <= 1e-6 and result["metric"] <= 1e-6, result
