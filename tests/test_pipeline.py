@@ -54,9 +54,9 @@ def _task(kind: str) -> object:
 
     torch.manual_seed(0)
     sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5}
-    if kind == "gpt":  # tied embedding/head across the first and last stage
+    if kind == "gpt":  # tied embedding/head across the first and last stage; packed documents (ids passed on)
         net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": 3, "heads": 2}
-        return LanguageModelTask(net=net, optimizer=sgd, vocab_size=11, block_size=6)
+        return LanguageModelTask(net=net, optimizer=sgd, vocab_size=11, block_size=6, packed=True)
     net = {"_target_": "litforge.models.mlp.MLP", "_partial_": True, "hidden_dims": [8, 8], "dropout": 0.0}
     return ClassificationTask(net=net, optimizer=sgd, input_shape=[1, 4, 4], num_classes=3)
 
@@ -65,15 +65,17 @@ def _batch(kind: str, size: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(size)
     if kind == "gpt":
         tokens = torch.randint(0, 11, (size, 7), generator=g)
-        return tokens[:, :-1], tokens[:, 1:], torch.zeros(size, 6, dtype=torch.long)
+        return tokens[:, :-1], tokens[:, 1:], (torch.arange(6) >= torch.randint(1, 6, (size, 1), generator=g)).long()
     return torch.randn(size, 1, 4, 4, generator=g), torch.randint(0, 3, (size,), generator=g)
 
 
 def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule: str) -> dict[str, float]:
-    """Loss and gradients of one pipeline pass vs the whole net on the whole batch; then 3 SGD steps, weights."""
+    """Loss and (clipped) gradients of a pipeline pass vs the whole net on the whole batch; after 3 SGD steps, the
+    weights and the training metric."""
     import torch.distributed as dist
 
     from litforge.loops.pipeline import PipelineLoop
+    from litforge.parallel.pipeline import net_inputs
     from litforge.parallel.pipeline_split import owners, split_net
 
     task, reference = _task(kind), _task(kind)
@@ -83,7 +85,7 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     loop = PipelineLoop(task, stages[rank], rank, world_size, schedule, 4, group=None,
                         stage_ranks=list(range(world_size)), tied=tied,
                         tied_group=dist.new_group(list(range(world_size))) if tied else None,
-                        device=torch.device("cpu"))
+                        device=torch.device("cpu"), net_inputs=net_inputs(task))
     out: dict[str, float] = {"loss": 0.0, "grad": 0.0, "weight": 0.0, "metric": 0.0}
     opt, ref_opt = torch.optim.SGD(task.parameters(), lr=0.5), torch.optim.SGD(reference.parameters(), lr=0.5)
     for step, size in enumerate((8, 8, 6)):  # 6: a partial batch, 3 micro-batches
@@ -93,8 +95,10 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
         _, _, losses = loop.run(batch, train=True)
         loss = torch.stack([part.detach() for part in losses]).mean()
         loop.sum_tied_gradients()
+        loop.clip_gradients(0.05)  # trainer.gradient_clip_val: the norm over both stages, as one process's
         ref_loss = reference.step_loss(batch)
         ref_loss.backward()
+        assert torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05) > 0.05  # it does clip
         out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
         mine = dict(task.named_parameters(remove_duplicate=False))
         for name, p in reference.named_parameters(remove_duplicate=False):

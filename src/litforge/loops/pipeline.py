@@ -62,10 +62,15 @@ class PipelineLoop:
 
     def __init__(self, task: Any, stage: nn.Module, stage_index: int, num_stages: int, schedule: str,
                  microbatches: int, group: Any, stage_ranks: list[int], tied: list[nn.Parameter],
-                 tied_group: Any, device: torch.device) -> None:
+                 tied_group: Any, device: torch.device, clip_val: float | None = None,
+                 clip_algorithm: str = "norm", net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+                 ) -> None:
         self.task, self.stage, self.stage_index, self.num_stages = task, stage, stage_index, num_stages
         self.schedule, self.microbatches, self.group, self.stage_ranks = schedule, microbatches, group, stage_ranks
         self.tied, self.tied_group, self.device = tied, tied_group, device
+        self.clip_val, self.clip_algorithm = clip_val, clip_algorithm
+        # what the first stage takes of a micro-batch: the inputs (packed text: and the document ids)
+        self.net_inputs = net_inputs or (lambda micro: micro[:1])
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
         self._schedules: dict[Any, Any] = {}
         self._originals: dict[str, Callable[..., Any]] = {}
@@ -113,7 +118,7 @@ class PipelineLoop:
         self._micro = micro = micro_batches(batch, self.microbatches)
         n = len(micro)
         schedule = self._schedule_for(micro, train)
-        arg_mbs = [(m[0],) for m in micro] if self.is_first else [() for _ in micro]
+        arg_mbs = [tuple(self.net_inputs(m)) for m in micro] if self.is_first else [() for _ in micro]
         self._targets = [torch.tensor([i]) for i in range(n)]
         target_mbs = self._targets if self.is_last and train else None
         losses: list[Tensor] = []
@@ -151,6 +156,8 @@ class PipelineLoop:
         _, _, losses = self.run(tuple(batch), train=True)
         loss = torch.stack([part.detach() for part in losses]).mean()
         self.sum_tied_gradients()
+        if self.clip_val:
+            self.clip_gradients(float(self.clip_val))
         with counted_optimizer_step(lightning_optimizer):  # global_step counts this step
             optimizer.step()
         for config in trainer.lr_scheduler_configs:
@@ -167,6 +174,24 @@ class PipelineLoop:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, group=self.tied_group)
+
+    @torch.no_grad()
+    def clip_gradients(self, max_value: float) -> None:
+        """trainer.gradient_clip_val over the whole net: by value (elementwise, local), or by the global norm of all
+        stages' gradients, as `clip_grad_norm_` on one process (a tied weight counted once, on the first stage)."""
+        grads = [p.grad for p in self.stage.parameters() if p.grad is not None]
+        if self.clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(list(self.stage.parameters()), max_value)
+            return
+        tied = {id(p) for p in self.tied}
+        mine = [p.grad for p in self.stage.parameters() if p.grad is not None
+                and (id(p) not in tied or self.is_first)]
+        square = torch.stack([g.detach().float().pow(2).sum() for g in mine]).sum() if mine else \
+            torch.zeros((), device=self.device)
+        dist.all_reduce(square, group=self.group)
+        coefficient = (max_value / (square.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coefficient.to(g.dtype))
 
     def _evaluating(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """The task's validation/test step, run on every rank on the forward pipeline's output."""

@@ -107,7 +107,8 @@ class GPT(nn.Module):
 
 
 class GPTStage(nn.Module):
-    """One pipeline stage of a :class:`GPT` (unpacked rows only: a stage passes one tensor on, not document ids)."""
+    """One pipeline stage of a :class:`GPT`. With packed rows every stage also takes the document ids (and, but for
+    the last, passes them on), each stage building the attention mask from them as GPT.forward does."""
 
     def __init__(self, net: GPT, blocks: list[nn.Module], first: bool, last: bool) -> None:
         super().__init__()
@@ -118,13 +119,18 @@ class GPTStage(nn.Module):
         if last:
             self.norm, self.head = net.norm, net.head
 
-    def forward(self, x: Tensor) -> Tensor:
-        if self.first:  # token ids (B, T) -> embeddings, as GPT.forward without doc_ids
-            positions = torch.arange(x.shape[1], device=x.device).expand_as(x)
+    def forward(self, x: Tensor, doc_ids: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        if doc_ids is None:
+            positions, mask = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2]), None
+        else:
+            positions, mask = document_layout(doc_ids)
+        if self.first:  # token ids (B, T) -> embeddings, as GPT.forward
             x = self.drop(self.tok_embed(x) + self.pos_embed(positions))
         for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x)) if self.last else x
+            x = block(x, mask)
+        if self.last:
+            return self.head(self.norm(x))
+        return x if doc_ids is None else (x, doc_ids)
 
     @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,

@@ -18,7 +18,7 @@ optimizer state) on every process: fine up to models one host's (one device's) m
 sharded checkpoint would be needed, which this strategy does not write.
 
 Refused in one line: nets that cannot be split (BatchNorm, no `pipeline_stages`), tasks without a per-step loss,
-MixUp/CutMix (task.mix), gradient clipping and accumulation (they would need norms across stages), packed text.
+MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batches accumulate already).
 """
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ from pytorch_lightning.strategies import DDPStrategy
 
 from litforge.errors import ConfigError
 from litforge.loops.pipeline import SCHEDULES, PipelineLoop
+
+
+def net_inputs(task: Any) -> Any:
+    """What the first stage takes of a batch: the net's input; for packed text (task.packed) also the document
+    ids, which every stage of the GPT then passes on (GPTStage)."""
+    if getattr(task, "packed", False):
+        return lambda batch: (batch[0], batch[2])
+    return lambda batch: batch[:1]
 
 
 class Pipeline(DDPStrategy):
@@ -48,6 +56,8 @@ class Pipeline(DDPStrategy):
         super().__init__(**kwargs)
         self.schedule, self.microbatches = schedule, microbatches
         self.loop: PipelineLoop | None = None
+        self.clip_val: float | None = None
+        self.clip_algorithm = "norm"
         self.owners: dict[str, list[int]] = {}
 
     # ---- refusals ---------------------------------------------------------------------------------------------
@@ -62,9 +72,6 @@ class Pipeline(DDPStrategy):
                               f"task=language_model); {type(task).__name__} has none: {fix}")
         if getattr(task, "mixer", None) is not None:
             raise ConfigError(f"strategy=pipeline does not mix images across micro-batches: pass task.mix=none {fix}")
-        if getattr(task, "packed", False):
-            raise ConfigError(f"strategy=pipeline passes one tensor between stages, not packed documents' ids: "
-                              f"pass data.packed=false {fix}")
         split_net(task.net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
 
     def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None:
@@ -77,10 +84,10 @@ class Pipeline(DDPStrategy):
             raise ConfigError(f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
                               f"{self.microbatches}: use a multiple, e.g. data.batch_size="
                               f"{max(1, round(batch_size / self.microbatches)) * self.microbatches}")
-        if trainer_kwargs.get("gradient_clip_val"):
-            raise ConfigError(f"trainer.gradient_clip_val={trainer_kwargs['gradient_clip_val']} under strategy=pipeline "
-                              "would need the gradient norm across stages, which litforge does not compute: pass "
-                              "trainer.gradient_clip_val=null, or strategy=ddp")
+        # clipping moves from the Trainer (which refuses it under manual optimization) into the loop, which takes
+        # the norm over all stages
+        self.clip_val = trainer_kwargs.pop("gradient_clip_val", None)
+        self.clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"
         if trainer_kwargs.get("accumulate_grad_batches", 1) != 1:
             raise ConfigError(f"trainer.accumulate_grad_batches={trainer_kwargs['accumulate_grad_batches']} under "
                               "strategy=pipeline: raise data.batch_size instead (micro-batches already accumulate), "
@@ -120,7 +127,9 @@ class Pipeline(DDPStrategy):
             tied_group = dist.new_group(holders) if holders else None
             self.loop = PipelineLoop(module, stages[rank], rank, self.world_size, self.schedule, self.microbatches,
                                      group=None, stage_ranks=list(range(self.world_size)), tied=tied,
-                                     tied_group=tied_group if rank in holders else None, device=self.root_device)
+                                     tied_group=tied_group if rank in holders else None, device=self.root_device,
+                                     clip_val=self.clip_val, clip_algorithm=self.clip_algorithm,
+                                     net_inputs=net_inputs(module))
         self.loop.install()
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
