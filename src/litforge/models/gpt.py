@@ -105,6 +105,19 @@ class GPT(nn.Module):
         runs = split_runs(self.blocks, num_stages, "model.depth")
         return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """Sample `max_new_tokens` continuations of `idx` (B, T), cropping the context to `block_size`."""
+        for _ in range(max_new_tokens):
+            logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # a slice: no index tensor copy
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
+            idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
+        return idx
+
 
 class GPTStage(nn.Module):
     """One pipeline stage of a :class:`GPT`. With packed rows every stage also takes the document ids (and, but for
@@ -131,16 +144,3 @@ class GPTStage(nn.Module):
         if self.last:
             return self.head(self.norm(x))
         return x if doc_ids is None else (x, doc_ids)
-
-    @torch.no_grad()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
-        """Sample `max_new_tokens` continuations of `idx` (B, T), cropping the context to `block_size`."""
-        for _ in range(max_new_tokens):
-            logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-6)
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # a slice: no index tensor copy
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits, dim=-1)
-            idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
-        return idx
