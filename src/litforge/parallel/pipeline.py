@@ -84,6 +84,9 @@ class Pipeline(DDPStrategy):
             raise ConfigError(f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
                               f"{self.microbatches}: use a multiple, e.g. data.batch_size="
                               f"{max(1, round(batch_size / self.microbatches)) * self.microbatches}")
+        # every stage reads the very batches one process would (a DistributedSampler, even over one replica,
+        # shuffles in another order than the loader's own sampler)
+        trainer_kwargs["use_distributed_sampler"] = False
         # clipping moves from the Trainer (which refuses it under manual optimization) into the loop, which takes
         # the norm over all stages
         self.clip_val = trainer_kwargs.pop("gradient_clip_val", None)
