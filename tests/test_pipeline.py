@@ -53,7 +53,7 @@ def _task(kind: str) -> object:
     from litforge.tasks.language_model import LanguageModelTask
 
     torch.manual_seed(0)
-    sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5}
+    sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5, "momentum": 0.9}
     if kind == "gpt":  # tied embedding/head across the first and last stage; packed documents (ids passed on)
         net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": 3, "heads": 2}
         return LanguageModelTask(net=net, optimizer=sgd, vocab_size=11, block_size=6, packed=True)
@@ -75,7 +75,7 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     import torch.distributed as dist
 
     from litforge.loops.pipeline import PipelineLoop
-    from litforge.parallel.pipeline import net_inputs
+    from litforge.parallel.pipeline import merged_optimizer_state, net_inputs, sync_full_net
     from litforge.parallel.pipeline_split import owners, split_net
 
     task, reference = _task(kind), _task(kind)
@@ -86,9 +86,29 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
                         stage_ranks=list(range(world_size)), tied=tied,
                         tied_group=dist.new_group(list(range(world_size))) if tied else None,
                         device=torch.device("cpu"), net_inputs=net_inputs(task))
-    out: dict[str, float] = {"loss": 0.0, "grad": 0.0, "weight": 0.0, "metric": 0.0}
-    opt, ref_opt = torch.optim.SGD(task.parameters(), lr=0.5), torch.optim.SGD(reference.parameters(), lr=0.5)
-    for step, size in enumerate((8, 8, 6)):  # 6: a partial batch, 3 micro-batches
+    out: dict[str, float] = {"loss": 0.0, "grad": 0.0, "weight": 0.0, "metric": 0.0, "full_net": 1.0, "optimizer": 1.0}
+    opt, ref_opt = task.configure_optimizers(), reference.configure_optimizers()  # SGD with momentum (state)
+    for step, size in enumerate((8, 8, 6, 8)):  # 6: a partial batch, 3 micro-batches
+        if step == 3:  # a checkpoint and an exact resume: the full net and optimizer on every rank, a fresh start
+            sync_full_net(task, held)
+            out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters()))
+            saved = {"state_dict": task.state_dict(), "optimizer": merged_optimizer_state(opt.state_dict(), world_size)}
+            ref_state = ref_opt.state_dict()["state"]
+            out["optimizer"] = max((saved["optimizer"]["state"][k]["momentum_buffer"] - v["momentum_buffer"]).abs()
+                                   .max().item() for k, v in ref_state.items())
+            assert sorted(saved["optimizer"]["state"]) == sorted(ref_state)
+            task = _task(kind)
+            if kind == "mlp":  # the resumed task's metric starts afresh, so does the reference's
+                reference.train_acc.reset()
+            task.load_state_dict(saved["state_dict"])
+            opt = task.configure_optimizers()
+            opt.load_state_dict(saved["optimizer"])
+            stages = split_net(task.net, world_size)
+            tied = [p for p in stages[rank].parameters()
+                    if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+            loop = PipelineLoop(task, stages[rank], rank, world_size, schedule, 4, group=None,
+                                stage_ranks=list(range(world_size)), tied=tied, tied_group=loop.tied_group,
+                                device=torch.device("cpu"), net_inputs=net_inputs(task))
         batch = _batch(kind, size)
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)
@@ -111,7 +131,7 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     for name, p in reference.named_parameters(remove_duplicate=False):
         if rank in held[name]:
             out["weight"] = max(out["weight"], (mine[name] - p).abs().max().item())
-    if kind == "mlp":  # the training metric: updated from the pipeline's output on every rank
+    if kind == "mlp":  # the training metric (since the resume): updated from the pipeline's output on every rank
         out["metric"] = abs(task.train_acc.compute().item() - reference.train_acc.compute().item())
     return out
 
@@ -122,3 +142,4 @@ def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedul
     for result in ranks.run(_pipeline_equals_one_process, kind, schedule, timeout=60):
         assert result["loss"] <= 1e-6 and result["grad"] <= 1e-6, result
         assert result["weight"] <= 1e-6 and result["metric"] <= 1e-6, result
+        assert result["full_net"] <= 1e-6 and result["optimizer"] <= 1e-6, result  # the checkpoint, before resuming

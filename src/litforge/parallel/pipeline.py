@@ -136,15 +136,10 @@ class Pipeline(DDPStrategy):
         self.loop.install()
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
-    @torch.no_grad()
     def sync_full_net(self) -> None:
         """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model."""
-        if not self.owners or self.world_size == 1:
-            return
-        tensors = dict(self.lightning_module.named_parameters(remove_duplicate=False))
-        tensors.update(self.lightning_module.named_buffers(remove_duplicate=False))
-        for name, where in self.owners.items():
-            dist.broadcast(tensors[name].data, src=where[0])
+        if self.owners and self.world_size > 1:
+            sync_full_net(self.lightning_module, self.owners)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.sync_full_net()  # called on every rank by Lightning's checkpoint dump
@@ -155,10 +150,26 @@ class Pipeline(DDPStrategy):
         state = super().optimizer_state(optimizer)
         if self.world_size == 1 or not self.owners:
             return state
-        everyone: list[Any] = [None] * self.world_size
-        dist.all_gather_object(everyone, {k: {n: v.cpu() if isinstance(v, torch.Tensor) else v
-                                              for n, v in s.items()} for k, s in state["state"].items()})
-        merged: dict[Any, Any] = {}
-        for rank_state in everyone:
-            merged.update(rank_state)
-        return {**state, "state": dict(sorted(merged.items()))}
+        return merged_optimizer_state(state, self.world_size)
+
+
+@torch.no_grad()
+def sync_full_net(module: torch.nn.Module, owners: dict[str, list[int]]) -> None:
+    """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it, stage = rank)
+    from its first holder, so that every rank holds the whole, current model (a collective: all ranks call it)."""
+    tensors = dict(module.named_parameters(remove_duplicate=False))
+    tensors.update(module.named_buffers(remove_duplicate=False))
+    for name, where in owners.items():
+        dist.broadcast(tensors[name].data, src=where[0])
+
+
+def merged_optimizer_state(state: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """One optimizer `state_dict` from every rank's (each holds state only for its stage's parameters; the same
+    parameter indices on every rank, since every rank's optimizer was built over the whole net)."""
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, {k: {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in s.items()}
+                                      for k, s in state["state"].items()})
+    merged: dict[Any, Any] = {}
+    for rank_state in everyone:
+        merged.update(rank_state)
+    return {**state, "state": dict(sorted(merged.items()))}
