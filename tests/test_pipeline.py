@@ -143,3 +143,34 @@ def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedul
         assert result["loss"] <= 1e-6 and result["grad"] <= 1e-6, result
         assert result["weight"] <= 1e-6 and result["metric"] <= 1e-6, result
         assert result["full_net"] <= 1e-6 and result["optimizer"] <= 1e-6, result  # the checkpoint, before resuming
+
+
+def test_strategy_refusals_name_the_key_and_the_fix() -> None:
+    from litforge.loops.steps_per_call import EpochSchedulers
+    from litforge.parallel.pipeline import Pipeline
+    from litforge.tasks.classification import ClassificationTask
+
+    with pytest.raises(ConfigError, match=r"strategy.schedule='zigzag' is not one of gpipe, 1f1b"):
+        Pipeline(schedule="zigzag")
+    with pytest.raises(ConfigError, match=r"strategy.microbatches=0: use an integer >= 1"):
+        Pipeline(microbatches=0)
+    strategy = Pipeline(microbatches=4)
+    data = type("Data", (), {"batch_size": 30})()
+    with pytest.raises(ConfigError, match=r"data.batch_size=30 is not divisible by strategy.microbatches=4: .*=32"):
+        strategy.check_run(data, {}, [])
+    with pytest.raises(ConfigError, match=r"trainer.accumulate_grad_batches=2 under strategy=pipeline"):
+        strategy.check_run(type("Data", (), {"batch_size": 32})(), {"accumulate_grad_batches": 2}, [])
+    trainer_kwargs, callbacks = {"gradient_clip_val": 1.0}, []
+    strategy.check_run(type("Data", (), {"batch_size": 32})(), trainer_kwargs, callbacks)
+    # clipping moves into the loop (Lightning refuses it under manual optimization); the stages read one order
+    assert strategy.clip_val == 1.0 and "gradient_clip_val" not in trainer_kwargs
+    assert trainer_kwargs["use_distributed_sampler"] is False
+    assert [type(cb) for cb in callbacks] == [EpochSchedulers]
+    sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1}
+    cnn = {"_target_": "litforge.models.cnn.CNN", "_partial_": True}
+    with pytest.raises(ConfigError, match=r"strategy=pipeline cannot split CNN: its BatchNorm"):
+        strategy.check_task(ClassificationTask(net=cnn, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3))
+    mlp = {"_target_": "litforge.models.mlp.MLP", "_partial_": True}
+    with pytest.raises(ConfigError, match=r"pass task.mix=none"):
+        strategy.check_task(ClassificationTask(net=mlp, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3,
+                                               mix="mixup"))
