@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
+from conftest import read_metrics, run_cli, single_run
 from litforge.errors import ConfigError
 from litforge.models.cnn import CNN
 from litforge.models.gpt import GPT
@@ -174,3 +177,33 @@ def test_strategy_refusals_name_the_key_and_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"pass task.mix=none"):
         strategy.check_task(ClassificationTask(net=mlp, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3,
                                                mix="mixup"))
+
+
+QUIET = ["trainer=cpu", "callbacks.model_summary=null", "logger=csv", "print_config=false",
+         "callbacks.progress_bar=null", "model=mlp", "model.dropout=0", "trainer.max_epochs=1",
+         "+trainer.limit_train_batches=4", "+trainer.limit_val_batches=2", "+trainer.limit_test_batches=2"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_pipeline_cli_trains_like_one_process_and_eval_reads_its_checkpoint(tmp_path: Path) -> None:
+    """`python train.py strategy=pipeline trainer.devices=2 model=mlp`: the metrics of a one-process run (the
+    same batches, losses and weights), and eval.py on its single-file checkpoint reproduces its test metrics."""
+    piped = run_cli("train.py", *QUIET, "strategy=pipeline", "trainer.devices=2", log_dir=tmp_path / "pipe",
+                    timeout=300)
+    assert piped.returncode == 0, piped.output[-3000:]
+    alone = run_cli("train.py", *QUIET, "trainer.devices=1", log_dir=tmp_path / "one", timeout=300)
+    assert alone.returncode == 0, alone.output[-3000:]
+    run = single_run(tmp_path / "pipe")
+    pipe_metrics, one_metrics = read_metrics(run)["metrics"], read_metrics(single_run(tmp_path / "one"))["metrics"]
+    for key in ("train/acc", "val/loss", "val/acc", "test/loss", "test/acc"):
+        assert pipe_metrics[key] == pytest.approx(one_metrics[key], abs=1e-6), (key, pipe_metrics, one_metrics)
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert set(checkpoint["state_dict"]) == {f"net.{k}" for k in
+                                             ("net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias",
+                                              "net.5.weight", "net.5.bias")}
+    evaluated = run_cli("eval.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+                        "+trainer.limit_test_batches=2", log_dir=tmp_path / "eval", timeout=300)
+    assert evaluated.returncode == 0, evaluated.output[-3000:]
+    eval_metrics = read_metrics(single_run(tmp_path / "eval", "eval"))["metrics"]
+    assert eval_metrics["test/acc"] == pytest.approx(pipe_metrics["test/acc"], abs=1e-6), eval_metrics
