@@ -52,7 +52,10 @@ def test_flex_attention_block_mask_matches_the_explicit_mask_and_reads_nothing(m
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="model.attention=flex cannot train on a CPU"):
         flex_net(idx, doc_ids)
-    assert not GPT(vocab_size=13, block_size=32, dim=32, depth=1, heads=4)._flex(idx)  # auto on CPU: the mask
+    from litforge.models.gpt import attention_inputs
+
+    _, auto_mask = attention_inputs(idx, doc_ids, "auto", 0.0, True)
+    assert isinstance(auto_mask, torch.Tensor)  # auto on CPU: the explicit mask
 
 
 def test_gpt_attention_key_is_checked():

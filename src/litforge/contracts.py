@@ -138,6 +138,17 @@ class TensorParallelModel(Model, Protocol):
         ...
 
 
+@runtime_checkable
+class PipelineModel(Model, Protocol):
+    """A net that can be cut into consecutive pipeline stages (strategy=pipeline); others are refused there."""
+
+    def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
+        """`num_stages` modules, sharing this net's submodules, whose composition in order is the net's forward
+        (the first takes the net's input, the last returns its output); ConfigError naming the model key when
+        the net is too shallow to fill them."""
+        ...
+
+
 class Callback(Protocol):
     """A `pytorch_lightning.Callback` with one job, in its own file, configured by one conf/callbacks YAML.
 

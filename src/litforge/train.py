@@ -119,6 +119,8 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     strategy = build_strategy(cfg.get("strategy"))
     if callable(check_task := getattr(strategy, "check_task", None)):
         check_task(task)  # refusals that need the built net (hogwild: BatchNorm), once, before any rank starts
+    if callable(check_strategy_run := getattr(strategy, "check_run", None)):
+        check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
     if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)

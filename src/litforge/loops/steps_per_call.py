@@ -153,14 +153,15 @@ class EpochSchedulers(pl.Callback):
     inside an epoch. An epoch of unknown length (a streamed dataset) steps at the epoch's end.
     """
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, processes_ok: bool = False) -> None:
         self.steps = steps
+        self.processes_ok = processes_ok  # strategy=pipeline: its loop steps the optimizer on every rank
         self._batches_this_epoch = 0
         self._last_batch_done = False  # the epoch's last batch ran: the next validation is the epoch-end one
         self._stepped: set[int] = set()  # ids of the schedulers already stepped this epoch
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.world_size > 1:  # e.g. trainer.devices=2 picked DDP
+        if trainer.world_size > 1 and not self.processes_ok:  # e.g. trainer.devices=2 picked DDP
             raise ConfigError(f"steps_per_call={self.steps} runs on one device, but this run has {trainer.world_size} "
                               "processes: set steps_per_call=1 for multi-device training")
 

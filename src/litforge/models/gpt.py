@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
-from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan
+from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -69,6 +69,23 @@ def document_block_mask(doc_ids: Tensor) -> BlockMask:
 
 ATTENTION = ("auto", "flex", "mask")
 
+
+
+def attention_inputs(x: Tensor, doc_ids: Tensor | None, attention: str, dropout: float,
+                     training: bool) -> tuple[Tensor, Tensor | BlockMask | None]:
+    """Positions (B, T) and the attention mask for `x` (B, T, ...): none without documents, else the explicit
+    block-diagonal mask or FlexAttention's block mask as `model.attention` picks (`auto`: flex on CUDA unless dropout
+    trains). One function for GPT.forward and its pipeline stages, so both take the same path."""
+    if doc_ids is None:
+        return torch.arange(x.shape[1], device=x.device).expand(x.shape[:2]), None
+    flex = attention == "flex" or (attention == "auto" and x.is_cuda and not (dropout and training))
+    positions, mask = document_layout(doc_ids, with_mask=not flex)
+    if flex:
+        if not x.is_cuda and torch.is_grad_enabled():
+            raise ConfigError("model.attention=flex cannot train on a CPU (FlexAttention has no CPU "
+                              "backward in torch): use model.attention=auto (the explicit mask on CPU) or a GPU")
+        mask = document_block_mask(doc_ids)
+    return positions, mask
 
 class GPT(nn.Module):
     """Token + learned position embeddings → `self.blocks` → final LayerNorm → `self.head` (tied to the embedding).
@@ -134,25 +151,17 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than block_size={self.block_size}")
-        if doc_ids is None:
-            positions, mask = torch.arange(T, device=idx.device).expand(B, T), None
-        else:
-            flex = self._flex(idx)
-            positions, mask = document_layout(doc_ids, with_mask=not flex)
-            if flex:
-                if not idx.is_cuda and torch.is_grad_enabled():
-                    raise ConfigError("model.attention=flex cannot train on a CPU (FlexAttention has no CPU "
-                                      "backward in torch): use model.attention=auto (the explicit mask on CPU) or a GPU")
-                mask = document_block_mask(doc_ids)
+        positions, mask = attention_inputs(idx, doc_ids, self.attention, self.dropout, self.training)
         x = self.drop(self.tok_embed(idx) + self.pos_embed(positions))
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.norm(x))
 
-    def _flex(self, idx: Tensor) -> bool:
-        if self.attention == "auto":
-            return idx.is_cuda and not (self.dropout and self.training)
-        return self.attention == "flex"
+    def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
+        """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the embeddings with the
+        first, the final norm and the (tied) head with the last. The stages share this net's modules (no copies)."""
+        runs = split_runs(self.blocks, num_stages, "model.depth")
+        return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
     @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
@@ -166,3 +175,28 @@ class GPT(nn.Module):
             probs = torch.softmax(logits, dim=-1)
             idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
         return idx
+
+
+class GPTStage(nn.Module):
+    """One pipeline stage of a :class:`GPT`. With packed rows every stage also takes the document ids (and, but for
+    the last, passes them on), each stage building the attention mask from them as GPT.forward does."""
+
+    def __init__(self, net: GPT, blocks: list[nn.Module], first: bool, last: bool) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        self.attention, self.dropout = net.attention, net.dropout  # the attention path GPT.forward would take
+        if first:
+            self.tok_embed, self.pos_embed, self.drop = net.tok_embed, net.pos_embed, net.drop
+        self.blocks = nn.ModuleList(blocks)
+        if last:
+            self.norm, self.head = net.norm, net.head
+
+    def forward(self, x: Tensor, doc_ids: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        positions, mask = attention_inputs(x, doc_ids, self.attention, self.dropout, self.training)
+        if self.first:  # token ids (B, T) -> embeddings, as GPT.forward
+            x = self.drop(self.tok_embed(x) + self.pos_embed(positions))
+        for block in self.blocks:
+            x = block(x, mask)
+        if self.last:
+            return self.head(self.norm(x))
+        return x if doc_ids is None else (x, doc_ids)

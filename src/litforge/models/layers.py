@@ -9,7 +9,8 @@ tensor-parallel shard holding only some of the heads runs unchanged.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -127,3 +128,22 @@ def blocks_tensor_parallel_plan(blocks: nn.ModuleList, prefix: str = "blocks") -
     """The tensor-parallel plan of a stack of TransformerBlocks: every block split the Megatron way."""
     return {f"{prefix}.{i}.{name}": style for i in range(len(blocks))
             for name, style in TransformerBlock.TENSOR_PARALLEL_PLAN.items()}
+
+
+T = TypeVar("T")
+
+
+def split_runs(items: Sequence[T], parts: int, key: str) -> list[list[T]]:
+    """`items` (blocks, layers) as `parts` consecutive runs, as even as possible (earlier runs one longer): the
+    pipeline split. Fewer items than parts is refused in one line naming the model key that sets their number."""
+    items = list(items)
+    if len(items) < parts:
+        raise ConfigError(f"{key} gives {len(items)} layer runs to split into {parts} pipeline stages: use a deeper "
+                          f"net (at least {parts}) or fewer stages (trainer.devices={max(1, len(items))})")
+    size, extra = divmod(len(items), parts)
+    runs, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        runs.append(items[start:end])
+        start = end
+    return runs

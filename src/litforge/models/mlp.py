@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from litforge.models.layers import split_runs
+
 
 class MLP(nn.Module):
     """Linear → ReLU → Dropout blocks on the flattened image, then a linear head.
@@ -36,6 +38,20 @@ class MLP(nn.Module):
     def fsdp_units(self) -> list[nn.Module]:
         """FSDP2 sharding units (litforge.parallel): each Linear layer."""
         return [layer for layer in self.net if isinstance(layer, nn.Linear)]
+
+    def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
+        """The net as `num_stages` consecutive stages (strategy=pipeline): runs of layers, each Linear with the
+        activation and dropout after it (Flatten goes with the first). Shares this net's modules."""
+        layers: list[list[nn.Module]] = []
+        for layer in self.net:
+            if isinstance(layer, nn.Linear) or not layers:
+                layers.append([])
+            layers[-1].append(layer)
+        if isinstance(self.net[0], nn.Flatten):  # Flatten opened a layer of its own: join it to the first Linear
+            layers[1:2] = [layers[0] + layers[1]]
+            del layers[0]
+        runs = split_runs(layers, num_stages, "model.hidden_dims (its layers)")
+        return [nn.Sequential(*(m for layer in run for m in layer)) for run in runs]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from litforge.errors import ConfigError
-from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan
+from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
 
 def nearest_divisor(n: int, target: int) -> int:
@@ -78,3 +78,32 @@ class VisionTransformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x)[:, 0])
+
+    def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
+        """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the patch embedding,
+        cls token and positions with the first, the final norm and head with the last. Shares this net's modules."""
+        runs = split_runs(self.blocks, num_stages, "model.depth")
+        return [ViTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
+
+
+class ViTStage(nn.Module):
+    """One pipeline stage of a :class:`VisionTransformer`; the first takes images, the last returns logits."""
+
+    def __init__(self, net: VisionTransformer, blocks: list[nn.Module], first: bool, last: bool) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        if first:
+            self.patch_embed, self.drop = net.patch_embed, net.drop
+            self.cls_token, self.pos_embed = net.cls_token, net.pos_embed  # the same Parameters as the net's
+        self.blocks = nn.ModuleList(blocks)
+        if last:
+            self.norm, self.head = net.norm, net.head
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.first:  # as VisionTransformer.forward
+            x = self.patch_embed(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+            x = self.drop(x + self.pos_embed)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0]) if self.last else x

@@ -1,0 +1,204 @@
+"""The training, validation and test steps of strategy=pipeline: a `torch.distributed.pipelining` schedule per batch.
+
+Why a loop of litforge's own: Lightning has no pipeline-parallel strategy (its DeepSpeed one is GPU-only and not a
+`torch.distributed.pipelining` schedule), and a pipeline schedule runs forward, backward and the gradient
+accumulation of all micro-batches itself, so the step cannot be Lightning's automatic optimization. As
+litforge.loops.steps_per_call does for several steps per call, :class:`PipelineLoop` replaces the task's
+`training_step`, `validation_step` and `test_step` on the instance (the task's class stays as it is) and drives
+the optimizer itself under manual optimization.
+
+Tasks stay unchanged because the loss is the task's own `step_loss(micro_batch)`: the schedule's `loss_fn` on the
+last stage calls it with the task's `forward` answering with the pipeline's output for that micro-batch
+(:func:`given_output`), so the task's loss, its metrics and its batch layout all keep working. The last stage then
+broadcasts the batch's output to every rank, where the same `step_loss` calls (or the task's own
+`validation_step` / `test_step`) run on it: every rank logs the same loss and holds the same metric states (their
+end-of-epoch syncs then meet on every rank). That broadcast costs one output tensor per batch (B x classes, or
+B x T x vocab for a language model).
+
+Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
+the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held by two stages (the GPT's embedding tied to its
+head, on the first and last stage) gets its two partial gradients summed between those ranks before the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from litforge.compat import counted_optimizer_step
+
+SCHEDULES = ("gpipe", "1f1b")  # strategy.schedule
+
+
+@contextmanager
+def given_output(task: nn.Module, output: Tensor) -> Iterator[None]:
+    """Inside, `task(...)` returns `output` (the pipeline's result) instead of running the net."""
+    task.forward = lambda *args, **kwargs: output  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del task.forward
+
+
+def micro_batches(batch: tuple[Any, ...], n: int) -> list[tuple[Any, ...]]:
+    """`batch` (a tuple of tensors, or None entries) cut along dim 0 into equal consecutive micro-batches: `n` of
+    them, or for a batch `n` does not divide (a partial last batch) the largest count below `n` that divides it.
+
+    Equal sizes because a pipeline stage infers its receive buffers from the first micro-batch; and then the mean
+    of the micro-batch losses is the batch's mean loss, so the gradients equal one process's."""
+    size = len(batch[0])
+    n = max(d for d in range(1, min(n, size) + 1) if size % d == 0)
+    parts = [t.chunk(n) if isinstance(t, Tensor) else [t] * n for t in batch]
+    return [tuple(p[i] for p in parts) for i in range(n)]
+
+
+class PipelineLoop:
+    """One rank's part of the pipeline: its stage, the schedules, and the task's replaced steps."""
+
+    def __init__(self, task: Any, stage: nn.Module, stage_index: int, num_stages: int, schedule: str,
+                 microbatches: int, group: Any, stage_ranks: list[int], tied: list[nn.Parameter],
+                 tied_group: Any, device: torch.device, clip_val: float | None = None,
+                 clip_algorithm: str = "norm", net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+                 ) -> None:
+        self.task, self.stage, self.stage_index, self.num_stages = task, stage, stage_index, num_stages
+        self.schedule, self.microbatches, self.group, self.stage_ranks = schedule, microbatches, group, stage_ranks
+        self.tied, self.tied_group, self.device = tied, tied_group, device
+        self.clip_val, self.clip_algorithm = clip_val, clip_algorithm
+        # what the first stage takes of a micro-batch: the inputs (packed text: and the document ids)
+        self.net_inputs = net_inputs or (lambda micro: micro[:1])
+        self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
+        self._schedules: dict[Any, Any] = {}
+        self._originals: dict[str, Callable[..., Any]] = {}
+        self._micro: list[tuple[Any, ...]] = []
+        self._inferring = False
+
+    # ---- installing -------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Manual optimization, and the task's steps replaced on the instance by this loop's (idempotent)."""
+        task = self.task
+        task.automatic_optimization = False
+        for name in ("validation_step", "test_step"):
+            if name not in self._originals:
+                self._originals[name] = getattr(task, name)
+                setattr(task, name, self._evaluating(self._originals[name]))
+        task.training_step = self.training_step
+
+    # ---- the schedules ----------------------------------------------------------------------------------------
+    def _schedule_for(self, micro: list[tuple[Any, ...]], train: bool) -> Any:
+        """A PipelineStage + schedule per (mode, micro-batch shapes): a stage infers its shapes at its first step and
+        keeps its receive buffers, so a partial last batch (or a validation batch size) needs its own."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        key = (train, tuple(tuple(tuple(t.shape) for t in m if isinstance(t, Tensor)) for m in micro))
+        if key not in self._schedules:
+            stage = PipelineStage(self.stage, self.stage_index, self.num_stages, self.device, group=self.group)
+            cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[self.schedule if train else "gpipe"]
+            self._schedules[key] = cls(stage, len(micro), loss_fn=self._loss if train else None)
+            self._inferring = train  # its first step starts with one shape-inference call of the loss
+        return self._schedules[key]
+
+    def _loss(self, output: Tensor, index: Tensor) -> Tensor:
+        """The schedule's loss on the last stage: the task's own `step_loss` of the micro-batch.
+
+        The schedule's target is the micro-batch's index (it takes tensors only, a task's batch is a tuple). A
+        stage's first step also calls this once, before the micro-batches, on a detached copy of the target, to
+        infer gradient shapes: that call gets a stand-in loss, so the task's training metrics count each micro-batch
+        once (tests/test_pipeline.py checks the metric, so a torch that stops making that call fails loudly)."""
+        if self._inferring:
+            self._inferring = False
+            return output.float().sum() * 0.0
+        with given_output(self.task, output):
+            return self.task.step_loss(self._micro[int(index.item())])
+
+    def run(self, batch: tuple[Any, ...], train: bool) -> tuple[Tensor, list[tuple[Any, ...]], list[Tensor]]:
+        """One pass of the schedule over `batch`: (the output, the micro-batches, the micro-batch losses (training
+        only)), the same on every rank."""
+        self._micro = micro = micro_batches(batch, self.microbatches)
+        n = len(micro)
+        schedule = self._schedule_for(micro, train)
+        arg_mbs = [tuple(self.net_inputs(m)) for m in micro] if self.is_first else [() for _ in micro]
+        target_mbs = [torch.tensor([i]) for i in range(n)] if self.is_last and train else None
+        losses: list[Tensor] = []
+        if not train:
+            with torch.no_grad():
+                return self._broadcast(schedule.eval(arg_mbs=arg_mbs)), micro, losses
+        output = self._broadcast(schedule.step(arg_mbs=arg_mbs, target_mbs=target_mbs, losses=losses))
+        if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
+            with torch.no_grad():
+                for part, out in zip(micro, output.tensor_split(n)):
+                    with given_output(self.task, out):
+                        losses.append(self.task.step_loss(part))
+        return output, micro, losses
+
+    def _broadcast(self, output: Tensor | None) -> Tensor:
+        """The last stage's merged output, on every rank of this pipeline."""
+        src = self.stage_ranks[-1]
+        meta = [(tuple(output.shape), output.dtype) if output is not None else None]
+        dist.broadcast_object_list(meta, src=src, group=self.group)
+        shape, dtype = meta[0]
+        out = output.detach().contiguous() if output is not None else torch.empty(shape, dtype=dtype,
+                                                                                   device=self.device)
+        dist.broadcast(out, src=src, group=self.group)
+        return out
+
+    # ---- the replaced steps -----------------------------------------------------------------------------------
+    def training_step(self, batch: tuple[Any, ...], batch_idx: int) -> Tensor:
+        """One optimizer step on `batch` through the pipeline; the batch's loss, equal on every rank."""
+        task = self.task
+        trainer = task.trainer
+        where = task.step_position(batch_idx)
+        lightning_optimizer = task.optimizers()
+        optimizer = lightning_optimizer.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        _, _, losses = self.run(tuple(batch), train=True)
+        loss = torch.stack([part.detach() for part in losses]).mean()
+        self.sum_tied_gradients()
+        if self.clip_val:
+            self.clip_gradients(float(self.clip_val))
+        with counted_optimizer_step(lightning_optimizer):  # global_step counts this step
+            optimizer.step()
+        for config in trainer.lr_scheduler_configs:
+            if config.interval == "step" and trainer.global_step % config.frequency == 0:
+                task.lr_scheduler_step(config.scheduler, None)
+        task.log_training_loss(loss, batch, where)
+        return loss
+
+    def sum_tied_gradients(self) -> None:
+        """Sum the partial gradients of weights two stages share (the GPT's embedding and head) between them."""
+        if self.tied_group is None:
+            return
+        for p in self.tied:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad, group=self.tied_group)
+
+    @torch.no_grad()
+    def clip_gradients(self, max_value: float) -> None:
+        """trainer.gradient_clip_val over the whole net: by value (elementwise, local), or by the global norm of all
+        stages' gradients, as `clip_grad_norm_` on one process (a tied weight counted once, on the first stage)."""
+        grads = [p.grad for p in self.stage.parameters() if p.grad is not None]
+        if self.clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(list(self.stage.parameters()), max_value)
+            return
+        tied = {id(p) for p in self.tied}
+        mine = [p.grad for p in self.stage.parameters() if p.grad is not None
+                and (id(p) not in tied or self.is_first)]
+        square = torch.stack([g.detach().float().pow(2).sum() for g in mine]).sum() if mine else \
+            torch.zeros((), device=self.device)
+        dist.all_reduce(square, group=self.group)
+        coefficient = (max_value / (square.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coefficient.to(g.dtype))
+
+    def _evaluating(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The task's validation/test step, run on every rank on the forward pipeline's output."""
+        def step(batch: Any, batch_idx: int, *args: Any) -> Any:
+            output, _, _ = self.run(tuple(batch), train=False)
+            with given_output(self.task, output):
+                return original(batch, batch_idx, *args)
+        return step

@@ -1,0 +1,50 @@
+"""Cutting a net into pipeline stages (strategy=pipeline): the net's own split, checked, and who owns what.
+
+Each net that can be pipelined says how beside its definition (`pipeline_stages(n)`, the
+litforge.contracts.PipelineModel contract), as it does its FSDP units and tensor-parallel plan: the GPT and the ViT
+cut their blocks into runs (embeddings with the first stage, final norm and head with the last), the MLP its layers.
+Stages share the net's modules, so every rank builds the whole net (as under DDP), keeps its own stage for the
+schedule, and the task's `state_dict` keeps its ordinary names (checkpoints stay single-process checkpoints).
+
+Nets with BatchNorm (model=cnn, model=resnet) are refused: a pipeline runs each micro-batch separately, so their
+batch statistics would be those of a micro-batch, and training would no longer equal one process.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from litforge.contracts import PipelineModel
+from litforge.errors import ConfigError
+
+FIX = "use model=mlp, model=vit or experiment=gpt_char, or strategy=ddp for this model"
+
+
+def split_net(net: nn.Module, num_stages: int) -> list[nn.Module]:
+    """The net's `num_stages` stages; one ConfigError line for a net that cannot be split."""
+    norms = [name for name, module in net.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+    if norms:
+        raise ConfigError(f"strategy=pipeline cannot split {type(net).__name__}: its BatchNorm layers (e.g. "
+                          f"{norms[0]}) would normalise each micro-batch on its own: {FIX}")
+    if not isinstance(net, PipelineModel):
+        raise ConfigError(f"strategy=pipeline needs a net that declares pipeline_stages() (model=mlp, model=vit, "
+                          f"model=gpt); {type(net).__name__} does not: {FIX}")
+    stages = list(net.pipeline_stages(num_stages))
+    if len(stages) != num_stages:
+        raise ValueError(f"{type(net).__name__}.pipeline_stages({num_stages}) returned {len(stages)} stages")
+    return stages
+
+
+def owners(net: nn.Module, stages: list[nn.Module]) -> dict[str, list[int]]:
+    """State-dict name (relative to `net`) → the stages holding that tensor, by identity (a tied weight: several).
+
+    A tensor no stage holds would never be trained: refused, so a wrong split cannot pass silently.
+    """
+    held = [{id(t) for t in (*stage.parameters(), *stage.buffers())} for stage in stages]
+    out: dict[str, list[int]] = {}
+    for name, tensor in (*net.named_parameters(remove_duplicate=False), *net.named_buffers(remove_duplicate=False)):
+        where = [i for i, ids in enumerate(held) if id(tensor) in ids]
+        if not where:
+            raise ValueError(f"{type(net).__name__}.pipeline_stages() leaves {name} in no stage")
+        out[name] = where
+    return out
