@@ -60,3 +60,22 @@ def hang_forever() -> None:
     lock = threading.Lock()
     lock.acquire()
     lock.acquire()  # never returns
+
+
+class KillJobAt(Callback):
+    """SIGKILL every process of the job at once (`kill -9 -<pgid>`, what a pre-empted node does) after optimizer step
+    `step`, from global rank 0: the ranks Lightning launched share rank 0's process group.
+
+    Refuses to fire unless rank 0 leads its own process group (tests/cli_server.py's children do, as `setsid` would
+    make them), so a run started inside the test process's group can never kill the test runner.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == 0:
+            if os.getpgrp() != os.getpid():
+                raise RuntimeError("KillJobAt: rank 0 does not lead its process group; start the run with setsid")
+            print(f"FAULT kill -9 job at step {self.step} at {time.time():.3f}", flush=True)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
