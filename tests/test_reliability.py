@@ -466,3 +466,51 @@ def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run
     want, have = read_metrics(sharded_uninterrupted[strategy])["metrics"], read_metrics(run_dir)["metrics"]
     for name in ("val/loss", "val/ppl", "test/loss", "test/ppl"):
         assert have[name] == pytest.approx(want[name], abs=metrics_atol, rel=0), name
+
+
+@pytest.mark.distributed
+def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resume_auto_continues_from_it(
+        sharded_uninterrupted, tmp_path):
+    """strategy=fsdp: the job is SIGKILLed while it overwrites last.ckpt at step 4 (every rank's shards written, meta.pt
+    and the rename not): last.ckpt is still the step-3 folder, whole, resume=auto continues from it, and the run ends
+    bit-equal to the uninterrupted one."""
+    from litforge.checkpoints import load_checkpoint
+
+    killed = run_cli("train.py", *SHARDED, "strategy=fsdp", *fault("KillJobDuringSave", step=4), log_dir=tmp_path,
+                     env=FAULTS_ENV, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    assert "FAULT kill -9 job while saving" in killed.output and ".last.ckpt.partial" in killed.output
+    run_dir = single_run(tmp_path, "gpt_char")
+    checkpoints = run_dir / "checkpoints"
+    assert (checkpoints / ".last.ckpt.partial" / ".metadata").is_file(), "the interrupted save had written its shards"
+    assert not (checkpoints / ".last.ckpt.partial" / "meta.pt").exists()
+    assert torch.load(checkpoints / "last.ckpt" / "meta.pt", weights_only=True)["global_step"] == 3
+    assert load_checkpoint(checkpoints / "last.ckpt")["global_step"] == 3  # loadable: the shards merge
+
+    resumed = run_cli("train.py", "experiment=gpt_char", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path,
+                      env=FAULTS_ENV, timeout=300)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert not (checkpoints / ".last.ckpt.partial").exists(), "the next save replaced the leftover"
+    expected = load_checkpoint(sharded_uninterrupted["fsdp"] / "checkpoints" / "last.ckpt")
+    got = load_checkpoint(checkpoints / "last.ckpt")
+    assert got["global_step"] == expected["global_step"] == 8
+    for name, tensor in expected["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], tensor), name
+
+
+def test_resume_auto_takes_the_previous_sharded_folder_when_a_kill_fell_between_the_swap_renames(tmp_path):
+    """ModelParallel.save_checkpoint swaps folders with two renames (old -> .last.ckpt.previous, new -> last.ckpt);
+    a kill between them leaves no last.ckpt: the previous folder is resumed. An incomplete folder (no .metadata) never is."""
+    from litforge.resume import resolve
+
+    checkpoints = tmp_path / "train" / "runs" / "run" / "checkpoints"
+    previous = checkpoints / ".last.ckpt.previous"
+    previous.mkdir(parents=True)
+    (checkpoints / ".last.ckpt.partial").mkdir()
+    assert resolve("auto", tmp_path, "train") is None, "a folder without .metadata is not a checkpoint"
+    (previous / ".metadata").write_bytes(b"index")
+    assert resolve("auto", tmp_path, "train") == (checkpoints.parent.resolve(), previous.resolve())
+    (checkpoints / "last.ckpt").mkdir()
+    (checkpoints / "last.ckpt" / ".metadata").write_bytes(b"index")
+    assert resolve("auto", tmp_path, "train")[1] == (checkpoints / "last.ckpt").resolve()
+    assert resolve(str(checkpoints / "last.ckpt"), tmp_path, "train")[1] == (checkpoints / "last.ckpt").resolve()
