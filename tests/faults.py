@@ -79,3 +79,48 @@ class SignalInValidation(Callback):
         if batch_idx == self.batch:
             print(f"FAULT {self.signal} in validation batch {batch_idx} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), getattr(signal, self.signal))
+
+
+class KillJobAt(Callback):
+    """SIGKILL every process of the job at once (`kill -9 -<pgid>`, what a pre-empted node does) after optimizer step
+    `step`, from global rank 0: the ranks Lightning launched share rank 0's process group.
+
+    Refuses to fire unless rank 0 leads its own process group (tests/cli_server.py's children do, as `setsid` would
+    make them), so a run started inside the test process's group can never kill the test runner.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == 0:
+            if os.getpgrp() != os.getpid():
+                raise RuntimeError("KillJobAt: rank 0 does not lead its process group; start the run with setsid")
+            print(f"FAULT kill -9 job at step {self.step} at {time.time():.3f}", flush=True)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+class KillJobDuringSave(Callback):
+    """SIGKILL the whole job (as :class:`KillJobAt`) in the middle of writing `name` at optimizer step `step`: every
+    rank's shards are written, but rank 0's `meta.pt` and the rename into place are not (a sharded save under
+    strategy=fsdp/tp). Wraps `torch.distributed.checkpoint.save`, which Lightning looks up at each save."""
+
+    def __init__(self, step: int, name: str = "last.ckpt") -> None:
+        self.step, self.name = step, name
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        original, fault = dcp.save, self
+
+        def save(state_dict, *args, checkpoint_id=None, **kwargs):
+            result = original(state_dict, *args, checkpoint_id=checkpoint_id, **kwargs)
+            if (trainer.global_rank == 0 and trainer.global_step == fault.step
+                    and fault.name in os.path.basename(str(checkpoint_id))):
+                if os.getpgrp() != os.getpid():
+                    raise RuntimeError("KillJobDuringSave: rank 0 does not lead its process group; use setsid")
+                print(f"FAULT kill -9 job while saving {checkpoint_id} at step {fault.step}", flush=True)
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            return result
+
+        dcp.save = save

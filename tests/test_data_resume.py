@@ -45,3 +45,28 @@ def test_text_loader_resumes_mid_epoch_exactly() -> None:
     torch.manual_seed(7)  # the run's seed: the order follows it, not the global RNG's later state
     dm = TextDataModule(max_chars=3000, block_size=16, batch_size=8)
     assert_resumes_exactly(dm.train_dataloader, k=5)
+
+
+def test_a_data_parallel_rank_resumes_mid_epoch_exactly_after_the_first_epoch() -> None:
+    """Under ddp/fsdp/tp the loader takes a StatefulDistributedSampler (this rank's half, order from (seed, epoch)):
+    a loader rebuilt in epoch 1 and restored after 2 batches yields what the uninterrupted one yields. With torchdata's
+    random sampler, which Lightning wraps, epoch 1's order came from generator state no checkpoint held."""
+    from types import SimpleNamespace
+
+    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+    from litforge.data.stateful import stateful_train_loader
+
+    dataset = torch.arange(64).unsqueeze(1)
+    rank = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 1})
+
+    def epoch_one():
+        loader = stateful_train_loader(dataset, batch_size=4, seed=3, trainer=rank)
+        loader.sampler.set_epoch(1)  # what Lightning does at each epoch start
+        return loader
+
+    loader = epoch_one()
+    assert isinstance(loader.sampler, StatefulDistributedSampler) and len(loader) == 8  # half of 64, batches of 4
+    other = stateful_train_loader(dataset, batch_size=4, seed=3, trainer=rank)
+    assert not torch.equal(torch.cat(list(loader)), torch.cat(list(other))), "epochs 0 and 1 differ"
+    assert_resumes_exactly(epoch_one, k=2)

@@ -5,7 +5,11 @@ A run is *interrupted* when its folder has a checkpoint but no `metrics.json` (w
 there is none, so one command line serves both the first start and every restart of a pre-emptible job.
 
 The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
-the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Torch-free: used before Hydra starts.
+the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Under strategy=fsdp/tp `last.ckpt` is a
+sharded folder (a `.metadata` index and one file per rank, litforge.parallel.consolidate); when a kill fell between
+the two renames of an atomic sharded save, `last.ckpt` is briefly missing and the previous one waits, whole, as
+`.last.ckpt.previous` (litforge.parallel.strategies.ModelParallel.save_checkpoint): it is resumed then.
+Torch-free: used before Hydra starts.
 """
 
 from __future__ import annotations
@@ -17,10 +21,31 @@ from litforge.errors import CheckpointError
 FINISHED_MARKER = "metrics.json"
 
 
+PREVIOUS_PREFIX, PREVIOUS_SUFFIX = ".", ".previous"  # `.last.ckpt.previous`: the old sharded folder mid-swap
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """A complete torch distributed checkpoint folder: its `.metadata` index is written last, atomically, by DCP."""
+    return path.is_dir() and (path / ".metadata").is_file()
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A non-empty checkpoint file or a complete sharded checkpoint folder."""
+    return (path.is_file() and path.stat().st_size > 0) or is_sharded_checkpoint(path)
+
+
+def previous_of(path: Path) -> Path:
+    """Where an atomic sharded save keeps the old folder while it swaps the new one in (removed right after)."""
+    return path.with_name(f"{PREVIOUS_PREFIX}{path.name}{PREVIOUS_SUFFIX}")
+
+
 def run_checkpoint(run_dir: Path) -> Path | None:
-    """The newest non-empty resumable checkpoint of a run folder, or None."""
-    candidates = [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")]
-    found = [p for p in candidates if p.is_file() and p.stat().st_size > 0]
+    """The newest resumable checkpoint of a run folder (a non-empty file or a complete sharded folder), or None."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not is_checkpoint(last):  # killed between the swap's renames: the previous sharded last.ckpt is whole
+        last = previous_of(last)
+    candidates = [last, *run_dir.glob("hpc_ckpt_*.ckpt")]
+    found = [p for p in candidates if is_checkpoint(p)]
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
@@ -39,7 +64,7 @@ def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Pat
         runs = interrupted_runs(Path(log_dir), task_name)
         return (runs[0].resolve(), run_checkpoint(runs[0]).resolve()) if runs else None
     path = Path(value).expanduser()
-    if path.is_file():
+    if path.is_file() or is_sharded_checkpoint(path):
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         return run_dir.resolve(), path.resolve()
     if path.is_dir():

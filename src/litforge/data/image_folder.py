@@ -224,7 +224,7 @@ class ImageFolderDataModule(ImageDataModule):
         if train:  # resumable mid-epoch, workers included (litforge.data.stateful)
             return stateful_train_loader(self._datasets[split], batch_size=self.batch_size, seed=self.shuffle_seed,
                                          num_workers=self.num_workers, drop_last=False,
-                                         pin_memory=pin_memory_for(self.trainer))
+                                         pin_memory=pin_memory_for(self.trainer), trainer=self.trainer)
         return DataLoader(
             self._datasets[split],
             batch_size=self.batch_size if train else self.eval_batch_size,

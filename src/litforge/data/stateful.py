@@ -5,6 +5,14 @@ order (Lightning warns "your dataloader is not resumable"). `StatefulDataLoader`
 its sampler (the shuffle generator's state) and the batches already handed out, also with `num_workers > 0`;
 Lightning stores that state in every checkpoint and hands it back on resume (it saves and restores any training
 loader with `state_dict`/`load_state_dict`). Evaluation loaders stay plain DataLoaders: they always start at 0.
+
+Under data parallelism (ddp, fsdp, tp, ...: `trainer.distributed_sampler_kwargs` is set) the loader gets torchdata's
+`StatefulDistributedSampler` straight away, with this rank's share and the same `seed`. Left to itself, Lightning
+wraps torchdata's random sampler (not a torch `RandomSampler`) in its `DistributedSamplerWrapper`, which draws
+each epoch's order from the inner sampler's generator, state that no checkpoint holds: a run resumed mid-epoch
+after the first epoch then saw other batches than the uninterrupted one (found by the kill -9 resume test under
+strategy=fsdp, tests/test_reliability.py). A `DistributedSampler`'s order depends only on (seed, epoch), and
+Lightning calls its `set_epoch` and keeps a sampler that is one already.
 """
 
 from __future__ import annotations
@@ -16,10 +24,18 @@ from torch.utils.data import Dataset
 
 
 def stateful_train_loader(dataset: Dataset, *, batch_size: int, seed: int, num_workers: int = 0,
-                          **kwargs: Any) -> Any:
-    """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG)."""
+                          trainer: Any = None, **kwargs: Any) -> Any:
+    """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
+    over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    shards = getattr(trainer, "distributed_sampler_kwargs", None)  # {"num_replicas", "rank"}, or None on one process
+    if shards:
+        from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+        sampler = StatefulDistributedSampler(dataset, shuffle=True, seed=seed, **shards)
+        return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                                  persistent_workers=num_workers > 0, **kwargs)
     return StatefulDataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
                               persistent_workers=num_workers > 0, generator=torch.Generator().manual_seed(seed),
                               **kwargs)

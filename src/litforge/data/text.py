@@ -150,7 +150,7 @@ class TextDataModule(pl.LightningDataModule):
         windows = Windows(tokens, doc_ids, self.block_size)
         if train:  # resumable mid-epoch (litforge.data.stateful); the order follows the run's `seed`
             return stateful_train_loader(windows, batch_size=self.batch_size, seed=torch.initial_seed(),
-                                         pin_memory=pin_memory_for(self.trainer))
+                                         pin_memory=pin_memory_for(self.trainer), trainer=self.trainer)
         return DataLoader(windows, batch_size=self.eval_batch_size, pin_memory=pin_memory_for(self.trainer))
 
     def train_dataloader(self) -> DataLoader:

@@ -3,6 +3,7 @@
 - :class:`ModelParallel`: Lightning's `ModelParallelStrategy` reads `data_parallel_size: auto` as "the number of
   nodes", so FSDP over 2 processes on one machine would need the size spelled out. Here `auto` fills whatever the
   other dimension leaves of the world size, so `strategy=fsdp trainer.devices=N` works for any N.
+  Its sharded checkpoint saves are atomic (:meth:`ModelParallel.save_checkpoint`).
 - :class:`LocalSGD`: post-local SGD (Lin et al. 2020, "Don't use large mini-batches, use local SGD"): synchronous
   DDP for `warmup_steps`, then every rank steps on its own gradients and the models are averaged every `period`
   steps. Lightning's `DDPStrategy` supports this only on CUDA: it registers DDP communication hooks only for CUDA
@@ -50,6 +51,7 @@ class ModelParallel(ModelParallelStrategy):
                               f"{kwargs.get('tensor_parallel_size')} would need a 3-D mesh, which litforge does not "
                               "build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp")
         super().__init__(*args, **kwargs)
+        self.sharded_saves = bool(kwargs.get("save_distributed_checkpoint", True))
         self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
         self.replicate_size = replicate_size
 
@@ -71,6 +73,48 @@ class ModelParallel(ModelParallelStrategy):
             kwargs["replicate_size"] = self.replicate_size  # HSDP: litforge.parallel.plans.shard builds the 2-D mesh
         return kwargs
 
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        """Write a sharded checkpoint atomically: a kill at any moment leaves the previous folder loadable.
+
+        Lightning's save writes the shards *into* the existing folder (torch.distributed.checkpoint overwrites each
+        rank's file in place; only its `.metadata` index goes through a temporary name), and rank 0 writes `meta.pt`
+        after the shards: a kill mid-save left `last.ckpt` a mix of two steps, or of new shards and an old `meta.pt`.
+        DCP offers no folder-level transaction, so here every rank writes into `.<name>.partial` beside the target;
+        once all ranks are done (a barrier), rank 0 moves the old folder to `.<name>.previous`, renames the new one
+        into place, fsyncs the parent folder and deletes the old one. A kill between those two renames leaves no
+        `<name>`, and `resume=auto` then takes `.<name>.previous`, whole (litforge.resume.run_checkpoint).
+        """
+        if not self.sharded_saves or "://" in str(filepath):  # one gathered file (atomic plugin) or an object store
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        import os
+        import shutil
+        from pathlib import Path
+
+        from litforge.checkpoint_io import fsync_directory
+        from litforge.parallel.consolidate import META
+        from litforge.resume import previous_of
+
+        target = Path(self.broadcast(str(filepath)))
+        partial = target.with_name(f".{target.name}.partial")
+        if self.global_rank == 0:
+            shutil.rmtree(partial, ignore_errors=True)  # what a kill during an earlier save left
+            partial.parent.mkdir(parents=True, exist_ok=True)
+        self.barrier()
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        self.barrier()  # every rank's shards and the index are written (DCP fsyncs them); rank 0's meta.pt too
+        if self.global_rank == 0:
+            with open(partial / META, "rb") as handle:
+                os.fsync(handle.fileno())
+            fsync_directory(partial)
+            previous = previous_of(target)
+            if target.exists():
+                _remove(previous)
+                os.replace(target, previous)
+            os.replace(partial, target)
+            fsync_directory(target.parent)
+            _remove(previous)
+        self.barrier()
+
     def setup_environment(self) -> None:
         from litforge.compat import fill_auto_mesh_sizes
 
@@ -82,6 +126,16 @@ class ModelParallel(ModelParallelStrategy):
             raise ConfigError(f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
                               "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes")
         super().setup_environment()
+
+
+def _remove(path: Any) -> None:
+    """Delete a checkpoint folder or file if it exists."""
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 class LocalSGD(DDPStrategy):
