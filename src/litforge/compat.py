@@ -200,8 +200,11 @@ def skip_no_op_callback_hooks(trainer: Any) -> None:
             callbacks = [cb for cb in callbacks if isinstance(cb, (EarlyStopping, Checkpoint))]
         elif monitoring_callbacks is False:
             callbacks = [cb for cb in callbacks if not isinstance(cb, (EarlyStopping, Checkpoint))]
-        for callback in callbacks:
-            if _overrides_hook(callback, hook_name, base_ns):
+        for callback in callbacks:  # the check inlined: a helper function would cost a Python call per callback
+            overrides = _OVERRIDES.get((type(callback), hook_name))
+            if overrides is None:
+                overrides = _overrides_hook(callback, hook_name, base_ns)
+            if overrides or hook_name in vars(callback):
                 fn = getattr(callback, hook_name)
                 if callable(fn):
                     fn(trainer, trainer.lightning_module, *args, **kwargs)
