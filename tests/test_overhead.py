@@ -1,0 +1,78 @@
+"""Per-step work litforge cut from the default run (issue 17 goal 2), each shown to keep what it replaced: the
+callback hooks Lightning calls, the progress bar's redraws, the batched train/acc updates. The call budget itself is
+pinned in tests/test_speed.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from litforge.builders import build_task
+
+SHAPE = {"input_shape": [1, 8, 8], "num_classes": 10, "class_names": [str(i) for i in range(10)]}
+
+
+def test_train_accuracy_is_batched_and_exact(compose_cfg):
+    """train/acc from one update per TRAIN_ACC_BATCHES steps equals the accuracy of every step's predictions."""
+    from litforge.tasks import classification
+
+    task = build_task(compose_cfg("model.dropout=0.0"), SHAPE)
+    task.eval()
+    updates: list[int] = []
+    real_update = task.train_acc.update
+    task.train_acc.update = lambda preds, target: updates.append(len(target)) or real_update(preds, target)
+    g = torch.Generator().manual_seed(0)
+    correct = total = 0
+    steps = classification.TRAIN_ACC_BATCHES + 5
+    for _ in range(steps):
+        images, labels = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+        task.step_loss((images, labels))
+        with torch.no_grad():
+            correct += int((task(images).argmax(1) == labels).sum())
+        total += len(labels)
+    assert updates == [16 * classification.TRAIN_ACC_BATCHES]  # one update so far, the rest still kept
+    task.flush_train_predictions()  # what on_train_epoch_end does before computing train/acc
+    assert updates == [16 * classification.TRAIN_ACC_BATCHES, 16 * 5]
+    assert abs(task.train_acc.compute().item() - correct / total) < 1e-6
+
+
+def test_progress_bar_does_its_per_batch_work_only_when_a_redraw_is_due(monkeypatch):
+    from pytorch_lightning.callbacks import RichProgressBar as LightningBar
+
+    from litforge.callbacks import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    drawn: list[int] = []
+    monkeypatch.setattr(LightningBar, "on_train_batch_end", lambda self, t, m, o, b, i: drawn.append(i))
+    monkeypatch.setattr(progress.RichProgressBar, "total_train_batches", property(lambda self: 10))
+    bar = progress.RichProgressBar(refresh_rate=4)  # 4 redraws a second: one every 0.25 s
+    for i in range(10):
+        bar.on_train_batch_end(None, None, None, None, i)
+        clock[0] += 0.0625  # exact in binary: no rounding at the 0.25 s marks
+    assert drawn == [0, 4, 8, 9]  # every 0.25 s, and the epoch's last batch (the count the epoch ends on)
+
+
+def test_no_op_callback_hooks_are_skipped_in_a_run(compose_cfg, monkeypatch):
+    """In a default run each hook reaches only the callbacks that override it, and every override is still
+    called as often as Lightning calls it."""
+    import pytorch_lightning as pl
+
+    import litforge.train as train_job
+    from litforge.compat import _OVERRIDES
+
+    calls: list[str] = []
+
+    class Counts(pl.Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            calls.append("batch_end")
+
+    real = train_job.instantiate_named
+    monkeypatch.setattr(train_job, "instantiate_named",
+                        lambda group, node: real(group, node) + ([Counts()] if group == "callbacks" else []))
+    cfg = compose_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
+                      "test_after_training=false", "print_config=false")
+    train_job.train(cfg)
+    assert calls == ["batch_end"] * 3
+    assert _OVERRIDES[(Counts, "on_train_batch_end")] and not _OVERRIDES[(Counts, "on_before_backward")]
