@@ -76,3 +76,35 @@ def test_no_op_callback_hooks_are_skipped_in_a_run(compose_cfg, monkeypatch):
     train_job.train(cfg)
     assert calls == ["batch_end"] * 3
     assert _OVERRIDES[(Counts, "on_train_batch_end")] and not _OVERRIDES[(Counts, "on_before_backward")]
+
+
+def test_background_checkpoint_write_is_ordered_durable_and_waited_for(tmp_path, monkeypatch):
+    """durable_in_background: the rename happens after the file's fsync, in the background; the next save, a load
+    and teardown wait for it, so a reader never sees the old file, and the partial file never outlives a write."""
+    import os
+
+    from litforge import checkpoint_io
+    from litforge.checkpoints import load_checkpoint
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(checkpoint_io.os, "fsync", lambda fd: events.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(checkpoint_io.os, "replace", lambda a, b: events.append("replace") or real_replace(a, b))
+    target = tmp_path / "last.ckpt"
+    io = checkpoint_io.AtomicCheckpointIO(durable_in_background=True)
+    io.save_checkpoint({"state_dict": {}, "step": 1}, target)
+    io.save_checkpoint({"state_dict": {}, "step": 2}, target)  # waits for the first write, then starts its own
+    assert load_checkpoint(target)["step"] == 2  # waits for the second
+    assert events == ["fsync", "replace", "fsync"] * 2  # file fsync, rename, folder fsync; in order, per write
+    io.save_checkpoint({"state_dict": {}, "step": 3}, target)
+    io.teardown()  # the end of fit/test
+    assert torch.load(target, weights_only=True)["step"] == 3 and not (tmp_path / ".last.ckpt.partial").exists()
+    monkeypatch.setattr(checkpoint_io.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError("disk full")))
+    io.save_checkpoint({"state_dict": {}, "step": 4}, target)
+    try:
+        io.teardown()
+    except OSError as exc:  # a failed background write surfaces on the training thread
+        assert "disk full" in str(exc)
+    else:
+        raise AssertionError("the background write's error was lost")
+    assert torch.load(target, weights_only=True)["step"] == 3  # the previous file is whole
