@@ -108,3 +108,40 @@ def test_background_checkpoint_write_is_ordered_durable_and_waited_for(tmp_path,
     else:
         raise AssertionError("the background write's error was lost")
     assert torch.load(target, weights_only=True)["step"] == 3  # the previous file is whole
+
+
+def test_steps_per_call_auto_picks_more_steps_for_a_cheaper_step():
+    from litforge.loops.steps_per_call import AUTO_CAP, choose_steps_per_call
+
+    overhead = 0.7e-3  # Lightning's per-step cost
+    slow, medium, fast = (choose_steps_per_call(step, overhead, 1_000) for step in (50e-3, 2e-3, 0.2e-3))
+    assert slow == 1 and medium == 7 and fast == AUTO_CAP  # 0.7 ms <= 5 % of 7 x 2 ms; 70 capped at 64
+    assert slow < medium < fast
+    assert choose_steps_per_call(0.2e-3, overhead, 21) == 21  # never more than an epoch's batches
+    assert choose_steps_per_call(0.2e-3, overhead, float("inf")) == AUTO_CAP  # a streamed epoch: the cap
+
+
+def test_steps_per_call_auto_trains_with_the_chosen_n(compose_cfg, monkeypatch):
+    """auto times steps on a copy (the run's weights and RNG untouched), installs the N it chose, and trains."""
+    import litforge.train as train_job
+    from litforge.loops import steps_per_call
+
+    chosen: list[int] = []
+    real_choose = steps_per_call.choose_steps_per_call
+    monkeypatch.setattr(steps_per_call, "choose_steps_per_call",  # a 10x cheaper step than measured: a larger N
+                        lambda step, overhead, batches: chosen.append(real_choose(step / 10, overhead, batches))
+                        or chosen[-1])
+    seen: list[int] = []
+    real_install = steps_per_call.install
+
+    def install(steps, task, *args):
+        real_install(steps, task, *args)
+        seen.append(task)
+    monkeypatch.setattr(steps_per_call, "install", install)
+    cfg = compose_cfg("steps_per_call=auto", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
+                      "test_after_training=false", "print_config=false", "callbacks.progress_bar=null")
+    result = train_job.train(cfg)
+    assert len(chosen) == 1 and 1 <= chosen[0] <= 21
+    assert seen[0].steps_per_call.steps == chosen[0]
+    assert seen[0].trainer.global_step == 21  # every batch trained once, whatever N is
+    assert "val/acc" in result["metrics"]

@@ -216,6 +216,23 @@ def skip_no_op_callback_hooks(trainer: Any) -> None:
     call._call_callback_hooks = call_overridden_hooks
 
 
+def detached_copy(module: Any) -> Any:
+    """A deep copy of a LightningModule without its Trainer (which `copy.deepcopy` would copy along with it).
+
+    The module's reference to its trainer is the private `_trainer`; Lightning has no public way to detach it
+    (Lightning-AI/pytorch-lightning#17517, as for `attached_trainer`). Used by steps_per_call=auto to time a few
+    optimizer steps without touching the run's own weights.
+    """
+    import copy
+
+    trainer = module._trainer
+    module._trainer = None
+    try:
+        return copy.deepcopy(module)
+    finally:
+        module._trainer = trainer
+
+
 def pruning_targets(callback: Any) -> Any:
     """The (module, parameter name) pairs a Lightning `ModelPruning` callback prunes."""
     return callback._parameters_to_prune
