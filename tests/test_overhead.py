@@ -145,3 +145,17 @@ def test_steps_per_call_auto_trains_with_the_chosen_n(compose_cfg, monkeypatch):
     assert seen[0].steps_per_call.steps == chosen[0]
     assert seen[0].trainer.global_step == 21  # every batch trained once, whatever N is
     assert "val/acc" in result["metrics"]
+
+
+def test_digits_read_without_scikit_learn_equal_load_digits(monkeypatch):
+    """The digits come from scikit-learn's own CSV file without importing scikit-learn (a start-up cost), and are
+    exactly what `sklearn.datasets.load_digits` returns."""
+    import numpy as np
+    import sklearn.datasets
+
+    from litforge.data.digits import digits_arrays
+
+    reference = sklearn.datasets.load_digits()
+    monkeypatch.setattr(sklearn.datasets, "load_digits", lambda: (_ for _ in ()).throw(AssertionError("imported")))
+    pixels, labels = digits_arrays()  # the fallback (importing scikit-learn) is not taken
+    assert np.array_equal(pixels, reference.data) and np.array_equal(labels, reference.target)
