@@ -4,7 +4,7 @@ early stopping, LR monitor all on) vs a plain PyTorch loop on the same net, data
     python benchmarks/step_overhead.py                  # all cases, 5 interleaved repeats
     python benchmarks/step_overhead.py --cases tiny_mlp --repeats 3 --threads 1
     python benchmarks/step_overhead.py --variants       # also litforge with single parts switched off
-    python benchmarks/step_overhead.py --steps-per-call 4 16   # litforge arms with steps_per_call=N (default: 8)
+    python benchmarks/step_overhead.py --steps-per-call 4 16 auto  # litforge arms with steps_per_call=N (default: 8)
     python benchmarks/step_overhead.py --switches --cases cnn  # each speed switch (compile, bf16, ...) in the same runs
 
 Prints, per case: seconds per optimizer step (median of repeats), the ratio to the plain loop and to litforge's
@@ -61,7 +61,7 @@ def build_cfg(case: str, extra: Sequence[str] = ()) -> Any:
 
 
 def measure(case: str, repeats: int, threads: int, variants: bool,
-            steps_per_call: Sequence[int] = (), switches: bool = False) -> list[list[Any]]:
+            steps_per_call: Sequence[str] = (), switches: bool = False) -> list[list[Any]]:
     window = CASES[case][3]
 
     def litforge(extra: Sequence[str] = ()) -> Any:
@@ -91,8 +91,9 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
         for name, extra in VARIANTS.items():
             calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=window).calls_per_step
     for n in steps_per_call:  # from the first batch of epoch 1, over about as many optimizer steps as the others
+        per_call = 8 if n == "auto" else int(n)  # auto: a window of about as many steps as N=8 (N is logged)
         calls[f"litforge, steps_per_call={n}"] = run_litforge(
-            build_cfg(case, [f"steps_per_call={n}"]), count_window=(window[0], 0, max(1, window[2] // n))
+            build_cfg(case, [f"steps_per_call={n}"]), count_window=(window[0], 0, max(1, window[2] // per_call))
         ).calls_per_step
 
     if switches:
@@ -122,8 +123,8 @@ def main() -> None:
     parser.add_argument("--variants", action="store_true", help="also time litforge with single parts switched off")
     parser.add_argument("--switches", action="store_true",
                         help="also time each one-key speed switch (compile, bf16, channels_last, on_device, ema)")
-    parser.add_argument("--steps-per-call", type=int, nargs="*", default=[8],
-                        help="also time litforge with steps_per_call=N (N optimizer steps per Lightning step)")
+    parser.add_argument("--steps-per-call", nargs="*", default=["8"],
+                        help="also time litforge with steps_per_call=N (N optimizer steps per Lightning step, or auto)")
     args = parser.parse_args()
     quiet()
     rows = []

@@ -7,6 +7,7 @@ import ast
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -283,3 +284,46 @@ def test_litdata_replays_a_restored_epoch_left_early_which_the_streaming_loader_
 
 def _identity_item(index: int) -> int:
     return index
+
+
+def test_lightning_callback_hook_dispatch():
+    """skip_no_op_callback_hooks replaces `pytorch_lightning.trainer.call._call_callback_hooks` with a copy that
+    skips `Callback`'s own no-ops: the copy must match Lightning's function (fx name, the monitoring filter, the
+    loop), and the loops must still look the function up on the module at call time."""
+    from pytorch_lightning import Callback, Trainer
+    from pytorch_lightning.loops import training_epoch_loop
+    from pytorch_lightning.trainer import call
+
+    from litforge import compat
+
+    entry = "skip_no_op_callback_hooks"
+    source = inspect.getsource(getattr(call._call_callback_hooks, "__wrapped__", call._call_callback_hooks))
+    for needle in ("pl_module._current_fx_name = hook_name", "monitoring_callbacks is True",
+                   "fn = getattr(callback, hook_name)", "fn(trainer, trainer.lightning_module, *args, **kwargs)"):
+        assert needle in source, _renamed(entry, f"_call_callback_hooks ({needle!r})")
+    assert "call._call_callback_hooks(" in inspect.getsource(training_epoch_loop), \
+        _renamed(entry, "training_epoch_loop's call._call_callback_hooks lookup")
+
+    seen: list[str] = []
+
+    class Seen(Callback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            seen.append("batch_end")
+
+    class Noop(Callback):
+        pass
+
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen(), Noop()])
+    compat.skip_no_op_callback_hooks(trainer)
+    assert call._call_callback_hooks._litforge
+    noop = trainer.callbacks[1]
+    noop.on_train_start = lambda *args: seen.append("instance hook")  # set on the instance: still called
+    call._call_callback_hooks(trainer, "on_train_batch_end", None, None, 0)
+    call._call_callback_hooks(trainer, "on_train_start")
+    call._call_callback_hooks(trainer, "on_train_batch_end", None, None, 0, monitoring_callbacks=True)
+    assert seen == ["batch_end", "instance hook"]
+    plain = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen()])
+    call._call_callback_hooks(plain, "on_train_batch_end", None, None, 0)  # another Trainer: Lightning's own path
+    assert seen[-1] == "batch_end" and len(seen) == 3

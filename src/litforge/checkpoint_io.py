@@ -10,11 +10,22 @@ durable.
 
 Selected with `trainer.plugins` (conf/trainer/default.yaml); Lightning routes every save of a single-file checkpoint
 through it (ModelCheckpoint's best/last files, `trainer.save_checkpoint`, the on-signal checkpoint).
+
+The fsyncs are what a save costs on a small net (~16 ms each on this project's disk, against ~4 ms to serialise the
+digits MLP's checkpoint; two saves per improving epoch of a 42 ms epoch): with `durable_in_background=true` (set in
+conf/trainer/default.yaml; the class defaults to false, for code that reads a file right after saving it) the
+training thread serialises into the temporary file and returns, and one background thread fsyncs it, renames it
+into place and fsyncs the folder. The guarantees stay: the rename comes after the file's fsync (never an
+empty file after a power loss) and a kill at any point leaves the previous file whole. What changes is *when* the
+new file appears (milliseconds later): so every next save, Lightning's removal of an old top-k file, a load through
+this plugin or `litforge.checkpoints.load_checkpoint`, the plugin's teardown (end of fit/test) and the interpreter's
+exit (the thread is not a daemon) wait for the pending write first.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +38,95 @@ PARTIAL_SUFFIX = ".partial"  # `.last.ckpt.partial`: what a crash mid-write leav
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """`TorchCheckpointIO` whose writes are atomic and durable on local and network filesystems."""
+    """`TorchCheckpointIO` whose writes are atomic and durable on local and network filesystems.
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None) -> None:
+    `durable_in_background`: fsync and rename in a background thread (see the module docstring); false = all of it
+    before `save_checkpoint` returns (the class default; the training config turns it on, where the trainer's
+    teardown waits for the write).
+    """
+
+    def __init__(self, durable_in_background: bool = False) -> None:
+        super().__init__()
+        self.durable_in_background = durable_in_background
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
+                        storage_options: Any | None = None) -> None:
         target = Path(path)
         if "://" in str(path):  # remote URLs (s3://, gs://): object stores are atomic per object already
             return super().save_checkpoint(checkpoint, path, storage_options)
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options")
+        wait_for_checkpoint_writes()  # writes stay in order, one at a time
         target.parent.mkdir(parents=True, exist_ok=True)
         # a fixed name (not a random one): a crash leaves at most one partial file per checkpoint name
         partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
         try:
             with open(partial, "wb") as handle:
                 torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, target)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
-        fsync_directory(target.parent)
+        if self.durable_in_background:
+            _start_pending(partial, target)
+        else:
+            _make_durable(partial, target)
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        wait_for_checkpoint_writes()
+        return super().load_checkpoint(path, *args, **kwargs)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        wait_for_checkpoint_writes()
+        super().remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        wait_for_checkpoint_writes()
+        super().teardown()
+
+
+class _Pending:
+    """The one background write in flight (a thread, and the error it ended with)."""
+
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    lock = threading.Lock()
+
+
+def _make_durable(partial: Path, target: Path) -> None:
+    """fsync the written temporary file, rename it over `target`, fsync the folder (the rename)."""
+    try:
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    fsync_directory(target.parent)
+
+
+def _start_pending(partial: Path, target: Path) -> None:
+    def run() -> None:
+        try:
+            _make_durable(partial, target)
+        except BaseException as exc:  # raised on the training thread by the next wait
+            _Pending.error = exc
+
+    with _Pending.lock:
+        # not a daemon: the interpreter finishes the rename before exiting (os._exit, like a kill, does not)
+        _Pending.thread = threading.Thread(target=run, name="litforge-checkpoint-fsync", daemon=False)
+        _Pending.thread.start()
+
+
+def wait_for_checkpoint_writes() -> None:
+    """Block until a checkpoint written in the background is fsync'ed and in place; re-raise its error if it
+    failed. Anything that reads a checkpoint this process just wrote calls it (litforge.checkpoints does)."""
+    with _Pending.lock:
+        thread, _Pending.thread = _Pending.thread, None
+    if thread is not None:
+        thread.join()
+    error, _Pending.error = _Pending.error, None
+    if error is not None:
+        raise error
 
 
 def fsync_directory(folder: Path) -> None:

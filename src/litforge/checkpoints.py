@@ -22,6 +22,9 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     """`torch.load` with `weights_only=True`, translating each failure into a CheckpointError that says what to do."""
     import torch
 
+    from litforge.checkpoint_io import wait_for_checkpoint_writes
+
+    wait_for_checkpoint_writes()  # a checkpoint this process is still making durable (litforge.checkpoint_io)
     file = Path(path).expanduser()
     if not file.exists():
         hint = ""

@@ -206,7 +206,7 @@ RULES: dict[str, Rule] = {
     "channels_last": boolean(example="true"),
     "activation_checkpointing": choice("none", "full", "selective", example="full"),
     "matmul_precision": choice("highest", "high", "medium", example="highest"),
-    "steps_per_call": integer(1, example=4),
+    "steps_per_call": either("an integer >= 1 or auto", integer(1, example=4), choice("auto"), example="auto"),
     "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
                              "500", null=True),
     "checkpoint_async": boolean(example="true"),

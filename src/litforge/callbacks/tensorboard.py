@@ -69,14 +69,17 @@ def run_hparams(pl_module: pl.LightningModule) -> dict[str, Any]:
 
 
 class ModelGraph(pl.Callback):
-    """The model graph (TensorBoard's Graphs tab), traced once at fit start with a zero batch of the data's shape.
+    """The model graph (TensorBoard's Graphs tab), traced once when training ends, with a zero batch of the data's
+    shape. At the end, not at fit start: the trace (torch.jit, which runs the net twice to check itself) was the
+    largest fixed cost between launch and the first optimizer step after the imports (benchmarks/README.md); the
+    graph is the same at either end, only a run that crashes before its end has none.
 
     Skipped with a warning where tracing fails (data-dependent control flow) and on more than one process (a
     sharded module cannot run a forward pass on one rank alone). The module is traced in eval mode so BatchNorm
     statistics and RNG streams are the same as in a run without this callback.
     """
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loggers = list(tensorboard_loggers(trainer))
         if not loggers or trainer.world_size > 1 or not trainer.is_global_zero or trainer.sanity_checking:
             return

@@ -42,11 +42,9 @@ class DigitsDataModule(ImageDataModule):
         self._arrays: dict[str, tuple[Tensor, Tensor]] = {}
 
     def _load_all(self) -> None:
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        images = torch.tensor(digits.images, dtype=torch.float32).div_(16.0).unsqueeze(1)  # 0..16 → [0, 1]
-        labels = torch.tensor(digits.target, dtype=torch.int64)
+        pixels, target = digits_arrays()
+        images = torch.tensor(pixels, dtype=torch.float32).div_(16.0).reshape(-1, 1, 8, 8)  # 0..16 → [0, 1]
+        labels = torch.tensor(target, dtype=torch.int64)
         keep = torch.isin(labels, torch.tensor(self.classes))
         images, labels = images[keep], labels[keep]
         remap = torch.full((10,), -1, dtype=torch.int64)
@@ -65,3 +63,25 @@ class DigitsDataModule(ImageDataModule):
         if not self._arrays:
             self._load_all()
         return self._arrays[split]
+
+
+def digits_arrays() -> tuple[Any, Any]:
+    """(pixels (1797, 64) in 0..16, labels (1797,)) read from the CSV file scikit-learn ships, as its `load_digits`
+    reads it, without importing scikit-learn: `import sklearn.datasets` (scipy, joblib, ...) was the largest fixed
+    cost of `python train.py`'s start-up after torch and Lightning (~1 s on the project's machine,
+    benchmarks/README.md). Falls back to `load_digits` if the file is not where scikit-learn keeps it."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    folder = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else None
+    csv = folder / "datasets" / "data" / "digits.csv.gz" if folder else None
+    if csv is None or not csv.is_file():
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return digits.data, digits.target
+    data = np.loadtxt(csv, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int)

@@ -22,7 +22,9 @@ litforge.compat. Settings whose meaning N>1 would change are refused in one line
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +35,8 @@ from torch import Tensor
 from litforge.compat import advance_logger_step, counted_optimizer_step
 from litforge.contracts import StatefulLoader, SteppableTask
 from litforge.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 class GroupedBatches:
@@ -206,9 +210,102 @@ class EpochSchedulers(pl.Callback):
             self._stepped.add(id(config.scheduler))
 
 
+# ---- steps_per_call=auto ---------------------------------------------------------------------------------------
+OVERHEAD_SHARE = 0.05  # Lightning's per-call cost may be at most this share of the N optimizer steps it serves
+AUTO_CAP = 64  # the most optimizer steps one Lightning step runs under auto (logging/NaN checks act per call)
+# Lightning's per-step cost, in units of one empty Python call timed on the machine at start (so it follows the
+# machine's speed and load, like the step time it is compared with): the default digits run makes ~1,100 more
+# Python calls per Lightning step than a plain loop (tests/test_speed.py), and on the idle 2-core machine of
+# benchmarks/README.md one of them costs ~20 empty calls' time (2,116 extra calls cost 1.29 ms per step; an empty
+# call takes ~0.03 us). An estimate: measuring the run's own per-step cost would need N=1 steps first.
+LIGHTNING_STEP_IN_TRIVIAL_CALLS = 1_100 * 20
+
+
+def choose_steps_per_call(step_seconds: float, overhead_seconds: float, batches_per_epoch: int | float,
+                          share: float = OVERHEAD_SHARE, cap: int = AUTO_CAP) -> int:
+    """The smallest N with `overhead_seconds <= share * N * step_seconds`, within [1, min(cap, batches per epoch)]."""
+    import math
+
+    wanted = math.ceil(overhead_seconds / (share * max(step_seconds, 1e-9)))
+    limit = cap if batches_per_epoch == float("inf") else min(cap, int(batches_per_epoch))
+    return max(1, min(wanted, limit))
+
+
+def trivial_call_seconds(calls: int = 5_000) -> float:
+    """Seconds per call of an empty Python function, now, on this machine (its speed and its load)."""
+    import time
+
+    def nothing() -> None:
+        return None
+
+    rounds = []
+    for _ in range(5):  # the median, as for the step time: both under the same load
+        start = time.perf_counter()
+        for _ in range(calls):
+            nothing()
+        rounds.append((time.perf_counter() - start) / calls)
+    return sorted(rounds)[2]
+
+
+def time_optimizer_step(task: Any, optimizer: torch.optim.Optimizer, batch: Any, warmup: int = 2,
+                        repeats: int = 5) -> float:
+    """Median seconds of one optimizer step (`step_loss`, backward, `optimizer.step`) of `task` on `batch`, taken on
+    a copy of the task and a fresh optimizer of the same kind: the run's weights, optimizer state and RNG stream
+    are left exactly as they were, so the run equals its steps_per_call=N twin."""
+    import statistics
+    import time
+
+    from litforge.compat import detached_copy
+
+    rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        probe = detached_copy(task)
+        probe.train()
+        params = [p for p in probe.parameters() if p.requires_grad]
+        accepted = inspect.signature(type(optimizer)).parameters  # `defaults` may hold derived keys (AdamW's)
+        opt = type(optimizer)(params, **{k: v for k, v in optimizer.defaults.items() if k in accepted})
+        times = []
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            loss = probe.step_loss(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if loss.device.type == "cuda":
+                torch.cuda.synchronize(loss.device)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        torch.random.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def auto_steps(task: Any, datamodule: Any, loader: Any) -> int:
+    """steps_per_call=auto: N from this run's measured step time (see :func:`choose_steps_per_call`)."""
+    trainer = task.trainer
+    raw = next(iter(datamodule.train_dataloader()))  # a fresh loader: the run's own is not advanced
+    batch = trainer.strategy.batch_to_device(raw)
+    if hasattr(datamodule, "on_after_batch_transfer"):
+        batch = datamodule.on_after_batch_transfer(batch, 0)  # normalisation, as the training step sees it
+    step = time_optimizer_step(task, trainer.optimizers[0], batch)
+    overhead = LIGHTNING_STEP_IN_TRIVIAL_CALLS * trivial_call_seconds()
+    steps = choose_steps_per_call(step, overhead, len(loader))
+    log.info("steps_per_call=auto: N=%d (an optimizer step takes %.2f ms; Lightning's per-step cost is about "
+             "%.2f ms, at most %d%% of N steps; cap %d and %d batches per epoch)", steps, step * 1e3, overhead * 1e3,
+             round(OVERHEAD_SHARE * 100), AUTO_CAP, len(loader))
+    return steps
+
+
 def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any,
             callbacks: list[Any]) -> None:
     """Attach steps_per_call=`steps` to `task` and `datamodule` (1: leave both as they are).
+
+    `steps="auto"` picks N when Lightning first asks for the training loader (the task is then on its device and
+    its optimizer built): :func:`auto_steps` times a few optimizer steps on a copy of the task and takes the
+    smallest N that makes Lightning's per-step cost at most 5 % of N steps (1 for a net whose step is slow).
 
     Refuses, with the fix, the settings whose meaning would silently change: several devices (each step needs its
     own DDP forward), gradient accumulation, fp16 loss scaling and weight averaging (which Lightning applies per
@@ -247,5 +344,18 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
     task.automatic_optimization = False
     task.training_step = mechanism.training_step  # on the instance: the task's class stays as it is
     train_dataloader = datamodule.train_dataloader
-    datamodule.train_dataloader = lambda: grouped(train_dataloader(), steps)
-    callbacks.append(EpochSchedulers(steps))
+    schedulers = EpochSchedulers(steps)
+
+    def grouped_loader() -> GroupedBatches:
+        inner = train_dataloader()
+        if mechanism.steps == "auto":  # decided once, at the first training loader of the run
+            datamodule.train_dataloader = train_dataloader  # the probe's fresh loader is the plain one
+            try:
+                mechanism.steps = schedulers.steps = auto_steps(task, datamodule, inner)
+            finally:
+                datamodule.train_dataloader = grouped_loader
+        return grouped(inner, mechanism.steps)
+
+    datamodule.train_dataloader = grouped_loader
+    callbacks.append(schedulers)
+    task.steps_per_call = mechanism  # the chosen N is `task.steps_per_call.steps` (logged under auto)
