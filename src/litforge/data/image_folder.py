@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from litforge.data.base import ImageDataModule, channel_stats
 from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
-from litforge.data.images import (check_channels, image_to_tensor, mode_channels, open_image, parse_image_size,
-                                  read_header)
+from litforge.data.images import (check_channels, check_decoder, decode_jpeg_file, image_to_tensor, mode_channels,
+                                  open_image, parse_image_size, read_header, resize_tensor)
 from litforge.data.loader import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
@@ -56,8 +56,9 @@ class ImageFileDataset(Dataset):
     """(path, label) samples → (uint8 (C, H, W) tensor, label), with the consistency checks of the datamodule.
 
     `ref` is the reference image (path, (h, w), mode) that fixed the shape: when `image_size` is None every image
-    must have its size, and when `check_mode` every image must have its number of channels. Top-level and plain,
-    so DataLoader worker processes can pickle it.
+    must have its size, and when `check_mode` every image must have its number of channels. `decoder` is
+    "torchvision" (JPEG files through torchvision's decoder, everything else through PIL) or "pil". Top-level and
+    plain, so DataLoader worker processes can pickle it.
     """
 
     def __init__(
@@ -67,8 +68,10 @@ class ImageFileDataset(Dataset):
         image_size: tuple[int, int] | None,
         ref: tuple[str, tuple[int, int], str],
         check_mode: bool,
+        decoder: str = "torchvision",
     ) -> None:
         self.samples = samples
+        self.decoder = decoder
         self.channels = channels
         self.image_size = image_size
         self.ref = ref
@@ -79,8 +82,15 @@ class ImageFileDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         path, label = self.samples[index]
-        img = open_image(path)
         ref_path, ref_hw, ref_mode = self.ref
+        if self.decoder == "torchvision":
+            fast = decode_jpeg_file(path)
+            # a JPEG in the wanted channels, of the reference size unless resized; anything else goes through PIL,
+            # which converts it or raises the mixed size/mode error
+            if fast is not None and fast.shape[0] == self.channels and (
+                    self.image_size is not None or tuple(fast.shape[1:]) == ref_hw):
+                return resize_tensor(fast, self.image_size), label
+        img = open_image(path)
         if self.check_mode and mode_channels(img.mode) != mode_channels(ref_mode):
             raise DataError(mixed_modes_message(ref_path, ref_mode, path, img.mode))
         if self.image_size is None and (img.height, img.width) != ref_hw:
@@ -94,7 +104,8 @@ class ImageFolderDataModule(ImageDataModule):
     `image_size` None keeps the native size (then all images must share it); `channels` None takes grey (1) or
     RGB (3) from the first image (then all images must agree). Data up to `max_in_memory_mb` (as uint8) is held in
     memory; bigger data is streamed from disk by `num_workers` DataLoader workers. `mean`/`std` default to the
-    training split's statistics (estimated on a seeded sample of 2048 images when streaming).
+    training split's statistics (estimated on a seeded sample of 2048 images when streaming). `decoder`
+    "torchvision" decodes JPEG files with torchvision (the same pixels as PIL, faster), "pil" decodes all with PIL.
     """
 
     def __init__(
@@ -116,6 +127,7 @@ class ImageFolderDataModule(ImageDataModule):
         on_device: bool | str = "auto",
         num_folds: int | None = None,
         fold: int = 0,
+        decoder: str = "torchvision",
     ) -> None:
         super().__init__(
             data_dir=str(root),
@@ -137,6 +149,8 @@ class ImageFolderDataModule(ImageDataModule):
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be 0 (load in the main process) or more")
         check_channels(channels)
+        check_decoder(decoder)
+        self.decoder = decoder
         self.root = os.path.abspath(os.path.expanduser(str(root)))
         self.image_size = parse_image_size(image_size)
         self.test_fraction = test_fraction
@@ -176,7 +190,8 @@ class ImageFolderDataModule(ImageDataModule):
         return list(self._scan()[split])
 
     def _dataset(self, split: str) -> ImageFileDataset:
-        return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode)
+        return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode,
+                                self.decoder)
 
     def _decode(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
         """Decode a whole dataset into (uint8 images, int64 labels), with `num_workers` processes."""
