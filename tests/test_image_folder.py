@@ -415,3 +415,23 @@ def test_torchvision_decoder_keeps_the_checks(tmp_path: Path) -> None:
     assert "zz_big.jpg" in str(info.value)
     with pytest.raises(ConfigError, match="data.decoder"):
         ImageFolderDataModule(root=str(tmp_path), decoder="cv2")
+
+
+# ---- data.max_in_memory_mb -------------------------------------------------------------------------------------------
+def test_in_memory_auto_follows_the_available_host_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from litforge.data import placement
+
+    assert placement.host_memory_available() > 2**20  # read from the real machine
+    write_folder(tmp_path, per_class=4)  # 12 images x 3x8x8 = 2304 bytes decoded
+    for available, expected in ((4 * 2304 + 4, True), (4 * 2304 - 4, False)):  # the limit is a quarter of it
+        monkeypatch.setattr(placement, "host_memory_available", lambda available=available: available)
+        dm = ImageFolderDataModule(root=str(tmp_path), mean=[0.5] * 3, std=[0.25] * 3)  # default: auto
+        dm.setup()
+        assert dm.in_memory is expected
+    monkeypatch.setattr(placement, "host_memory_available", lambda: 4 * 2304 + 4)
+    assert placement.hold_in_memory("auto", 2304, ranks_per_node=1)
+    assert not placement.hold_in_memory("auto", 2304, ranks_per_node=2)  # DDP ranks each hold a copy
+    assert placement.hold_in_memory(1, 2**20) and not placement.hold_in_memory(1, 2**20 + 1)
+    for bad in ("lots", -1, True):
+        with pytest.raises(ConfigError, match="data.max_in_memory_mb"):
+            ImageFolderDataModule(root=str(tmp_path), max_in_memory_mb=bad)  # type: ignore[arg-type]

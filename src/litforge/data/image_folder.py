@@ -6,7 +6,8 @@ what the net saw in training.
 
 The shape is known right after construction, from the folder names and ONE image header, so the task can build its
 net before any pixel is decoded. `setup` then decides how to serve the data: a dataset that fits in
-`max_in_memory_mb` as uint8 is decoded once into tensors and served by the base class's fast
+`max_in_memory_mb` (auto: a quarter of the available host memory, the rule benchmarks/loader_throughput.py supports)
+as uint8 is decoded once into tensors and served by the base class's fast
 :class:`~litforge.data.loader.InMemoryLoader`; a bigger one is streamed from disk by a `torch.utils.data.DataLoader`
 with `num_workers` processes. Both paths produce the same uint8 (C, H, W) images through
 :func:`~litforge.data.images.image_to_tensor`.
@@ -28,6 +29,7 @@ from litforge.data.images import (check_channels, check_decoder, decode_jpeg_fil
                                   open_image, parse_image_size, read_header, resize_tensor)
 from litforge.data.loader import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
+from litforge.data.placement import check_in_memory_limit, hold_in_memory
 from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
@@ -102,8 +104,9 @@ class ImageFolderDataModule(ImageDataModule):
     """Classification data from `root/<class>/<image>` (or `root/train|val|test/<class>/<image>`).
 
     `image_size` None keeps the native size (then all images must share it); `channels` None takes grey (1) or
-    RGB (3) from the first image (then all images must agree). Data up to `max_in_memory_mb` (as uint8) is held in
-    memory; bigger data is streamed from disk by `num_workers` DataLoader workers. `mean`/`std` default to the
+    RGB (3) from the first image (then all images must agree). Data up to `max_in_memory_mb` (as uint8; `auto` = a
+    quarter of the available host memory) is held in memory; bigger data is streamed from disk by `num_workers`
+    DataLoader workers. `mean`/`std` default to the
     training split's statistics (estimated on a seeded sample of 2048 images when streaming). `decoder`
     "torchvision" decodes JPEG files with torchvision (the same pixels as PIL, faster), "pil" decodes all with PIL.
     """
@@ -123,7 +126,7 @@ class ImageFolderDataModule(ImageDataModule):
         augment: str | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        max_in_memory_mb: float = 256.0,
+        max_in_memory_mb: float | str = "auto",
         on_device: bool | str = "auto",
         num_folds: int | None = None,
         fold: int = 0,
@@ -150,6 +153,7 @@ class ImageFolderDataModule(ImageDataModule):
             raise ConfigError(f"data.num_workers={num_workers!r} must be 0 (load in the main process) or more")
         check_channels(channels)
         check_decoder(decoder)
+        check_in_memory_limit(max_in_memory_mb)
         self.decoder = decoder
         self.root = os.path.abspath(os.path.expanduser(str(root)))
         self.image_size = parse_image_size(image_size)
@@ -207,12 +211,14 @@ class ImageFolderDataModule(ImageDataModule):
 
     # ---- Lightning hooks ------------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        """Scan the files, then hold them in memory if they fit in `max_in_memory_mb`, else stream them."""
+        """Scan the files, then hold them in memory if they fit in `max_in_memory_mb` (auto: a quarter of the
+        available host memory, litforge.data.placement.hold_in_memory), else stream them."""
         if self.in_memory is not None:
             return
         samples = self._scan()
         n_bytes = sum(len(s) for s in samples.values()) * int(np.prod(self.input_shape))
-        in_memory = n_bytes <= self.max_in_memory_mb * 2**20
+        ranks_per_node = int(getattr(self.trainer, "num_devices", 1) or 1) if self.trainer is not None else 1
+        in_memory = hold_in_memory(self.max_in_memory_mb, n_bytes, ranks_per_node)
         need_stats = self._mean is None or self._std is None
         if in_memory:
             splits = {split: self.load_arrays(split) for split in SPLIT_FOLDERS}
