@@ -160,11 +160,15 @@ class ResNetStep:
         loss.backward()
         self.opt.step()
 
-    def samples_per_s(self, steps: int) -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.step()
-        return steps * len(self.y) / (time.perf_counter() - start)
+    def samples_per_s(self, steps: int, threads: int) -> float:
+        torch.set_num_threads(threads)
+        try:
+            start = time.perf_counter()
+            for _ in range(steps):
+                self.step()
+            return steps * len(self.y) / (time.perf_counter() - start)
+        finally:
+            torch.set_num_threads(1)
 
 
 def fmt(v: float) -> str:
@@ -183,7 +187,10 @@ def main() -> None:
     parser.add_argument("--no-litdata", action="store_true", help="leave out the LitData arms")
     args = parser.parse_args()
     quiet()
-    torch.set_num_threads(args.threads)
+    # loaders run with 1 torch thread, as DataLoader workers do: with 2 intra-op threads on a busy machine, the
+    # main process's batch collation ran ~10x slower (OpenMP threads waiting on each other), which measured the
+    # thread pool, not the loader. Only the ResNet-18 step uses --threads.
+    torch.set_num_threads(1)
     load = os.getloadavg()
     print(f"{args.images} JPEGs per size, batch {BATCH}, {args.repeats} repeats, {os.cpu_count()} CPUs, load "
           f"average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
@@ -212,7 +219,7 @@ def main() -> None:
                 for w in args.workers:
                     arms[f"LitData streaming, workers {w}"] = lambda w=w: litdata_arm(shards, w)
             resnet = ResNetStep(px, args.step_batch)
-            arms["ResNet-18 training step"] = lambda: (resnet.samples_per_s(args.steps),)
+            arms["ResNet-18 training step"] = lambda: (resnet.samples_per_s(args.steps, args.threads),)
             results = interleave(arms, args.repeats)
 
             appetite = median([r[0] for r in results.pop("ResNet-18 training step")])
