@@ -1,6 +1,6 @@
 """Loader throughput (samples/s) of every way litforge can feed images, beside ResNet-18's training-step appetite.
 
-    python benchmarks/loader_throughput.py                       # 3000 JPEGs at 32 and 128 px, 3 repeats (~4 min)
+    python benchmarks/loader_throughput.py                       # 3000 JPEGs at 32 and 128 px, 3 repeats
     python benchmarks/loader_throughput.py --images 1000 --px 32 --repeats 1   # a quick look
 
 It writes `--images` JPEGs (smooth colour gradients plus noise, quality 90, 10 class folders) per size into a temp
@@ -237,8 +237,8 @@ def main() -> None:
                     extra = f"optimize once: {pack_s:.1f} s"
                 rows.append([name, fmt(rate), f"{rate / base:.2f}", f"{rate / appetite:.1f}",
                              f"{rate / gpu_rate:.2f}", f"{first * 1e3:.0f}", extra])
-            rows.append([f"ResNet-18 train step, CPU {args.threads} threads, batch {args.step_batch}", fmt(appetite), "", "1.0", "", "",
-                         f"{flops / 1e9:.2f} GFLOP fwd/sample"])
+            rows.append([f"ResNet-18 train step, CPU {args.threads} threads, batch {args.step_batch}",
+                         fmt(appetite), "", "1.0", "", "", f"{flops / 1e9:.2f} GFLOP fwd/sample"])
             rows.append([f"ResNet-18 train step, GPU at {GPU_TFLOPS:.0f} TFLOP/s (estimate)", fmt(gpu_rate), "",
                          f"{gpu_rate / appetite:.0f}", "1.00", "", "3 × fwd FLOPs per sample"])
             print_table(f"{px} px JPEGs ({args.images} images, {px}x{px} RGB)",
