@@ -360,3 +360,78 @@ def test_config_mistakes(tmp_path: Path, kwargs: dict[str, object], key: str) ->
     write_folder(tmp_path, per_class=1)
     with pytest.raises(ConfigError, match=key):
         ImageFolderDataModule(root=str(tmp_path), **kwargs)  # type: ignore[arg-type]
+
+
+# ---- data.decoder ----------------------------------------------------------------------------------------------------
+def write_jpegs(root: Path, per_class: int, size_hw: tuple[int, int], mode: str = "RGB") -> None:
+    """Smooth noise JPEGs (quality 90), so the decoders' IDCT and chroma upsampling are exercised."""
+    rng = np.random.default_rng(0)
+    for name in CLASSES:
+        for i in range(per_class):
+            ramp = np.linspace(0, 60, size_hw[1])[None, :]
+            pixels = rng.normal(128, 50, size_hw) + ramp
+            pixels = (np.stack([pixels, pixels[::-1], ramp.repeat(size_hw[0], 0)], -1) if mode == "RGB"
+                      else pixels).clip(0, 255)
+            path = root / name / f"{i}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels.astype(np.uint8), mode).save(path, quality=90)
+
+
+@pytest.mark.parametrize("max_in_memory_mb", [256.0, 0.0])
+def test_torchvision_and_pil_decoders_give_the_same_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            max_in_memory_mb: float) -> None:
+    """Tolerance: 0 at the native size (PIL and torchvision both decode with libjpeg-turbo, same settings), at most
+    1 grey level per pixel after a resize (torchvision's antialiased bilinear filter follows PIL's)."""
+    write_jpegs(tmp_path / "rgb", per_class=3, size_hw=(20, 24))
+    write_jpegs(tmp_path / "grey", per_class=2, size_hw=(20, 24), mode="L")
+    for folder, image_size, tolerance in (("rgb", None, 0), ("grey", None, 0), ("rgb", [11, 9], 1)):
+        def arrays(decoder: str) -> Tensor:
+            dm = ImageFolderDataModule(root=str(tmp_path / folder), image_size=image_size, decoder=decoder,
+                                       max_in_memory_mb=max_in_memory_mb, val_fraction=0.0, test_fraction=0.0)
+            return dm.split_arrays("train")[0]
+
+        pil = arrays("pil")
+        with monkeypatch.context() as patch:  # prove the torchvision arm never reaches PIL's decoder
+            patch.setattr("litforge.data.image_folder.open_image", lambda path: pytest.fail(f"PIL decoded {path}"))
+            fast = arrays("torchvision")
+        assert fast.dtype == pil.dtype == torch.uint8 and fast.shape == pil.shape
+        assert (fast.int() - pil.int()).abs().max() <= tolerance, folder
+        path = next((tmp_path / folder).rglob("*.jpg"))  # predict.py's reader follows the same decoder
+        size = image_size or (20, 24)
+        assert (load_image_tensor(path, pil.shape[1], size).int()
+                - load_image_tensor(path, pil.shape[1], size, decoder="pil").int()).abs().max() <= tolerance
+
+
+def test_torchvision_decoder_keeps_the_checks(tmp_path: Path) -> None:
+    write_jpegs(tmp_path, per_class=2, size_hw=(8, 8))
+    Image.fromarray(np.zeros((9, 8, 3), np.uint8)).save(tmp_path / "dog" / "zz_big.jpg")
+    dm = ImageFolderDataModule(root=str(tmp_path), val_fraction=0.0, test_fraction=0.0)
+    with pytest.raises(DataError, match="data.image_size=8"):  # mixed sizes: still one clear line
+        dm.setup()
+    (tmp_path / "dog" / "zz_big.jpg").write_bytes((tmp_path / "dog" / "0.jpg").read_bytes()[:40])  # truncated
+    dm = ImageFolderDataModule(root=str(tmp_path), val_fraction=0.0, test_fraction=0.0)
+    with pytest.raises(DataError, match="not a readable image") as info:
+        dm.setup()
+    assert "zz_big.jpg" in str(info.value)
+    with pytest.raises(ConfigError, match="data.decoder"):
+        ImageFolderDataModule(root=str(tmp_path), decoder="cv2")
+
+
+# ---- data.max_in_memory_mb -------------------------------------------------------------------------------------------
+def test_in_memory_auto_follows_the_available_host_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from litforge.data import placement
+
+    assert placement.host_memory_available() > 2**20  # read from the real machine
+    write_folder(tmp_path, per_class=4)  # 12 images x 3x8x8 = 2304 bytes decoded
+    for available, expected in ((4 * 2304 + 4, True), (4 * 2304 - 4, False)):  # the limit is a quarter of it
+        monkeypatch.setattr(placement, "host_memory_available", lambda available=available: available)
+        dm = ImageFolderDataModule(root=str(tmp_path), mean=[0.5] * 3, std=[0.25] * 3)  # default: auto
+        dm.setup()
+        assert dm.in_memory is expected
+    monkeypatch.setattr(placement, "host_memory_available", lambda: 4 * 2304 + 4)
+    assert placement.hold_in_memory("auto", 2304, ranks_per_node=1)
+    assert not placement.hold_in_memory("auto", 2304, ranks_per_node=2)  # DDP ranks each hold a copy
+    assert placement.hold_in_memory(1, 2**20) and not placement.hold_in_memory(1, 2**20 + 1)
+    for bad in ("lots", -1, True):
+        with pytest.raises(ConfigError, match="data.max_in_memory_mb"):
+            ImageFolderDataModule(root=str(tmp_path), max_in_memory_mb=bad)  # type: ignore[arg-type]

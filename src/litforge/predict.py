@@ -25,7 +25,8 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         channels, height, width = datamodule.input_shape
         datamodule.ensure_stats()
         names = [str(f) for f in files]
-        images = torch.stack([load_image_tensor(f, channels, (height, width)) for f in files])
+        decoder = getattr(datamodule, "decoder", "torchvision")  # the decoder training used (data.decoder)
+        images = torch.stack([load_image_tensor(f, channels, (height, width), decoder) for f in files])
         labels = None
     else:
         images, labels = datamodule.split_arrays("test")

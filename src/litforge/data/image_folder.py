@@ -6,7 +6,8 @@ what the net saw in training.
 
 The shape is known right after construction, from the folder names and ONE image header, so the task can build its
 net before any pixel is decoded. `setup` then decides how to serve the data: a dataset that fits in
-`max_in_memory_mb` as uint8 is decoded once into tensors and served by the base class's fast
+`max_in_memory_mb` (auto: a quarter of the available host memory, the rule benchmarks/loader_throughput.py supports)
+as uint8 is decoded once into tensors and served by the base class's fast
 :class:`~litforge.data.loader.InMemoryLoader`; a bigger one is streamed from disk by a `torch.utils.data.DataLoader`
 with `num_workers` processes. Both paths produce the same uint8 (C, H, W) images through
 :func:`~litforge.data.images.image_to_tensor`.
@@ -24,10 +25,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from litforge.data.base import ImageDataModule, channel_stats
 from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
-from litforge.data.images import (check_channels, image_to_tensor, mode_channels, open_image, parse_image_size,
-                                  read_header)
+from litforge.data.images import (check_channels, check_decoder, decode_jpeg_file, image_to_tensor, mode_channels,
+                                  open_image, parse_image_size, read_header, resize_tensor)
 from litforge.data.loader import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
+from litforge.data.placement import check_in_memory_limit, hold_in_memory
 from litforge.data.stateful import stateful_train_loader
 from litforge.errors import ConfigError, DataError
 
@@ -56,8 +58,9 @@ class ImageFileDataset(Dataset):
     """(path, label) samples → (uint8 (C, H, W) tensor, label), with the consistency checks of the datamodule.
 
     `ref` is the reference image (path, (h, w), mode) that fixed the shape: when `image_size` is None every image
-    must have its size, and when `check_mode` every image must have its number of channels. Top-level and plain,
-    so DataLoader worker processes can pickle it.
+    must have its size, and when `check_mode` every image must have its number of channels. `decoder` is
+    "torchvision" (JPEG files through torchvision's decoder, everything else through PIL) or "pil". Top-level and
+    plain, so DataLoader worker processes can pickle it.
     """
 
     def __init__(
@@ -67,8 +70,10 @@ class ImageFileDataset(Dataset):
         image_size: tuple[int, int] | None,
         ref: tuple[str, tuple[int, int], str],
         check_mode: bool,
+        decoder: str = "torchvision",
     ) -> None:
         self.samples = samples
+        self.decoder = decoder
         self.channels = channels
         self.image_size = image_size
         self.ref = ref
@@ -79,8 +84,15 @@ class ImageFileDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         path, label = self.samples[index]
-        img = open_image(path)
         ref_path, ref_hw, ref_mode = self.ref
+        if self.decoder == "torchvision":
+            fast = decode_jpeg_file(path)
+            # a JPEG in the wanted channels, of the reference size unless resized; anything else goes through PIL,
+            # which converts it or raises the mixed size/mode error
+            if fast is not None and fast.shape[0] == self.channels and (
+                    self.image_size is not None or tuple(fast.shape[1:]) == ref_hw):
+                return resize_tensor(fast, self.image_size), label
+        img = open_image(path)
         if self.check_mode and mode_channels(img.mode) != mode_channels(ref_mode):
             raise DataError(mixed_modes_message(ref_path, ref_mode, path, img.mode))
         if self.image_size is None and (img.height, img.width) != ref_hw:
@@ -92,9 +104,11 @@ class ImageFolderDataModule(ImageDataModule):
     """Classification data from `root/<class>/<image>` (or `root/train|val|test/<class>/<image>`).
 
     `image_size` None keeps the native size (then all images must share it); `channels` None takes grey (1) or
-    RGB (3) from the first image (then all images must agree). Data up to `max_in_memory_mb` (as uint8) is held in
-    memory; bigger data is streamed from disk by `num_workers` DataLoader workers. `mean`/`std` default to the
-    training split's statistics (estimated on a seeded sample of 2048 images when streaming).
+    RGB (3) from the first image (then all images must agree). Data up to `max_in_memory_mb` (as uint8; `auto` = a
+    quarter of the available host memory) is held in memory; bigger data is streamed from disk by `num_workers`
+    DataLoader workers. `mean`/`std` default to the
+    training split's statistics (estimated on a seeded sample of 2048 images when streaming). `decoder`
+    "torchvision" decodes JPEG files with torchvision (the same pixels as PIL, faster), "pil" decodes all with PIL.
     """
 
     def __init__(
@@ -112,10 +126,11 @@ class ImageFolderDataModule(ImageDataModule):
         augment: str | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        max_in_memory_mb: float = 256.0,
+        max_in_memory_mb: float | str = "auto",
         on_device: bool | str = "auto",
         num_folds: int | None = None,
         fold: int = 0,
+        decoder: str = "torchvision",
     ) -> None:
         super().__init__(
             data_dir=str(root),
@@ -137,6 +152,9 @@ class ImageFolderDataModule(ImageDataModule):
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be 0 (load in the main process) or more")
         check_channels(channels)
+        check_decoder(decoder)
+        check_in_memory_limit(max_in_memory_mb)
+        self.decoder = decoder
         self.root = os.path.abspath(os.path.expanduser(str(root)))
         self.image_size = parse_image_size(image_size)
         self.test_fraction = test_fraction
@@ -181,7 +199,8 @@ class ImageFolderDataModule(ImageDataModule):
         return self._dataset(split)
 
     def _dataset(self, split: str) -> ImageFileDataset:
-        return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode)
+        return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode,
+                                self.decoder)
 
     def _decode(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
         """Decode a whole dataset into (uint8 images, int64 labels), with `num_workers` processes."""
@@ -197,12 +216,14 @@ class ImageFolderDataModule(ImageDataModule):
 
     # ---- Lightning hooks ------------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        """Scan the files, then hold them in memory if they fit in `max_in_memory_mb`, else stream them."""
+        """Scan the files, then hold them in memory if they fit in `max_in_memory_mb` (auto: a quarter of the
+        available host memory, litforge.data.placement.hold_in_memory), else stream them."""
         if self.in_memory is not None:
             return
         samples = self._scan()
         n_bytes = sum(len(s) for s in samples.values()) * int(np.prod(self.input_shape))
-        in_memory = n_bytes <= self.max_in_memory_mb * 2**20
+        ranks_per_node = int(getattr(self.trainer, "num_devices", 1) or 1) if self.trainer is not None else 1
+        in_memory = hold_in_memory(self.max_in_memory_mb, n_bytes, ranks_per_node)
         need_stats = self._mean is None or self._std is None
         if in_memory:
             splits = {split: self.load_arrays(split) for split in SPLIT_FOLDERS}
