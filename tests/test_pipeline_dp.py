@@ -107,3 +107,35 @@ def test_data_parallel_reads_its_share_and_refuses_indivisible_devices(monkeypat
     single: dict = {"devices": 2}
     Pipeline().check_run(data, single, [])
     assert single["use_distributed_sampler"] is False
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_pipeline_x_data_parallel_cli_trains_like_ddp(tmp_path) -> None:
+    """`python train.py strategy=pipeline trainer.devices=4 strategy.data_parallel=2`: the 2 replicas read what
+    `strategy=ddp trainer.devices=2` reads, so the metrics, the checkpoint's weights and its (merged) optimizer state
+    are DDP's; a process count not divisible by data_parallel stops in one line."""
+    from conftest import read_metrics, run_cli, single_run
+    from test_pipeline import QUIET
+
+    piped = run_cli("train.py", *QUIET, "strategy=pipeline", "trainer.devices=4", "strategy.data_parallel=2",
+                    log_dir=tmp_path / "pipe", timeout=300)
+    assert piped.returncode == 0, piped.output[-3000:]
+    ddp = run_cli("train.py", *QUIET, "strategy=ddp", "trainer.devices=2", log_dir=tmp_path / "ddp", timeout=300)
+    assert ddp.returncode == 0, ddp.output[-3000:]
+    runs = single_run(tmp_path / "pipe"), single_run(tmp_path / "ddp")
+    pipe_metrics, ddp_metrics = (read_metrics(run)["metrics"] for run in runs)
+    for key in ("train/acc", "val/loss", "val/acc", "test/loss", "test/acc"):
+        assert pipe_metrics[key] == pytest.approx(ddp_metrics[key], abs=1e-6), (key, pipe_metrics, ddp_metrics)
+    pipe_ckpt, ddp_ckpt = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in runs)
+    for name, tensor in ddp_ckpt["state_dict"].items():
+        assert torch.allclose(pipe_ckpt["state_dict"][name], tensor, atol=1e-6), name
+    pipe_opt, ddp_opt = pipe_ckpt["optimizer_states"][0]["state"], ddp_ckpt["optimizer_states"][0]["state"]
+    assert sorted(pipe_opt) == sorted(ddp_opt)
+    for index, state in ddp_opt.items():
+        assert torch.allclose(pipe_opt[index]["exp_avg"], state["exp_avg"], atol=1e-6), index
+    bad = run_cli("train.py", *QUIET, "strategy=pipeline", "trainer.devices=3", "strategy.data_parallel=2",
+                  log_dir=tmp_path / "bad", timeout=120)
+    assert bad.returncode != 0
+    assert "trainer.devices gives 3 processes, not divisible by strategy.data_parallel=2" in bad.output
+    assert "Traceback" not in bad.output
