@@ -20,8 +20,9 @@ sharded checkpoint would be needed, which this strategy does not write.
 Pipeline x data parallel (`strategy.data_parallel=N`): the world is `stages x N` processes laid out on a 2-D
 DeviceMesh ("pp", "dp"), pipeline outermost as torchtitan lays it out (rank = stage * N + replica). Each replica is
 one pipeline (its schedule's p2p and output broadcast run in its "pp" group) that reads its own share of the batches
-(the sampler is over the "dp" dimension only); each stage's gradients are averaged over its "dp" group after the schedule
-(one flat all-reduce, litforge.loops.pipeline: why not torch's DDP wrapper is said there), and the loss and metrics are averaged over it too, so rank 0 logs the global values.
+(the sampler is over the "dp" dimension only); each stage's gradients are averaged over its "dp" group after the
+schedule (one flat all-reduce in litforge.loops.pipeline, which says why not torch's DDP wrapper), and the loss and
+metrics are averaged over it too, so rank 0 logs the global values.
 
 Refused in one line: nets that cannot be split (BatchNorm, no `pipeline_stages`), tasks without a per-step loss,
 MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batches accumulate already).
