@@ -13,9 +13,9 @@ GLOO_WORLD_SIZE = 4  # the `ranks` fixture (conftest): 2 pipeline stages x 2 dat
 
 
 def _pipeline_dp_equals_one_process(rank: int, world_size: int, kind: str, schedule: str) -> dict[str, float]:
-    """Each replica runs its half of a global batch through its 2-stage pipeline (the strategy's own layout, gradients
-    averaged over the replicas); the loss, (clipped) gradients, weights after 2 SGD-with-momentum steps, the training metric
-    and the checkpoint's whole net and merged optimizer state vs one process on the whole batch."""
+    """Each replica runs its half of a global batch through its 2-stage pipeline (the strategy's own layout,
+    gradients averaged over the replicas); the loss, (clipped) gradients, weights after 2 SGD-with-momentum steps,
+    the training metric and the checkpoint's whole net and merged optimizer state vs one process on the whole batch."""
     from litforge.loops.pipeline import PipelineLoop
     from litforge.parallel.pipeline import (merged_optimizer_state, net_inputs, pipeline_layout, sync_full_net,
                                             tied_groups)
