@@ -151,10 +151,11 @@ def make_image_folder(root: Path, classes: tuple[str, ...] = ("cat", "dog", "fox
 
 @pytest.fixture(scope="module")
 def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
-    """Two gloo ranks (tests/gloo.py) shared by one test module's distributed tests: starting them costs two torch +
-    Lightning imports. They preload the module's `GLOO_PRELOAD` names, by default the test module itself."""
+    """Two gloo ranks (tests/gloo.py; `GLOO_WORLD_SIZE` in the module for more) shared by one test module's
+    distributed tests: starting them costs a torch + Lightning import each. They preload the module's `GLOO_PRELOAD`
+    names, by default the test module itself."""
     from gloo import GlooRanks
 
-    pool = GlooRanks(2, preload=tuple(getattr(request.module, "GLOO_PRELOAD", (request.module.__name__,))))
+    pool = GlooRanks(getattr(request.module, "GLOO_WORLD_SIZE", 2), preload=tuple(getattr(request.module, "GLOO_PRELOAD", (request.module.__name__,))))
     yield pool
     pool.close()

@@ -18,6 +18,15 @@ B x T x vocab for a language model).
 Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
 the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held by two stages (the GPT's embedding tied to its
 head, on the first and last stage) gets its two partial gradients summed between those ranks before the step.
+
+Pipeline x data parallel (`dp_group`, strategy.data_parallel > 1): after the schedule, the stage's accumulated
+gradients are averaged over the ranks that hold the same stage in the other replicas, in one flat all-reduce
+(:meth:`PipelineLoop.average_gradients`). Why not the DDP wrapper `torch.distributed.pipelining` supports (its stage
+runs micro-batches under `no_sync()` and lets DDP reduce in the last backward): under `ScheduleGPipe` on torch 2.14
+DDP's reducer fails its second step ("rebuilt parameter indices size is not same as original model parameters
+size": 8 vs 4 for a 2-layer stage), while 1F1B works; one all-reduce after the step is schedule-independent and
+as cheap (one bucket per step). The batch loss is averaged over the replicas too, so every rank logs the global
+loss.
 """
 
 from __future__ import annotations
@@ -63,8 +72,8 @@ class PipelineLoop:
     def __init__(self, task: Any, stage: nn.Module, stage_index: int, num_stages: int, schedule: str,
                  microbatches: int, group: Any, stage_ranks: list[int], tied: list[nn.Parameter],
                  tied_group: Any, device: torch.device, clip_val: float | None = None,
-                 clip_algorithm: str = "norm", net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
-                 ) -> None:
+                 clip_algorithm: str = "norm", net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
+                 dp_group: Any = None) -> None:
         self.task, self.stage, self.stage_index, self.num_stages = task, stage, stage_index, num_stages
         self.schedule, self.microbatches, self.group, self.stage_ranks = schedule, microbatches, group, stage_ranks
         self.tied, self.tied_group, self.device = tied, tied_group, device
@@ -76,6 +85,8 @@ class PipelineLoop:
         self._originals: dict[str, Callable[..., Any]] = {}
         self._micro: list[tuple[Any, ...]] = []
         self._inferring = False
+        self.dp_group = dp_group
+        self.replicas = dist.get_world_size(dp_group) if dp_group is not None else 1
 
     # ---- installing -------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -87,6 +98,12 @@ class PipelineLoop:
                 self._originals[name] = getattr(task, name)
                 setattr(task, name, self._evaluating(self._originals[name]))
         task.training_step = self.training_step
+        if self.dp_group is not None:  # metrics sync over the replicas (every stage of one holds the same states)
+            from torchmetrics import Metric
+
+            for metric in task.modules():
+                if isinstance(metric, Metric):
+                    metric.process_group = self.dp_group
 
     # ---- the schedules ----------------------------------------------------------------------------------------
     def _schedule_for(self, micro: list[tuple[Any, ...]], train: bool) -> Any:
@@ -156,7 +173,8 @@ class PipelineLoop:
         optimizer = lightning_optimizer.optimizer
         optimizer.zero_grad(set_to_none=True)
         _, _, losses = self.run(tuple(batch), train=True)
-        loss = torch.stack([part.detach() for part in losses]).mean()
+        loss = self.global_loss(losses)
+        self.average_gradients()
         self.sum_tied_gradients()
         if self.clip_val:
             self.clip_gradients(float(self.clip_val))
@@ -167,6 +185,31 @@ class PipelineLoop:
                 task.lr_scheduler_step(config.scheduler, None)
         task.log_training_loss(loss, batch, where)
         return loss
+
+    def global_loss(self, losses: list[Tensor]) -> Tensor:
+        """The batch's loss (the mean of its micro-batches'), averaged over the data-parallel replicas: the loss of
+        the whole global batch, the same on every rank (one scalar all-reduce per step when data_parallel > 1)."""
+        loss = torch.stack([part.detach() for part in losses]).mean()
+        if self.dp_group is not None:
+            dist.all_reduce(loss, group=self.dp_group)  # SUM then divide: gloo has no ReduceOp.AVG
+            loss = loss / self.replicas
+        return loss
+
+    @torch.no_grad()
+    def average_gradients(self) -> None:
+        """Data parallel: the stage's gradients averaged over its replicas, in one flat all-reduce. Every replica
+        runs the same stage on same-shaped micro-batches, so the same parameters hold gradients on each (no host
+        read to agree on it)."""
+        if self.dp_group is None:
+            return
+        grads = [p.grad for p in self.stage.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.dp_group)  # SUM, then divide: gloo has no ReduceOp.AVG
+        flat /= self.replicas
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
 
     def sum_tied_gradients(self) -> None:
         """Sum the partial gradients of weights two stages share (the GPT's embedding and head) between them."""

@@ -17,12 +17,20 @@ other; on resume every rank loads it and trains its own part. This keeps the who
 optimizer state) on every process: fine up to models one host's (one device's) memory holds; beyond that a
 sharded checkpoint would be needed, which this strategy does not write.
 
+Pipeline x data parallel (`strategy.data_parallel=N`): the world is `stages x N` processes laid out on a 2-D
+DeviceMesh ("pp", "dp"), pipeline outermost as torchtitan lays it out (rank = stage * N + replica). Each replica is
+one pipeline (its schedule's p2p and output broadcast run in its "pp" group) that reads its own share of the batches
+(the sampler is over the "dp" dimension only); each stage's gradients are averaged over its "dp" group after the
+schedule (one flat all-reduce in litforge.loops.pipeline, which says why not torch's DDP wrapper), and the loss and
+metrics are averaged over it too, so rank 0 logs the global values.
+
 Refused in one line: nets that cannot be split (BatchNorm, no `pipeline_stages`), tasks without a per-step loss,
 MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batches accumulate already).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,20 +49,54 @@ def net_inputs(task: Any) -> Any:
     return lambda batch: batch[:1]
 
 
+@dataclass
+class Layout:
+    """Where this rank sits on the (stage, replica) mesh, and the groups it talks in."""
+
+    stage: int
+    replica: int
+    stage_ranks: list[int]  # global rank of each stage of this rank's pipeline (its replica)
+    pp_group: Any  # this replica's pipeline (None: the whole world, when data_parallel=1)
+    dp_group: Any  # the ranks holding this stage in every replica (None when data_parallel=1)
+
+
+def pipeline_layout(world_size: int, data_parallel: int, rank: int, device_type: str) -> Layout:
+    """The 2-D layout of `world_size` ranks as (world_size // data_parallel) stages x data_parallel replicas; a
+    collective (every rank calls it): the mesh creates its groups."""
+    if data_parallel == 1:
+        return Layout(rank, 0, list(range(world_size)), None, None)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device_type, (world_size // data_parallel, data_parallel), mesh_dim_names=("pp", "dp"))
+    stage, replica = mesh.get_coordinate()
+    return Layout(stage, replica, mesh.mesh[:, replica].tolist(), mesh.get_group("pp"), mesh.get_group("dp"))
+
+
+def check_divisible(world_size: int, data_parallel: int) -> None:
+    if world_size % data_parallel:
+        raise ConfigError(f"trainer.devices gives {world_size} processes, not divisible by strategy.data_parallel="
+                          f"{data_parallel}: use stages x data_parallel processes, e.g. trainer.devices="
+                          f"{max(2, world_size // data_parallel) * data_parallel}")
+
+
 class Pipeline(DDPStrategy):
     """One pipeline stage per process; a torch.distributed.pipelining schedule drives each training step."""
 
     strategy_name = "litforge_pipeline"
 
-    def __init__(self, schedule: str = "1f1b", microbatches: int = 4, **kwargs: Any) -> None:
+    def __init__(self, schedule: str = "1f1b", microbatches: int = 4, data_parallel: int = 1, **kwargs: Any) -> None:
         if schedule not in SCHEDULES:
             raise ConfigError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}: "
                               "e.g. strategy.schedule=1f1b")
         if not (isinstance(microbatches, int) and microbatches >= 1):
             raise ConfigError(f"strategy.microbatches={microbatches!r}: use an integer >= 1, "
                               "e.g. strategy.microbatches=4")
+        if not (isinstance(data_parallel, int) and data_parallel >= 1):
+            raise ConfigError(f"strategy.data_parallel={data_parallel!r}: use an integer >= 1 (replicas of the "
+                              "pipeline), e.g. strategy.data_parallel=2")
         super().__init__(**kwargs)
-        self.schedule, self.microbatches = schedule, microbatches
+        self.schedule, self.microbatches, self.data_parallel = schedule, microbatches, data_parallel
+        self.layout: Layout | None = None
         self.loop: PipelineLoop | None = None
         self.clip_val: float | None = None
         self.clip_algorithm = "norm"
@@ -84,9 +126,13 @@ class Pipeline(DDPStrategy):
             raise ConfigError(f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
                               f"{self.microbatches}: use a multiple, e.g. data.batch_size="
                               f"{max(1, round(batch_size / self.microbatches)) * self.microbatches}")
-        # every stage reads the very batches one process would (a DistributedSampler, even over one replica,
-        # shuffles in another order than the loader's own sampler)
-        trainer_kwargs["use_distributed_sampler"] = False
+        devices, nodes = trainer_kwargs.get("devices"), trainer_kwargs.get("num_nodes", 1)
+        if isinstance(devices, int) and isinstance(nodes, int):
+            check_divisible(devices * nodes, self.data_parallel)
+        # data_parallel=1: every stage reads the very batches one process would (a DistributedSampler, even over one
+        # replica, shuffles in another order than the loader's own sampler); N replicas: each its share, as under
+        # DDP (Lightning's sampler over the "dp" dimension, distributed_sampler_kwargs)
+        trainer_kwargs["use_distributed_sampler"] = self.data_parallel > 1
         # clipping moves from the Trainer (which refuses it under manual optimization) into the loop, which takes
         # the norm over all stages
         self.clip_val = trainer_kwargs.pop("gradient_clip_val", None)
@@ -97,10 +143,11 @@ class Pipeline(DDPStrategy):
                               "or pass trainer.accumulate_grad_batches=1")
         callbacks.append(EpochSchedulers(1, processes_ok=True))
 
-    # ---- data: every stage sees the whole batch -----------------------------------------------------------------
+    # ---- data: every stage of a replica sees that replica's whole batch -----------------------------------------
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return {"num_replicas": 1, "rank": 0}
+        """The data-parallel dimension only: the stages of one pipeline read the same batches."""
+        return {"num_replicas": self.data_parallel, "rank": self.global_rank % self.data_parallel}
 
     # ---- setup --------------------------------------------------------------------------------------------------
     def configure_ddp(self) -> None:
@@ -120,26 +167,29 @@ class Pipeline(DDPStrategy):
             with torch.no_grad():  # what DDP's wrapper would do: every rank starts from rank 0's weights
                 for tensor in (*module.parameters(), *module.buffers()):
                     dist.broadcast(tensor.data, src=0)
-            stages = split_net(module.net, self.world_size)
+            check_divisible(self.world_size, self.data_parallel)  # trainer.devices=auto: known only here
+            num_stages = self.world_size // self.data_parallel
+            self.layout = layout = pipeline_layout(self.world_size, self.data_parallel, self.global_rank,
+                                                   self.root_device.type)
+            stages = split_net(module.net, num_stages)
             self.owners = {f"net.{name}": where for name, where in owners(module.net, stages).items()}
-            rank = self.global_rank
-            tied = [p for p in stages[rank].parameters()
+            stage = layout.stage
+            tied = [p for p in stages[stage].parameters()
                     if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
             holders = sorted({i for where in self.owners.values() if len(where) > 1 for i in where})
-            # every rank takes part in creating a group (a collective), also those outside it
-            tied_group = dist.new_group(holders) if holders else None
-            self.loop = PipelineLoop(module, stages[rank], rank, self.world_size, self.schedule, self.microbatches,
-                                     group=None, stage_ranks=list(range(self.world_size)), tied=tied,
-                                     tied_group=tied_group if rank in holders else None, device=self.root_device,
-                                     clip_val=self.clip_val, clip_algorithm=self.clip_algorithm,
-                                     net_inputs=net_inputs(module))
+            self.loop = PipelineLoop(module, stages[stage], stage, num_stages, self.schedule, self.microbatches,
+                                     group=layout.pp_group, stage_ranks=layout.stage_ranks, tied=tied,
+                                     tied_group=tied_groups(layout, holders, self.data_parallel),
+                                     device=self.root_device, clip_val=self.clip_val,
+                                     clip_algorithm=self.clip_algorithm, net_inputs=net_inputs(module),
+                                     dp_group=layout.dp_group)
         self.loop.install()
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
     def sync_full_net(self) -> None:
         """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model."""
-        if self.owners and self.world_size > 1:
-            sync_full_net(self.lightning_module, self.owners)
+        if self.owners and self.layout is not None and len(self.layout.stage_ranks) > 1:
+            sync_full_net(self.lightning_module, self.owners, self.layout.stage_ranks, self.layout.pp_group)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.sync_full_net()  # called on every rank by Lightning's checkpoint dump
@@ -148,27 +198,43 @@ class Pipeline(DDPStrategy):
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimizer states of all stages merged (each rank's holds only its stage's parameters)."""
         state = super().optimizer_state(optimizer)
-        if self.world_size == 1 or not self.owners:
+        if self.layout is None or len(self.layout.stage_ranks) == 1 or not self.owners:
             return state
-        return merged_optimizer_state(state, self.world_size)
+        return merged_optimizer_state(state, len(self.layout.stage_ranks), self.layout.pp_group)
+
+
+def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:
+    """This rank's group for summing tied weights' partial gradients: the holding stages of its own replica (None
+    when it holds none). One group per replica; every rank takes part in creating each (a collective)."""
+    if not holders:
+        return None
+    if data_parallel == 1:
+        group = dist.new_group(holders)
+    else:
+        group, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
+            [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)])
+    return group if layout.stage in holders else None
 
 
 @torch.no_grad()
-def sync_full_net(module: torch.nn.Module, owners: dict[str, list[int]]) -> None:
-    """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it, stage = rank)
-    from its first holder, so that every rank holds the whole, current model (a collective: all ranks call it)."""
+def sync_full_net(module: torch.nn.Module, owners: dict[str, list[int]], stage_ranks: list[int] | None = None,
+                  group: Any = None) -> None:
+    """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it) from its first
+    holder in this rank's pipeline (`stage_ranks`: the global rank of each stage; default rank = stage), so that
+    every rank holds the whole, current model (a collective: all ranks of `group` call it)."""
     tensors = dict(module.named_parameters(remove_duplicate=False))
     tensors.update(module.named_buffers(remove_duplicate=False))
     for name, where in owners.items():
-        dist.broadcast(tensors[name].data, src=where[0])
+        dist.broadcast(tensors[name].data, src=stage_ranks[where[0]] if stage_ranks else where[0], group=group)
 
 
-def merged_optimizer_state(state: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """One optimizer `state_dict` from every rank's (each holds state only for its stage's parameters; the same
-    parameter indices on every rank, since every rank's optimizer was built over the whole net)."""
-    everyone: list[Any] = [None] * world_size
+def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = None) -> dict[str, Any]:
+    """One optimizer `state_dict` from every stage's (each holds state only for its stage's parameters; the same
+    parameter indices on every rank, since every rank's optimizer was built over the whole net), gathered over
+    `group` (this rank's pipeline; the whole world by default)."""
+    everyone: list[Any] = [None] * num_stages
     dist.all_gather_object(everyone, {k: {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in s.items()}
-                                      for k, s in state["state"].items()})
+                                      for k, s in state["state"].items()}, group=group)
     merged: dict[Any, Any] = {}
     for rank_state in everyone:
         merged.update(rank_state)
