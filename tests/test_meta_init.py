@@ -55,7 +55,7 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
     from litforge.models.gpt import GPT
-    from litforge.parallel.meta_init import build_on_meta, materialize
+    from litforge.parallel.meta_init import build_on_meta, materialize, shard_like
     from litforge.parallel.plans import shard
 
     torch.manual_seed(0)
@@ -72,6 +72,12 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
     local = {t.to_local().untyped_storage().data_ptr(): t.to_local().untyped_storage().nbytes()
              for t in net.parameters()}
     equal_init = all(torch.equal(p.full_tensor(), q) for p, q in zip(net.parameters(), reference.parameters()))
+    torch.manual_seed(1)  # starting weights (task.init_from) load into another seed's sharded net after meta init
+    other = build_on_meta(lambda: GPT(**GPT_KW))
+    shard(other, mesh)
+    materialize(other, "cpu")
+    other.load_state_dict(shard_like(other, reference.state_dict()))
+    loaded = all(torch.equal(p.full_tensor(), q) for p, q in zip(other.parameters(), reference.parameters()))
     idx = torch.randint(0, 17, (4, 17), generator=torch.Generator().manual_seed(1))
     opt = torch.optim.SGD(net.parameters(), lr=0.3)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.3)
@@ -85,7 +91,7 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
         losses.append(float(_loss(reference, idx).detach()))
     max_diff = max(float((p.full_tensor() - q).detach().abs().max()) for p, q in zip(net.parameters(), reference.parameters()))
     return {"whole": whole, "largest_module": largest_module, "peak": counter.peak,
-            "local": sum(local.values()), "equal_init": equal_init, "max_diff": max_diff, "losses": losses}
+            "local": sum(local.values()), "equal_init": equal_init, "loaded": loaded, "max_diff": max_diff, "losses": losses}
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +113,11 @@ def test_each_rank_holds_a_shard_and_never_the_whole_net(probe: list[dict[str, A
 
 def test_values_equal_an_unsharded_build_and_training_matches(probe: list[dict[str, Any]]) -> None:
     """Same seed, same values as `GPT(...)` built whole (its own N(0, 0.02) init included); three SGD steps over
-    2 ranks then end where one process ends on the whole batch, and the loss falls."""
+    2 ranks then end where one process ends on the whole batch, and the loss falls. Full weights of another run
+    (task.init_from) load into a meta-initialised sharded net."""
     for record in probe:
         assert record["equal_init"], record
+        assert record["loaded"], record
         assert record["max_diff"] < 1e-5, record
         assert record["losses"][-1] < record["losses"][0], record
 
