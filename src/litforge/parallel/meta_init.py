@@ -111,7 +111,8 @@ def _stand_ins(module: nn.Module) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     for name, tensor in _own_tensors(module).items():
         full = torch.empty(tensor.shape, dtype=tensor.dtype)
-        out[name] = nn.Parameter(full, requires_grad=tensor.requires_grad) if name in module._parameters else full
+        out[name] = nn.Parameter(full, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) \
+            else full
     return out
 
 
@@ -119,15 +120,14 @@ def _stand_ins(module: nn.Module) -> dict[str, Tensor]:
 def _swapped(module: nn.Module, stand_ins: dict[str, Tensor]) -> Iterator[None]:
     """The module's own tensors replaced by `stand_ins` for the duration (its init then fills those)."""
     real = _own_tensors(module)
-    store = {name: module._parameters if name in module._parameters else module._buffers for name in real}
     try:
         for name, stand_in in stand_ins.items():
-            store[name][name] = stand_in
+            setattr(module, name, stand_in)  # nn.Module keeps a parameter a parameter, a buffer a buffer
         with torch.no_grad():
             yield
     finally:
         for name, tensor in real.items():
-            store[name][name] = tensor
+            setattr(module, name, tensor)
 
 
 def _run(module: nn.Module, steps: list[tuple[Tensor, Init]]) -> dict[str, Tensor]:
