@@ -135,3 +135,20 @@ def test_a_module_without_reset_parameters_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="strategy.meta_init=false.*|Scale"):
         build_on_meta(Scale)
+
+
+def test_sharding_strategies_build_on_meta_unless_switched_off(compose_cfg: Any) -> None:
+    """strategy=fsdp/tp/fsdp_tp/hsdp build the net on meta; strategy.meta_init=false, ddp and the default do not."""
+    from litforge.models.factory import build_net
+    from litforge.models.meta import is_meta, meta_nets
+    from litforge.parallel.meta_init import wants_meta_init
+
+    for strategy in ("fsdp", "tp", "fsdp_tp", "hsdp"):
+        assert wants_meta_init(compose_cfg(f"strategy={strategy}").strategy), strategy
+    assert not wants_meta_init(compose_cfg("strategy=fsdp", "strategy.meta_init=false").strategy)
+    assert not wants_meta_init(compose_cfg("strategy=ddp").strategy)
+    assert not wants_meta_init(compose_cfg().strategy)
+    cfg = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 8, "depth": 1, "heads": 2}
+    with meta_nets():
+        assert is_meta(build_net(cfg, vocab_size=5, block_size=4))
+    assert not is_meta(build_net(cfg, vocab_size=5, block_size=4))
