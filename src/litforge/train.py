@@ -90,12 +90,14 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     from litforge.checkpoints import load_checkpoint
     from litforge.loops import steps_per_call
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+    from litforge.parallel.meta_init import meta_nets, wants_meta_init
     from litforge.speed import apply_speed_options
     from litforge.tracking import continue_runs, give_run_config
 
     datamodule = instantiate_group("data", cfg.data)
     check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
-    task = build_task(cfg, datamodule.describe())
+    with meta_nets(wants_meta_init(cfg.get("strategy"))):  # sharded runs: the net on meta, filled after sharding
+        task = build_task(cfg, datamodule.describe())
     apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))  # before any sharding
     apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
                         channels_last=bool(cfg.get("channels_last", False)))

@@ -463,6 +463,7 @@ RULES: dict[str, Rule] = {
     "strategy.reshard_after_forward": boolean(example="false"),
     "strategy.offload": choice("cpu", example="null", null=True),
     "strategy.replicate_size": integer(1, example=2),
+    "strategy.meta_init": boolean(example="false"),
     "strategy.period": integer(1, example=4),
     "strategy.warmup_steps": integer(0, example=100),
     "strategy.sync_every": integer(1, example=32),

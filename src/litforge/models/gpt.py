@@ -124,10 +124,12 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.tok_embed.weight  # weight tying: fewer parameters, better small-data perplexity
-        self.apply(self._init_weights)
+        self.apply(self.init_weights)
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def init_weights(module: nn.Module) -> None:
+        """GPT-2's init, applied to every module after construction (and replayed on shards by
+        litforge.parallel.meta_init, which finds it by this name)."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:

@@ -55,6 +55,10 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(TransformerBlock(dim, heads, mlp_ratio, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise the net's own tokens (its layers have their own): also what meta-device init replays."""
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 

@@ -32,7 +32,8 @@ class ModelParallel(ModelParallelStrategy):
     strategy_name = "litforge_model_parallel"
 
     def __init__(self, *args: Any, mixed_precision: str | None = None, reshard_after_forward: bool = True,
-                 offload: str | None = None, replicate_size: int = 1, **kwargs: Any) -> None:
+                 offload: str | None = None, replicate_size: int = 1, meta_init: bool = True,
+                 **kwargs: Any) -> None:
         import torch
 
         from litforge.errors import ConfigError
@@ -54,6 +55,7 @@ class ModelParallel(ModelParallelStrategy):
         self.sharded_saves = bool(kwargs.get("save_distributed_checkpoint", True))
         self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
         self.replicate_size = replicate_size
+        self.meta_init = meta_init  # read by the train job: build the net on meta (litforge.parallel.meta_init)
 
     def fsdp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for every `fully_shard` call: FSDP2's mixed precision, resharding and offload policies."""

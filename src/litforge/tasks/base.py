@@ -131,6 +131,14 @@ class LitforgeTask(pl.LightningModule):
         strategy = self.trainer.strategy if attached_trainer(self) is not None else None
         fsdp_kwargs = getattr(strategy, "fsdp_kwargs", None)  # strategy=fsdp|fsdp_tp options (mixed precision, ...)
         shard(net, self.device_mesh, fsdp_kwargs() if callable(fsdp_kwargs) else None)
+        from litforge.parallel.meta_init import is_meta, materialize
+
+        if is_meta(net):  # built on the meta device (strategy.meta_init): storage for this rank's shards only
+            materialize(net, strategy.root_device if strategy is not None else "cpu")
+            self.on_net_materialized()
+
+    def on_net_materialized(self) -> None:
+        """Called once the net built on the meta device holds its initial values: load starting weights here."""
 
     def _build_scheduler(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Build the scheduler, filling the lengths the config leaves as null from the trainer's run length."""

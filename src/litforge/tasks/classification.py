@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpoints import load_checkpoint
+from litforge.compat import attached_trainer
 from litforge.models import transfer
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
@@ -68,7 +69,13 @@ class ClassificationTask(LitforgeTask):
         return transfer.backbone(self.net)
 
     def setup(self, stage: str) -> None:
-        if stage == "fit" and self.init_from:
+        from litforge.parallel.meta_init import is_meta
+
+        if stage == "fit" and self.init_from and not is_meta(self.net):  # a meta net loads in on_net_materialized
+            self.load_init_weights(self.init_from)
+
+    def on_net_materialized(self) -> None:
+        if self.init_from and attached_trainer(self) is not None and self.trainer.state.fn == "fit":
             self.load_init_weights(self.init_from)
 
     def load_init_weights(self, path: str) -> None:
@@ -79,7 +86,9 @@ class ClassificationTask(LitforgeTask):
         checkpoint = load_checkpoint(path)
         prefix = "net."
         weights = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-        fresh = transfer.load_backbone(self.net, weights, path)
+        from litforge.parallel.meta_init import shard_like
+
+        fresh = transfer.load_backbone(self.net, shard_like(self.net, weights), path)  # sharded net: slices
         log.info("Initialised the net from %s%s", path, f" (new head: {', '.join(fresh)})" if fresh else "")
 
     def forward(self, images: Tensor) -> Tensor:
