@@ -175,9 +175,11 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
         stages = split_net(net, world)
         stage = stages[rank]
         tied = [p for p in stage.parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+        holders = [0, world - 1]  # the tied embedding/head: first and last stage, as Pipeline._install groups them
+        tied_group = dist.new_group(holders)  # a collective: every rank takes part
         loop = PipelineLoop(task, stage, rank, world, "1f1b", args.microbatches, group=None,
                             stage_ranks=list(range(world)), tied=tied,
-                            tied_group=dist.new_group(list(range(world))) if tied else None,
+                            tied_group=tied_group if rank in holders else None,
                             device=torch.device("cpu"), net_inputs=net_inputs(task))
         optimizer = task.configure_optimizers()  # over the whole net, as under Lightning: state only where grads are
         stage_params = list(stage.parameters())
@@ -247,14 +249,27 @@ def run_arm(arm: str, depth: int, args: argparse.Namespace, env: dict[str, str])
               "--world", str(args.world), "--block", str(args.block), "--dim", str(args.dim),
               "--heads", str(args.heads), "--vocab", str(args.vocab), "--batch", str(args.batch),
               "--microbatches", str(args.microbatches), "--threads", str(args.threads)]
-    procs = [subprocess.Popen([*common, "--rank", str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(args.world)]
+    import tempfile
+
     records = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        if proc.returncode:
-            raise RuntimeError(f"{arm} depth {depth} rank failed:\n{err[-3000:]}")
-        records.append(json.loads(out.strip().splitlines()[-1]))
+    with tempfile.TemporaryDirectory() as tmp:  # files, not pipes: a rank never blocks on a full pipe while we wait
+        logs = [Path(tmp) / f"rank{r}.txt" for r in range(args.world)]
+        procs = []
+        for r, log in enumerate(logs):
+            with log.open("w") as handle:
+                procs.append(subprocess.Popen([*common, "--rank", str(r)], env=env, stdout=handle,
+                                              stderr=subprocess.STDOUT))
+        for proc, log in zip(procs, logs):
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:  # a hung collective: stop every rank of this arm, say which
+                for other in procs:
+                    other.kill()
+                raise RuntimeError(f"{arm} depth {depth}: a rank ran past 600 s:\n{log.read_text()[-3000:]}")
+            text = log.read_text()
+            if proc.returncode:
+                raise RuntimeError(f"{arm} depth {depth} rank failed:\n{text[-3000:]}")
+            records.append(json.loads(text.strip().splitlines()[-1]))
     return records
 
 
@@ -276,6 +291,9 @@ def largest_depth(depths: list[int], totals: list[float], budget: float) -> tupl
 
 
 def strategies_main(args: argparse.Namespace) -> None:
+    if len(set(args.depths)) < 2:
+        raise SystemExit(f"--depths {' '.join(map(str, args.depths))}: the fit in depth needs at least two different "
+                         "depths, e.g. --depths 2 4 8 16")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": str(args.threads),
            "PYTHONPATH": str(ROOT / "src")}
     load_start = os.getloadavg()[0]
