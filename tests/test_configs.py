@@ -15,7 +15,8 @@ GROUPS = ["data", "model", "task", "optimizer", "scheduler", "loss", "callbacks"
 # datasets that need files a test cannot download: composed and constructed, but not trained on here
 NEEDS_DOWNLOAD = {"mnist", "fashion_mnist", "cifar10"}
 # options that start several processes or need hardware: composed and built, trained in their own tests
-NOT_IN_PROCESS = {("strategy", name) for name in ("ddp", "ddp_spawn", "fsdp", "hsdp", "tp", "fsdp_tp", "tpu", "local_sgd", "diloco", "hogwild")}
+NOT_IN_PROCESS = {("strategy", name) for name in ("ddp", "ddp_spawn", "fsdp", "hsdp", "tp", "fsdp_tp", "tpu", "local_sgd",
+                                                 "diloco", "hogwild", "pipeline")}
 NOT_IN_PROCESS |= {("trainer", "gpu")}  # no GPU here; its clear error is tested with the bad inputs
 # options that only make sense with a matching task/data/model: composed with their partners (and tiny sizes)
 LM = ["task=language_model", "data=python_docs", "model=gpt", "data.max_chars=20000", "data.block_size=32",
@@ -45,6 +46,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
 
     from litforge.builders import build_task
     from litforge.instantiate import instantiate_named
+    from litforge.parallel.launch import launched_ranks_cleaned_up
     from litforge.train import train
     from litforge.validation import check_config
 
@@ -85,5 +87,6 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
     cfg.trainer.enable_progress_bar = False
     cfg.trainer.overfit_batches = 0.0
     cfg.trainer.profiler = cfg.trainer.profiler if option == "profiler" else None
-    result = train(cfg)
+    with launched_ranks_cleaned_up():  # a launching strategy left here would make every later run wait for rank 1
+        result = train(cfg)
     assert any(name.startswith("test/") for name in result["metrics"]) or cfg.trainer.fast_dev_run

@@ -115,8 +115,17 @@ def test_options_that_fsdp_and_tp_ignore_or_break_are_refused_in_one_line(compos
 
 def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monkeypatch, caplog):
     """Strict `trainer.deterministic=true` failed on CUDA at the first backward of adaptive average pooling."""
+    import logging
+
     from litforge.builders import deterministic_mode
 
+    # the record must reach caplog whatever logging state earlier in-process tests left (a level or a disabled logger
+    # seen once in the full suite, not alone): set this logger's level and enable it for the test only
+    logger = logging.getLogger("litforge.builders")
+    monkeypatch.setattr(logger, "disabled", False)
+    caplog.set_level(logging.WARNING, logger="litforge.builders")
+    # caplog's handler on the logger itself (also when a parent stopped propagating), removed again after the test
+    monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
     assert deterministic_mode(True, "auto") is True and deterministic_mode(True, "cpu") is True  # this CPU: strict
     assert deterministic_mode(True, "gpu") == "warn" and deterministic_mode(True, "cuda") == "warn"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with a GPU, accelerator=auto
