@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayStream
+from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayDraw
 from litforge.errors import ConfigError
 
 
-def test_replay_stream_samples_what_the_buffer_holds_now():
-    buffer = ReplayBuffer(capacity=4, observation_size=2)
-    stream = ReplayStream(buffer, length=50)
-    for i in range(6):  # wraps around: only the last 4 remain
-        buffer.add([i, i], action=i % 2, reward=float(i), next_obs=[i + 1, i + 1], done=i == 5)
-    rewards = {float(t[2]) for t in stream}
-    assert len(buffer) == 4 and rewards == {2.0, 3.0, 4.0, 5.0}
+def test_replay_draws_sample_what_the_buffer_holds_when_consumed():
+    data = GymDataModule(buffer_size=4, batch_size=50, steps_per_epoch=3)
+    tickets = list(data.train_dataloader())
+    assert len(tickets) == 3 and all(isinstance(t, ReplayDraw) for t in tickets)
+    for i in range(6):  # added after the loader yielded; wraps around: only the last 4 remain
+        data.buffer.add([i, i, i, i], action=i % 2, reward=float(i), next_obs=[i + 1] * 4, done=i == 5)
+    obs, actions, rewards, next_obs, dones = data.on_before_batch_transfer(tickets[0], 0)
+    assert obs.shape == (50, 4) and set(rewards.tolist()) == {2.0, 3.0, 4.0, 5.0}
+    assert torch.equal(obs[:, 0], rewards) and data.on_before_batch_transfer(7, 0) == 7  # eval seeds pass through
 
 
 def test_env_checks():
