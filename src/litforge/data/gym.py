@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from litforge import compat
 from litforge.errors import ConfigError
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
@@ -104,6 +105,39 @@ class ReplayDraws(IterableDataset):
 
     def __len__(self) -> int:
         return self.length
+
+
+def env_state(env: Any) -> dict[str, Any] | None:
+    """`env`'s position mid-episode as plain data (tensors, ints, dicts: checkpoints load with `weights_only=True`),
+    or None for an env that keeps its state in another form.
+
+    gymnasium has no state save for environments (pickling is not allowed in checkpoints); its classic-control envs
+    (CartPole, Acrobot, MountainCar) keep it all in `unwrapped.state` (a numpy array), `unwrapped.np_random` and,
+    for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.compat).
+    """
+    inner = env.unwrapped
+    state = getattr(inner, "state", None)
+    if not isinstance(state, np.ndarray) or not hasattr(inner.np_random, "bit_generator"):
+        return None
+    saved: dict[str, Any] = {"state": torch.from_numpy(state.copy()), "dtype": str(state.dtype),
+                             "np_random": inner.np_random.bit_generator.state}
+    if hasattr(inner, "steps_beyond_terminated"):
+        saved["steps_beyond_terminated"] = inner.steps_beyond_terminated
+    elapsed = compat.time_limit_elapsed(env)
+    if elapsed is not None:
+        saved["elapsed_steps"] = elapsed
+    return saved
+
+
+def load_env_state(env: Any, saved: dict[str, Any]) -> None:
+    """Put an `env` made and reset afresh back where `env_state` found the saved one."""
+    inner = env.unwrapped
+    inner.state = saved["state"].numpy().astype(saved["dtype"])
+    inner.np_random.bit_generator.state = saved["np_random"]
+    if "steps_beyond_terminated" in saved:
+        inner.steps_beyond_terminated = saved["steps_beyond_terminated"]
+    if "elapsed_steps" in saved:
+        compat.set_time_limit_elapsed(env, saved["elapsed_steps"])
 
 
 class GymDataModule(pl.LightningDataModule):
