@@ -84,10 +84,10 @@ class ReplayBuffer:
 class ReplayDraw:
     """A ticket for one minibatch of `size` transitions, turned into one by `GymDataModule.on_before_batch_transfer`.
 
-    Lightning's fit loop fetches one batch ahead (to know which batch is the last); a minibatch drawn at fetch time
-    would be drawn before the step that precedes it has acted, and would be lost from a mid-epoch checkpoint (the
-    resumed run draws it again from a buffer that moved on). Drawing when the batch is consumed, just before it goes
-    to the device, keeps every draw inside the step that uses it, so a checkpoint's buffer generator resumes exactly.
+    A loader may fetch ahead (Lightning's fit loop does for a loader without a length, DataLoader workers always
+    do); a minibatch drawn at fetch time is drawn before the previous step has acted, and is lost from a mid-epoch
+    checkpoint (the resumed run draws it again from a buffer that moved on). Drawing when the batch is consumed, just
+    before it goes to the device, keeps every draw inside the step that uses it, whatever the fetching policy.
     """
 
     def __init__(self, size: int) -> None:
