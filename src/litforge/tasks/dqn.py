@@ -133,7 +133,7 @@ class DQNTask(LitforgeTask):
         self.env_steps = int(saved["env_steps"])
         if saved["env"] is None or saved["obs"] is None:
             log.warning("DQN resume: %s keeps no state litforge can save; the training env starts a new episode",
-                        self.trainer.datamodule.env_id)
+                        type(self.env.unwrapped).__name__ if self.env is not None else "the env")
             return
         load_env_state(self.env, saved["env"])
         self.obs, self.episode_return = saved["obs"].numpy(), float(saved["episode_return"])
