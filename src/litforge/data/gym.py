@@ -1,9 +1,9 @@
 """A gymnasium environment as a datamodule: its replay buffer, streamed to the learner through an IterableDataset.
 
 Reinforcement learning has no fixed dataset: the agent (the DQN task) writes transitions into `self.buffer` as it
-acts, and the training loader yields tickets (`ReplayDraw`) that become minibatches sampled from whatever the buffer holds
-when the step consumes them. Validation and
-test "batches" are episode numbers: the task plays one greedy episode per item.
+acts, and the training loader yields tickets (`ReplayDraw`) that become minibatches sampled from whatever the buffer
+holds when the step consumes them. Validation and test "batches" are episode numbers: the task plays one greedy
+episode per item.
 
 Any environment with a discrete action space and a vector observation works: `data.env_id=Acrobot-v1`.
 """

@@ -124,7 +124,7 @@ class DQNTask(LitforgeTask):
         """The training env mid-episode (None for an env `env_state` cannot read), its observation, the episode's
         return so far, the env step count and the exploration generator."""
         return {"env": None if self.env is None else env_state(self.env),
-                "obs": torch.as_tensor(self.obs) if self.obs is not None else None,
+                "obs": torch.tensor(self.obs) if self.obs is not None else None,  # a copy
                 "episode_return": self.episode_return, "env_steps": self.env_steps,
                 "explore": self.explore.get_state()}
 
