@@ -191,6 +191,23 @@ def test_hydra_override_value_text():
         assert OverridesParser.create().parse_override(f"key={text}").value() == value, (value, text)
 
 
+def test_gymnasium_time_limit_step_count():
+    import gymnasium as gym
+
+    from litforge import compat
+
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    assert compat.time_limit_elapsed(env) == 0, _renamed("time_limit_elapsed", "TimeLimit._elapsed_steps")
+    env.step(0)
+    env.step(1)
+    assert compat.time_limit_elapsed(env) == 2, _renamed("time_limit_elapsed", "TimeLimit._elapsed_steps")
+    compat.set_time_limit_elapsed(env, 499)  # the next step hits CartPole-v1's limit of 500: truncated
+    _, _, terminated, truncated, _ = env.step(0)
+    assert truncated and not terminated, _renamed("set_time_limit_elapsed", "TimeLimit._elapsed_steps")
+    assert compat.time_limit_elapsed(gym.make("CartPole-v1", max_episode_steps=None).unwrapped) is None
+
+
 # ---- no private library name outside compat -----------------------------------------------------------------------
 def _private(name: str) -> bool:
     """`_x`, not a dunder and not a Hydra config key such as `_target_`; litforge's own markers are `_litforge*`."""

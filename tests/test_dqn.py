@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayStream
+from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayDraw
 from litforge.errors import ConfigError
 
 
-def test_replay_stream_samples_what_the_buffer_holds_now():
-    buffer = ReplayBuffer(capacity=4, observation_size=2)
-    stream = ReplayStream(buffer, length=50)
-    for i in range(6):  # wraps around: only the last 4 remain
-        buffer.add([i, i], action=i % 2, reward=float(i), next_obs=[i + 1, i + 1], done=i == 5)
-    rewards = {float(t[2]) for t in stream}
-    assert len(buffer) == 4 and rewards == {2.0, 3.0, 4.0, 5.0}
+def test_replay_draws_sample_what_the_buffer_holds_when_consumed():
+    data = GymDataModule(buffer_size=4, batch_size=50, steps_per_epoch=3)
+    tickets = list(data.train_dataloader())
+    assert len(tickets) == 3 and all(isinstance(t, ReplayDraw) for t in tickets)
+    for i in range(6):  # added after the loader yielded; wraps around: only the last 4 remain
+        data.buffer.add([i, i, i, i], action=i % 2, reward=float(i), next_obs=[i + 1] * 4, done=i == 5)
+    obs, actions, rewards, next_obs, dones = data.on_before_batch_transfer(tickets[0], 0)
+    assert obs.shape == (50, 4) and set(rewards.tolist()) == {2.0, 3.0, 4.0, 5.0}
+    assert torch.equal(obs[:, 0], rewards) and data.on_before_batch_transfer(7, 0) == 7  # eval seeds pass through
 
 
 def test_env_checks():
@@ -133,3 +135,64 @@ def test_soft_update_moves_target_by_tau():
         assert not torch.allclose(t, o)
     assert all(torch.equal(a, b) for a, b in zip(online, task.net.parameters(), strict=True))  # online untouched
 
+
+
+def test_env_state_round_trip_continues_the_same_episode():
+    """A fresh CartPole put back where a saved one was mid-episode steps identically, down to its time limit; an env
+    keeping no such state saves None and the resumed task starts a new episode, saying so in one line."""
+    import logging
+    from types import SimpleNamespace
+
+    import gymnasium as gym
+    import numpy as np
+
+    from litforge.data.gym import env_state, load_env_state
+
+    env = gym.make("CartPole-v1", max_episode_steps=40)
+    env.reset(seed=3)
+    for _ in range(5):
+        env.step(1)
+    saved = env_state(env)
+    assert saved["elapsed_steps"] == 5
+    saved = torch.load(_saved_to_bytes(saved), weights_only=True)  # plain data: loads as a checkpoint does
+    copy = gym.make("CartPole-v1", max_episode_steps=40)
+    copy.reset(seed=99)
+    load_env_state(copy, saved)
+    actions = [0, 1] * 30
+    for name, e in (("original", env), ("copy", copy)):
+        trace = []
+        for a in actions:
+            obs, reward, terminated, truncated, _ = e.step(a)
+            trace.append((obs.tolist(), reward, terminated, truncated))
+            if terminated or truncated:
+                trace.append(e.reset()[0].tolist())  # np_random restored: the next episode starts alike too
+                break
+        if name == "original":
+            expected = trace
+    assert trace == expected and len(trace) > 2
+    assert env_state(SimpleNamespace(unwrapped=SimpleNamespace(np_random=np.random.default_rng()))) is None
+
+    task = make_task()
+    task.env = SimpleNamespace(unwrapped=SimpleNamespace())
+    task.obs = "fresh"
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("litforge.tasks.dqn").addHandler(handler)
+    try:
+        task.restore_acting({"env": None, "obs": None, "episode_return": 3.0, "env_steps": 7,
+                             "explore": torch.Generator().manual_seed(1).get_state()})
+    finally:
+        logging.getLogger("litforge.tasks.dqn").removeHandler(handler)
+    assert task.obs == "fresh" and task.env_steps == 7
+    assert [r.getMessage() for r in records] == [
+        "DQN resume: SimpleNamespace keeps no state litforge can save; the training env starts a new episode"]
+
+
+def _saved_to_bytes(obj):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer

@@ -544,3 +544,38 @@ def test_resume_auto_takes_the_previous_sharded_folder_when_a_kill_fell_between_
     (checkpoints / "last.ckpt" / ".metadata").write_bytes(b"index")
     assert resolve("auto", tmp_path, "train")[1] == (checkpoints / "last.ckpt").resolve()
     assert resolve(str(checkpoints / "last.ckpt"), tmp_path, "train")[1] == (checkpoints / "last.ckpt").resolve()
+
+
+# DQN: 3 epochs of 60 gradient steps; the checkpoint at step 80 is mid-epoch, mid-episode, and falls on a target sync
+DQN = ["experiment=cartpole_dqn", "print_config=false", "callbacks.progress_bar=null", "logger=csv",
+       "trainer.max_epochs=3", "data.steps_per_epoch=60", "data.val_episodes=2", "data.test_episodes=2",
+       "task.warmup_steps=100", "task.target_sync_steps=20", "task.eps_decay_steps=150", "data.batch_size=32",
+       "callbacks.early_stopping=null"]
+
+
+def test_dqn_kill_9_mid_episode_resumes_exactly(tmp_path):
+    """The replay buffer, the training env mid-episode, exploration's generator and the minibatch draws all resume:
+    SIGKILL after step 90 (checkpoint at 80), then resume=auto, ends bit-equal to an uninterrupted run."""
+    whole = run_cli("train.py", *DQN, log_dir=tmp_path / "whole", env={"OMP_NUM_THREADS": "1"})
+    assert whole.returncode == 0, whole.output[-3000:]
+    uninterrupted = single_run(tmp_path / "whole", "cartpole_dqn")
+
+    env = {**FAULTS_ENV, "OMP_NUM_THREADS": "1"}
+    killed = run_cli("train.py", *DQN, "checkpoint_every=80", *fault("SignalAt", step=90, signal="SIGKILL"),
+                     log_dir=tmp_path / "killed", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    run_dir = single_run(tmp_path / "killed", "cartpole_dqn")
+    saved = last_ckpt(run_dir)
+    assert (saved["epoch"], saved["global_step"]) == (1, 80), "saved mid-epoch"
+    acting = saved["litforge_dqn_acting"]
+    assert acting["env"]["elapsed_steps"] > 0, "the checkpoint should fall mid-episode (pick another step)"
+
+    resumed = run_cli("train.py", "resume=auto", "task_name=cartpole_dqn", "+callbacks.fault.step=-1",
+                      log_dir=tmp_path / "killed", env=env)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "starts a new episode" not in resumed.output
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    expected, got = read_metrics(uninterrupted)["metrics"], read_metrics(run_dir)["metrics"]
+    names = [k for k in expected if k.split("/")[0] in ("train", "val", "test")]
+    assert "test/return" in names and "train/loss" in names
+    assert {k: got.get(k) for k in names} == {k: expected[k] for k in names}

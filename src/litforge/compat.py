@@ -330,6 +330,36 @@ def restart_validation_on_resume(trainer: Any) -> None:
     progress.is_last_batch = False
 
 
+# ---- gymnasium -----------------------------------------------------------------------------------------------------
+
+
+def time_limit_elapsed(env: Any) -> int | None:
+    """The step count of `env`'s TimeLimit wrapper (how far into its episode's time limit it is), or None.
+
+    An exact mid-episode resume of the DQN training env must restore it; gymnasium keeps it in the private
+    `TimeLimit._elapsed_steps` with no public getter or setter (gymnasium/wrappers/common.py).
+    """
+    wrapper = _time_limit(env)
+    return None if wrapper is None else int(wrapper._elapsed_steps)
+
+
+def set_time_limit_elapsed(env: Any, steps: int) -> None:
+    """Set what `time_limit_elapsed` reads (see there)."""
+    wrapper = _time_limit(env)
+    if wrapper is not None:
+        wrapper._elapsed_steps = int(steps)
+
+
+def _time_limit(env: Any) -> Any:
+    from gymnasium.wrappers import TimeLimit
+
+    while env is not None:
+        if isinstance(env, TimeLimit):
+            return env
+        env = getattr(env, "env", None)
+    return None
+
+
 # ---- Hydra ---------------------------------------------------------------------------------------------------------
 
 

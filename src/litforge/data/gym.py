@@ -1,8 +1,9 @@
 """A gymnasium environment as a datamodule: its replay buffer, streamed to the learner through an IterableDataset.
 
 Reinforcement learning has no fixed dataset: the agent (the DQN task) writes transitions into `self.buffer` as it
-acts, and the training loader samples minibatches from whatever the buffer holds at that moment. Validation and
-test "batches" are episode numbers: the task plays one greedy episode per item.
+acts, and the training loader yields tickets (`ReplayDraw`) that become minibatches sampled from whatever the buffer
+holds when the step consumes them. Validation and test "batches" are episode numbers: the task plays one greedy
+episode per item.
 
 Any environment with a discrete action space and a vector observation works: `data.env_id=Acrobot-v1`.
 """
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from litforge import compat
 from litforge.errors import ConfigError
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
@@ -49,6 +51,11 @@ class ReplayBuffer:
     def sample_index(self) -> int:
         return int(torch.randint(self.size, (1,), generator=self.generator))
 
+    def sample(self, batch_size: int) -> Transition:
+        """A minibatch of `batch_size` transitions drawn uniformly (with replacement) from what the buffer holds."""
+        i = torch.randint(self.size, (batch_size,), generator=self.generator)
+        return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
+
     def __getitem__(self, i: int) -> Transition:
         return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
 
@@ -74,18 +81,63 @@ class ReplayBuffer:
         self.generator.set_state(state["generator"])
 
 
-class ReplayStream(IterableDataset):
-    """`length` transitions sampled uniformly from the buffer, drawn lazily: each minibatch sees the newest data."""
+class ReplayDraw:
+    """A ticket for one minibatch of `size` transitions, turned into one by `GymDataModule.on_before_batch_transfer`.
 
-    def __init__(self, buffer: ReplayBuffer, length: int) -> None:
-        self.buffer, self.length = buffer, length
+    A loader may fetch ahead (Lightning's fit loop does for a loader without a length, DataLoader workers always
+    do); a minibatch drawn at fetch time is drawn before the previous step has acted, and is lost from a mid-epoch
+    checkpoint (the resumed run draws it again from a buffer that moved on). Drawing when the batch is consumed, just
+    before it goes to the device, keeps every draw inside the step that uses it, whatever the fetching policy.
+    """
 
-    def __iter__(self) -> Iterator[Transition]:
-        for _ in range(self.length):
-            yield self.buffer[self.buffer.sample_index()]
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class ReplayDraws(IterableDataset):
+    """`length` tickets (`ReplayDraw`) for minibatches of `batch_size`: the training loader of `GymDataModule`."""
+
+    def __init__(self, length: int, batch_size: int) -> None:
+        self.length, self.batch_size = length, batch_size
+
+    def __iter__(self) -> Iterator[ReplayDraw]:
+        return (ReplayDraw(self.batch_size) for _ in range(self.length))
 
     def __len__(self) -> int:
         return self.length
+
+
+def env_state(env: Any) -> dict[str, Any] | None:
+    """`env`'s position mid-episode as plain data (tensors, ints, dicts: checkpoints load with `weights_only=True`),
+    or None for an env that keeps its state in another form.
+
+    gymnasium has no state save for environments (pickling is not allowed in checkpoints); its classic-control envs
+    (CartPole, Acrobot, MountainCar) keep it all in `unwrapped.state` (a numpy array), `unwrapped.np_random` and,
+    for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.compat).
+    """
+    inner = env.unwrapped
+    state = getattr(inner, "state", None)
+    if not isinstance(state, np.ndarray) or not hasattr(inner.np_random, "bit_generator"):
+        return None
+    saved: dict[str, Any] = {"state": torch.from_numpy(state.copy()), "dtype": str(state.dtype),
+                             "np_random": inner.np_random.bit_generator.state}
+    if hasattr(inner, "steps_beyond_terminated"):
+        saved["steps_beyond_terminated"] = inner.steps_beyond_terminated
+    elapsed = compat.time_limit_elapsed(env)
+    if elapsed is not None:
+        saved["elapsed_steps"] = elapsed
+    return saved
+
+
+def load_env_state(env: Any, saved: dict[str, Any]) -> None:
+    """Put an `env` made and reset afresh back where `env_state` found the saved one."""
+    inner = env.unwrapped
+    inner.state = saved["state"].numpy().astype(saved["dtype"])
+    inner.np_random.bit_generator.state = saved["np_random"]
+    if "steps_beyond_terminated" in saved:
+        inner.steps_beyond_terminated = saved["steps_beyond_terminated"]
+    if "elapsed_steps" in saved:
+        compat.set_time_limit_elapsed(env, saved["elapsed_steps"])
 
 
 class GymDataModule(pl.LightningDataModule):
@@ -135,7 +187,12 @@ class GymDataModule(pl.LightningDataModule):
         return {"observation_size": self.observation_size, "num_actions": self.num_actions}
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(ReplayStream(self.buffer, self.steps_per_epoch * self.batch_size), batch_size=self.batch_size)
+        # tickets, not transitions: the minibatch is drawn when consumed (ReplayDraw says why)
+        return DataLoader(ReplayDraws(self.steps_per_epoch, self.batch_size), batch_size=None)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning calls this on the batch the loop is about to train on (not the one it prefetched)."""
+        return self.buffer.sample(batch.size) if isinstance(batch, ReplayDraw) else batch
 
     def val_dataloader(self) -> DataLoader:
         # episode seeds far from the training seeds; one episode per item

@@ -12,17 +12,22 @@ log the mean return (`val/return`, `test/return`); `train/episode_return` is log
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from litforge.data.gym import env_state, load_env_state
 from litforge.errors import ConfigError
 from litforge.host_reads import host_scalar
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
 
 REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
+ACTING_KEY = "litforge_dqn_acting"  # extra checkpoint entry: the training env mid-episode and the exploration RNG
+
+log = logging.getLogger(__name__)
 
 
 class DQNTask(LitforgeTask):
@@ -61,6 +66,11 @@ class DQNTask(LitforgeTask):
         self.obs: Any = None
         self.episode_return = 0.0
         self.env_steps = 0
+        # exploration's own generator (seeded from data.seed at fit start, saved in checkpoints): the global RNG is
+        # saved too (tasks/base.py), but other code draws from it between a checkpoint and the step after it (the
+        # DataLoader's iterator takes a seed from it when a resumed epoch restarts), so it would not resume exactly
+        self.explore = torch.Generator()
+        self._resumed_acting: dict[str, Any] | None = None
 
     def forward(self, observations: Tensor) -> Tensor:
         return self.net(observations)
@@ -74,8 +84,9 @@ class DQNTask(LitforgeTask):
         return h.eps_start + fraction * (h.eps_end - h.eps_start)
 
     def act(self, obs: Any, epsilon: float) -> int:
-        if torch.rand(()) < epsilon:
-            return int(torch.randint(self.hparams.num_actions, ()))
+        # greedy play (epsilon 0: evaluation) draws nothing, so it leaves the training exploration stream alone
+        if epsilon > 0 and torch.rand((), generator=self.explore) < epsilon:
+            return int(torch.randint(self.hparams.num_actions, (), generator=self.explore))
         with torch.no_grad():
             q = self.net(torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0))
         return int(q.argmax(dim=-1))
@@ -100,9 +111,40 @@ class DQNTask(LitforgeTask):
         self.env = datamodule.make_env()
         self.obs, _ = self.env.reset(seed=datamodule.seed)
         self.env.action_space.seed(datamodule.seed)
+        self.explore.manual_seed(datamodule.seed)
         while len(datamodule.buffer) < max(self.hparams.warmup_steps, datamodule.batch_size):
             self.env_step(epsilon=1.0)  # random actions fill the buffer before the first update
         self.episode_return, self.obs = 0.0, self.env.reset()[0]
+        if self._resumed_acting is not None:  # a resumed run: back to the interrupted episode (on_load_checkpoint)
+            self.restore_acting(self._resumed_acting)
+            self._resumed_acting = None
+
+    # ---- exact resume: the acting state travels in the checkpoint (weights_only-safe plain data) -------------------
+    def acting_state(self) -> dict[str, Any]:
+        """The training env mid-episode (None for an env `env_state` cannot read), its observation, the episode's
+        return so far, the env step count and the exploration generator."""
+        return {"env": None if self.env is None else env_state(self.env),
+                "obs": torch.tensor(self.obs) if self.obs is not None else None,  # a copy
+                "episode_return": self.episode_return, "env_steps": self.env_steps,
+                "explore": self.explore.get_state()}
+
+    def restore_acting(self, saved: dict[str, Any]) -> None:
+        self.explore.set_state(saved["explore"])
+        self.env_steps = int(saved["env_steps"])
+        if saved["env"] is None or saved["obs"] is None:
+            log.warning("DQN resume: %s keeps no state litforge can save; the training env starts a new episode",
+                        type(self.env.unwrapped).__name__ if self.env is not None else "the env")
+            return
+        load_env_state(self.env, saved["env"])
+        self.obs, self.episode_return = saved["obs"].numpy(), float(saved["episode_return"])
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[ACTING_KEY] = self.acting_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._resumed_acting = checkpoint.get(ACTING_KEY)  # applied in on_fit_start, once the env exists
 
     def on_fit_end(self) -> None:
         if self.env is not None:
@@ -136,8 +178,11 @@ class DQNTask(LitforgeTask):
             next_value = next_q.max(dim=1).values
         return rewards + self.hparams.gamma * (1.0 - dones) * next_value
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.maybe_sync_target(self.global_step)
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # the sync due after step N runs before step N+1, not in on_train_batch_end: Lightning runs callbacks' batch-
+        # end hooks (ModelCheckpoint's save) before the module's, so a checkpoint at step N would miss that sync
+        if self.global_step:
+            self.maybe_sync_target(self.global_step)
 
     def maybe_sync_target(self, step: int) -> bool:
         """Every `target_sync_steps` gradient steps: target <- tau * online + (1 - tau) * target (tau=1: a copy)."""
