@@ -123,21 +123,27 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
         ref_loss.backward()
         assert torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05) > 0.05  # it does clip
         out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
-        mine = dict(task.named_parameters(remove_duplicate=False))
-        for name, p in reference.named_parameters(remove_duplicate=False):
-            if rank in held[name]:
-                assert mine[name].grad is not None, name
-                out["grad"] = max(out["grad"], (mine[name].grad - p.grad).abs().max().item())
+        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, rank, grads=True))
         opt.step()
         ref_opt.step()
-    mine = dict(task.named_parameters(remove_duplicate=False))
-    for name, p in reference.named_parameters(remove_duplicate=False):
-        if rank in held[name]:
-            out["weight"] = max(out["weight"], (mine[name] - p).abs().max().item())
+    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, rank, grads=False))
     if kind == "mlp":  # the training metric (since the resume): updated from the pipeline's output on every rank
         out["metric"] = abs(task.train_acc.compute().item() - reference.train_acc.compute().item())
     return out
 
+
+
+def _gap_to_reference(task: torch.nn.Module, reference: torch.nn.Module, held: dict[str, list[int]], stage: int,
+                      grads: bool) -> float:
+    """Largest |difference| to the one-process reference over the parameters `stage` holds (their gradients, which
+    must exist, or their values)."""
+    mine, gap = dict(task.named_parameters(remove_duplicate=False)), 0.0
+    for name, p in reference.named_parameters(remove_duplicate=False):
+        if stage in held[name]:
+            if grads:
+                assert mine[name].grad is not None, name
+            gap = max(gap, ((mine[name].grad - p.grad) if grads else (mine[name] - p)).abs().max().item())
+    return gap
 
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from litforge.errors import ConfigError
-from test_pipeline import _batch, _task
+from test_pipeline import _batch, _gap_to_reference, _task
 
 GLOO_WORLD_SIZE = 4  # the `ranks` fixture (conftest): 2 pipeline stages x 2 data-parallel replicas
 
@@ -49,17 +49,10 @@ def _pipeline_dp_equals_one_process(rank: int, world_size: int, kind: str, sched
         ref_loss.backward()
         assert torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05) > 0.05  # it does clip
         out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
-        mine = dict(task.named_parameters(remove_duplicate=False))
-        for name, p in reference.named_parameters(remove_duplicate=False):
-            if layout.stage in held[name]:
-                assert mine[name].grad is not None, name
-                out["grad"] = max(out["grad"], (mine[name].grad - p.grad).abs().max().item())
+        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, layout.stage, grads=True))
         opt.step()
         ref_opt.step()
-    mine = dict(task.named_parameters(remove_duplicate=False))
-    for name, p in reference.named_parameters(remove_duplicate=False):
-        if layout.stage in held[name]:
-            out["weight"] = max(out["weight"], (mine[name] - p).abs().max().item())
+    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, layout.stage, grads=False))
     if kind == "mlp":  # each rank updated train_acc on its replica's half; compute() syncs over the replicas
         task.flush_train_predictions()
         reference.flush_train_predictions()
