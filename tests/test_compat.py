@@ -177,6 +177,29 @@ def test_lightning_restart_mid_evaluation_shape():
     assert val_loop.restarted_mid_evaluation, _renamed(entry, "_EvaluationLoop.update_restart_stage's conditions")
 
 
+
+def test_lightning_top_k_save_hook_choice(monkeypatch):
+    """top_k_saves_at_train_epoch_end answers as Lightning's ModelCheckpoint decides: at the epoch's end when every
+    epoch validates once at its end, at the validation's end otherwise (litforge writes last.ckpt in the same hook)."""
+    from pytorch_lightning import Trainer
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from litforge import compat
+
+    assert callable(getattr(ModelCheckpoint, "_should_save_on_train_epoch_end", None)), \
+        _renamed("top_k_saves_at_train_epoch_end", "ModelCheckpoint._should_save_on_train_epoch_end")
+
+    monkeypatch.setattr(Trainer, "num_val_batches", property(lambda self: [2]))  # as in fit, once validation is set up
+
+    def choice(callback: ModelCheckpoint, **trainer_kwargs: Any) -> bool:
+        trainer = Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], **trainer_kwargs)
+        return compat.top_k_saves_at_train_epoch_end(callback, trainer)
+
+    assert choice(ModelCheckpoint()) is True
+    assert choice(ModelCheckpoint(), val_check_interval=0.5) is False
+    assert choice(ModelCheckpoint(), check_val_every_n_epoch=2) is False
+    assert choice(ModelCheckpoint(save_on_train_epoch_end=False)) is False
+
 def test_hydra_override_value_text():
     from hydra.core.override_parser.types import Override
 

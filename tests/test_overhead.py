@@ -159,3 +159,66 @@ def test_digits_read_without_scikit_learn_equal_load_digits(monkeypatch):
     monkeypatch.setattr(sklearn.datasets, "load_digits", lambda: (_ for _ in ()).throw(AssertionError("imported")))
     pixels, labels = digits_arrays()  # the fallback (importing scikit-learn) is not taken
     assert np.array_equal(pixels, reference.data) and np.array_equal(labels, reference.target)
+
+
+def _fit_counting_saves(compose_cfg, monkeypatch, *overrides: str) -> tuple[Any, list[int]]:
+    """An in-process default run of tiny epochs; the global step of every checkpoint serialised."""
+    import litforge.train as train_job
+
+    saved: list[int] = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (
+        saved.append(obj["global_step"]) if isinstance(obj, dict) and "global_step" in obj else None)
+        or real_save(obj, f, *a, **k))
+    cfg = compose_cfg("trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "test_after_training=false",
+                      "print_config=false", "callbacks.progress_bar=null", *overrides)
+    train_job.train(cfg)
+    return cfg, saved
+
+
+def test_an_improving_epoch_serialises_one_checkpoint_and_last_is_its_second_name(compose_cfg, monkeypatch):
+    import os
+    from pathlib import Path
+
+    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=1")
+    folder = Path(cfg.paths.output_dir) / "checkpoints"
+    best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
+    assert saved == [4], "one serialisation for the best file and last.ckpt together"
+    assert os.path.samefile(best, last)
+    record = torch.load(last, weights_only=False)["callbacks"]
+    (state,) = (v for k, v in record.items() if k.startswith("ModelCheckpoint"))
+    assert Path(state["last_model_path"]) == last and Path(state["best_model_path"]) == best
+
+
+def test_epochs_that_do_not_improve_write_last_in_full_and_leave_the_best_file_alone(compose_cfg, monkeypatch):
+    """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it; last.ckpt is then replaced (a new file), never
+    written through the name it shared with the best file."""
+    import os
+    from pathlib import Path
+
+    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=3", "optimizer.lr=1e-12",
+                                     "scheduler=none")
+    folder = Path(cfg.paths.output_dir) / "checkpoints"
+    best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
+    assert saved == [4, 8, 12], "epoch 0: best + its link; epochs 1, 2: last.ckpt alone"
+    assert not os.path.samefile(best, last)
+    assert torch.load(best, weights_only=False)["global_step"] == 4
+    assert torch.load(last, weights_only=False)["global_step"] == 12
+
+
+def test_without_hard_links_last_is_a_durable_copy(compose_cfg, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from litforge import checkpoint_io
+
+    def no_links(source: Any, target: Any) -> None:
+        raise OSError(95, "Operation not supported")  # e.g. a FUSE mount
+
+    monkeypatch.setattr(checkpoint_io.os, "link", no_links)
+    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=1")
+    folder = Path(cfg.paths.output_dir) / "checkpoints"
+    best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
+    assert saved == [4] and not os.path.samefile(best, last)
+    assert best.read_bytes() == last.read_bytes()
+    assert not list(folder.glob(".*partial"))

@@ -330,6 +330,20 @@ def restart_validation_on_resume(trainer: Any) -> None:
     progress.is_last_batch = False
 
 
+
+def top_k_saves_at_train_epoch_end(callback: Any, trainer: Any) -> bool:
+    """Whether Lightning's `ModelCheckpoint` saves its top-k file at the training epoch's end (True) or at the end of
+    each validation (False), for this run.
+
+    litforge's ModelCheckpoint writes `last.ckpt` in the same hook as the top-k file, so that on an improving epoch
+    `last.ckpt` can be a second name of those very bytes (one serialisation and one fsync instead of two). Lightning
+    decides the hook in the private `_should_save_on_train_epoch_end` (the `save_on_train_epoch_end` argument, else
+    validation frequency, time-based validation and the number of validation batches); copying that logic would
+    drift from it. Upstream: no public accessor; the rule is documented since Lightning-AI/pytorch-lightning#20931
+    (for #20781), the method stays private.
+    """
+    return bool(callback._should_save_on_train_epoch_end(trainer))
+
 # ---- gymnasium -----------------------------------------------------------------------------------------------------
 
 
