@@ -12,6 +12,7 @@ optimizer, LR schedule and thread count. Two measures per step:
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
 import tempfile
@@ -165,12 +166,18 @@ def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRec
 
 
 def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
-              after_epoch: Callable[[int, torch.nn.Module, dict[str, Any]], None] | None = None) -> StepRecorder:
+              after_epoch: Callable[[int, torch.nn.Module, dict[str, Any]], None] | None = None,
+              keep_records: bool = False) -> StepRecorder:
     """The hand-written loop: same net, data split, batch size, optimizer and per-epoch LR schedule as `cfg`.
 
     It is what a careful user writes: whole batches sliced from pre-normalised tensors, `zero_grad(set_to_none)`,
     an eval pass per epoch under `torch.no_grad()`. `after_epoch(epoch, net, splits)` runs after each epoch's eval
     pass (e.g. a test-accuracy probe); `splits` maps train/val/test to normalised (images, labels).
+
+    `keep_records`: also what `python train.py` keeps of a run, the way that user writes it: each epoch, the
+    epoch's mean training loss, validation accuracy and learning rate as TensorBoard scalars, and a resumable
+    checkpoint (net, optimizer, scheduler, epoch) saved to `last.pt` (written to a temporary name, then renamed)
+    and copied to `best.pt` when the validation accuracy improved; in the run folder of `cfg`.
     """
     from hydra.utils import instantiate
 
@@ -192,10 +199,19 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     loss_fn = torch.nn.CrossEntropyLoss()
     batch = cfg.data.batch_size
     rec = StepRecorder(tuple(count_window) if count_window else None)
+    folder = Path(cfg.paths.output_dir) / "plain"
+    writer = None
+    if keep_records:
+        from torch.utils.tensorboard import SummaryWriter
+
+        folder.mkdir(parents=True, exist_ok=True)
+        writer = SummaryWriter(str(folder))
+    best = -1.0
     for epoch in range(epochs):
         rec.epoch_start()
         net.train()
         order = torch.randperm(len(y_train), device=device)
+        losses = []
         for i, start in enumerate(range(0, len(y_train), batch)):
             rec.step_start(epoch, i, epoch * -(-len(y_train) // batch) + i)
             idx = order[start:start + batch]
@@ -203,13 +219,29 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if keep_records:
+                losses.append(loss.detach())
+        lr = optimizer.param_groups[0]["lr"]
         scheduler.step()
         net.eval()
         with torch.no_grad():
             x_val, y_val = split["val"]
-            (net(x_val).argmax(1) == y_val).float().mean().item()
+            acc = (net(x_val).argmax(1) == y_val).float().mean().item()
+        if writer is not None:
+            writer.add_scalar("train/loss", torch.stack(losses).mean().item(), epoch)
+            writer.add_scalar("val/acc", acc, epoch)
+            writer.add_scalar("lr", lr, epoch)
+            state = {"net": net.state_dict(), "optimizer": optimizer.state_dict(),
+                     "scheduler": scheduler.state_dict(), "epoch": epoch}
+            torch.save(state, folder / "last.pt.tmp")
+            (folder / "last.pt.tmp").replace(folder / "last.pt")
+            if acc > best:
+                best = acc
+                shutil.copyfile(folder / "last.pt", folder / "best.pt")
         if after_epoch is not None:
             after_epoch(epoch, net, split)
+    if writer is not None:
+        writer.close()
     rec.epoch_start()
     return rec
 

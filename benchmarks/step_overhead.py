@@ -8,7 +8,11 @@ early stopping, LR monitor all on) vs a plain PyTorch loop on the same net, data
     python benchmarks/step_overhead.py --switches --cases cnn  # each speed switch (compile, bf16, ...) in the same runs
 
 Prints, per case: seconds per optimizer step (median of repeats), the ratio to the plain loop and to litforge's
-default arm (medians of the per-repeat ratios), seconds per whole epoch (validation and checkpointing included) and Python calls per step.
+default arm (medians of the per-repeat ratios), seconds per whole epoch (validation and checkpointing included), its
+ratio to the plain loop and to the plain loop that also keeps what a litforge run keeps ("plain + records": per-epoch
+TensorBoard scalars, a resumable last.pt and a best.pt copy, the way a careful user writes them; litforge keeps more:
+the best checkpoint by the monitored metric, durable fsync'ed writes, metrics.json, LR monitor), and Python calls
+per step.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ VARIANTS: dict[str, list[str]] = {
     "no progress bar": ["callbacks.progress_bar=null", "trainer.enable_progress_bar=false"],
     "no logger": ["~logger"],
     "callbacks=none": ["callbacks=none", "trainer.enable_progress_bar=false"],
+    # Lightning's own loop, validation and epoch machinery with nothing of litforge's around it: the floor
+    "Lightning alone (callbacks=none, no bar, no logger), steps_per_call=auto":
+        ["callbacks=none", "trainer.enable_progress_bar=false", "~logger", "steps_per_call=auto"],
 }
 # the one-key speed switches, each timed against litforge's default arm in the same interleaved runs (--switches)
 SWITCHES: dict[str, list[str]] = {
@@ -70,11 +77,11 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
         assert torch.get_num_threads() == threads, "Lightning changed the thread count"
         return rec
 
-    def plain() -> Any:
+    def plain(keep_records: bool = False) -> Any:
         torch.set_num_threads(threads)
-        return run_plain(build_cfg(case))
+        return run_plain(build_cfg(case), keep_records=keep_records)
 
-    arms = {"plain": plain, "litforge": litforge}
+    arms = {"plain": plain, "plain + records": lambda: plain(keep_records=True), "litforge": litforge}
     if variants:
         for name, extra in VARIANTS.items():
             arms[f"litforge, {name}"] = lambda extra=extra: litforge(extra)
@@ -86,10 +93,13 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
     runs = interleave(arms, repeats)
     # call counts: one extra, untimed run per arm with the profiler on for `window` steps
     calls = {"plain": run_plain(build_cfg(case), count_window=window).calls_per_step,
+             "plain + records": run_plain(build_cfg(case), count_window=window, keep_records=True).calls_per_step,
              "litforge": run_litforge(build_cfg(case), count_window=window).calls_per_step}
     if variants:
         for name, extra in VARIANTS.items():
-            calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=window).calls_per_step
+            grouped = any(o.startswith("steps_per_call=") for o in extra)  # about as many steps as N=8, as below
+            calls[f"litforge, {name}"] = run_litforge(build_cfg(case, extra), count_window=(
+                (window[0], 0, max(1, window[2] // 8)) if grouped else window)).calls_per_step
     for n in steps_per_call:  # from the first batch of epoch 1, over about as many optimizer steps as the others
         per_call = 8 if n == "auto" else int(n)  # auto: a window of about as many steps as N=8 (N is logged)
         calls[f"litforge, steps_per_call={n}"] = run_litforge(
@@ -102,6 +112,7 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
 
     plain_steps = [r.step_time() for r in runs["plain"]]
     plain_epochs = [r.epoch_time() for r in runs["plain"]]
+    recorded_epochs = [r.epoch_time() for r in runs["plain + records"]]
     default_steps = [r.step_time() for r in runs["litforge"]]
     rows = []
     for name, recs in runs.items():
@@ -111,7 +122,7 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
                      f"{median([s / p for s, p in zip(steps, plain_steps)]):.3f}",
                      f"{median([s / d for s, d in zip(steps, default_steps)]):.3f}",
                      f"{median(epochs) * 1e3:.0f}", f"{median([e / p for e, p in zip(epochs, plain_epochs)]):.3f}",
-                     f"{calls[name]:.0f}"])
+                     f"{median([e / p for e, p in zip(epochs, recorded_epochs)]):.3f}", f"{calls[name]:.0f}"])
     return rows
 
 
@@ -131,7 +142,8 @@ def main() -> None:
     for case in args.cases:
         rows += measure(case, args.repeats, args.threads, args.variants, args.steps_per_call, args.switches)
     print_table(f"Step overhead (torch threads={args.threads}, median of {args.repeats} interleaved repeats)",
-                ["case", "loop", "ms/step", "step ratio", "× litforge default", "ms/epoch (+val, ckpt)", "epoch ratio", "py calls/step"],
+                ["case", "loop", "ms/step", "step ratio", "× litforge default", "ms/epoch (+val, ckpt)", "epoch ratio",
+                 "epoch ratio vs plain + records", "py calls/step"],
                 rows)
 
 
