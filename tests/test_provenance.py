@@ -69,3 +69,25 @@ def test_a_resumed_run_keeps_the_earlier_attempts_record_and_diff(tmp_path):
 def test_outside_a_checkout_the_commit_is_unknown(tmp_path):
     assert provenance.git_state(tmp_path)["commit"] is None
     assert provenance.describe_origin({}) == "unknown (the checkpoint records no git commit)"
+
+
+def test_installed_packages_match_importlib_metadata(tmp_path):
+    """The folder-name scan reads what importlib.metadata reads (canonical names, first sys.path entry wins), from a
+    listing instead of parsing every METADATA file; a folder without a version in its name is read in full."""
+    from importlib import metadata
+
+    from litforge.provenance import canonical_name, installed_packages
+
+    expected: dict[str, str] = {}
+    for dist in metadata.distributions():
+        if dist.metadata["Name"]:
+            expected.setdefault(canonical_name(dist.metadata["Name"]), dist.version)
+    assert installed_packages() == expected
+
+    (tmp_path / "Some_Pkg-1.2.3.dist-info").mkdir()
+    legacy = tmp_path / "legacy.egg-info"
+    legacy.mkdir()
+    (legacy / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: Legacy.Thing\nVersion: 0.9\n")
+    shadowed = tmp_path / "later"
+    (shadowed / "some_pkg-9.9.dist-info").mkdir(parents=True)
+    assert installed_packages([str(tmp_path), str(shadowed)]) == {"some-pkg": "1.2.3", "legacy-thing": "0.9"}

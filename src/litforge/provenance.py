@@ -13,7 +13,9 @@ checkout; otherwise the commit is recorded as null (an installed wheel has no gi
 from __future__ import annotations
 
 import json
+import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -61,7 +63,7 @@ def environment() -> dict[str, Any]:
 
     cuda = torch.cuda.is_available()
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
-    packages = {dist.metadata["Name"]: dist.version for dist in metadata.distributions() if dist.metadata["Name"]}
+    packages = installed_packages()
     return {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
@@ -70,8 +72,45 @@ def environment() -> dict[str, Any]:
         "devices": devices or [f"cpu: {platform.processor() or platform.machine()}"],
         "host": socket.gethostname(),
         "platform": platform.platform(),
-        "packages": dict(sorted(packages.items(), key=lambda kv: kv[0].lower())),
+        "packages": dict(sorted(packages.items())),
     }
+
+
+def installed_packages(path: list[str] | None = None) -> dict[str, str]:
+    """Every installed distribution's version, by its canonical name (PEP 503: `pytorch-lightning`, `pyyaml`).
+
+    Read from the names of the `<name>-<version>.dist-info` folders on `sys.path` (the wheel format's layout): one
+    directory listing per path entry. `importlib.metadata.distributions()` parses every METADATA file instead, 0.4 s
+    for the ~600 packages of this project's environment at the start of every run. A folder whose name carries no
+    version (legacy `.egg-info`, some editable installs) is read through importlib.metadata. As for imports, the
+    first entry of `sys.path` that holds a package wins.
+    """
+    found: dict[str, str] = {}
+    for entry in sys.path if path is None else path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith((".dist-info", ".egg-info")):
+                continue
+            stem, _, _ = name.rpartition(".")
+            dist, dash, version = stem.partition("-")
+            if name.endswith(".dist-info") and dash and version:
+                found.setdefault(canonical_name(dist), version)
+                continue
+            try:
+                meta = metadata.Distribution.at(Path(entry or ".") / name)
+                if meta.metadata["Name"]:
+                    found.setdefault(canonical_name(meta.metadata["Name"]), meta.version)
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def canonical_name(name: str) -> str:
+    """A distribution name as PEP 503 normalises it (`PyYAML` → `pyyaml`, `pytorch_lightning` → `pytorch-lightning`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def collect(root: Path = SOURCE_ROOT) -> tuple[dict[str, Any], str]:
