@@ -2,13 +2,17 @@
 
     OMP_NUM_THREADS=1 python benchmarks/gpt_speed.py --repeats 3
     OMP_NUM_THREADS=1 python benchmarks/gpt_speed.py --repeats 1 -- trainer.max_epochs=2   # shorter (both arms)
+    OMP_NUM_THREADS=1 python benchmarks/gpt_speed.py --step-only   # the step's compute alone, both nets (~1 min)
 
 The reference arm (:func:`hand_loop`) is what a careful user writes after karpathy/nanoGPT: its own GPT of the
 same size (dim, depth, heads, MLP ratio, tied embeddings, learned positions, std-0.02 init), fused q/k/v, SDPA's
 `is_causal` kernel, the same packed windows of the same text in a seeded random order, batch, AdamW (lr, betas,
 weight decay on every parameter, as litforge's task does), the per-epoch cosine, gradient clipping and step count as
-`experiment=gpt_char`, and one validation pass at the end. Like nanoGPT it lets context run across document
-boundaries (it has no document mask); litforge keeps `data.packed=true`, so its attention stays inside documents.
+`experiment=gpt_char`, and, like nanoGPT's `estimate_loss`, the validation loss measured while it trains, once per
+epoch as litforge does (`--hand-without-validation` adds an arm that trains only). Like nanoGPT it lets context run
+across document boundaries (it has no document mask); litforge keeps `data.packed=true`, so its attention stays inside
+documents. litforge also does what the hand loop does not: a 200-token text sample per validation, the sanity-check
+validation, checkpoints, TensorBoard logging, provenance; all of it is on litforge's clock.
 
 Both arms are timed from building the data to the end of training, arms interleaved (load drifts hit both), and
 the final validation loss of each is computed off the clock by the same function on the same val windows (each
@@ -98,8 +102,12 @@ def val_loss(net: nn.Module, windows: tuple[torch.Tensor, ...], batch: int, pack
     return total / y.numel()
 
 
-def hand_loop(cfg: Any) -> dict[str, Any]:
-    """nanoGPT-style training on `cfg`'s data, sizes, optimizer, schedule and step count; returns wall s + net."""
+def hand_loop(cfg: Any, validate_each_epoch: bool = True) -> dict[str, Any]:
+    """nanoGPT-style training on `cfg`'s data, sizes, optimizer, schedule and step count; returns wall s + net.
+
+    Like nanoGPT (its `estimate_loss` every `eval_interval` steps) it measures the validation loss while it trains,
+    on the clock: once per epoch, where `experiment=gpt_char` validates; `validate_each_epoch=False` trains only.
+    """
     from hydra.utils import instantiate
 
     start, cpu = time.perf_counter(), time.process_time()
@@ -114,7 +122,8 @@ def hand_loop(cfg: Any) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
     clip = cfg.trainer.get("gradient_clip_val")
     g = torch.Generator().manual_seed(cfg.seed)
-    steps = 0
+    val_windows = _windows(*dm._splits["val"], dm.block_size)
+    steps, val_s = 0, 0.0
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=g)
         for s in range(0, len(x), batch):
@@ -127,8 +136,12 @@ def hand_loop(cfg: Any) -> dict[str, Any]:
             optimizer.step()
             steps += 1
         scheduler.step()
+        if validate_each_epoch:  # nanoGPT's estimate_loss, on the clock, where litforge validates: once per epoch
+            val_start = time.perf_counter()
+            val_loss(net, val_windows, dm.eval_batch_size, packed=False)
+            val_s += time.perf_counter() - val_start
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"wall_s": wall, "cpu_s": cpu, "net": net, "dm": dm, "packed": False, "steps": steps}
+    return {"wall_s": wall, "cpu_s": cpu, "net": net, "dm": dm, "packed": False, "steps": steps, "val_s": val_s}
 
 
 # ---- the litforge arm -------------------------------------------------------------------------------------------
@@ -167,16 +180,63 @@ def score(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
+def step_only(rounds: int = 16, steps: int = 4) -> list[list[Any]]:
+    """Forward + backward + AdamW on one fixed batch of gpt_char's shape, nanoGPT's net vs litforge's (with packed
+    documents, and without: `is_causal`), interleaved rounds: the per-step compute without loops, data or logging."""
+    from hydra.utils import instantiate
+
+    from litforge.models.gpt import GPT
+
+    cfg = compose("experiment=gpt_char")
+    dm = instantiate(cfg.data, _convert_="all")
+    m, vocab, block, batch = cfg.model, dm.vocab_size, dm.block_size, cfg.data.batch_size
+    torch.manual_seed(0)
+    x, y = torch.randint(0, vocab, (batch, block)), torch.randint(0, vocab, (batch, block))
+    doc_ids = torch.cumsum((torch.rand(batch, block) < 0.02).long(), 1)  # ~1 document start per 50 tokens
+    nets = {"nanoGPT net": (NanoGPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None),
+            "litforge GPT, packed documents": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), doc_ids),
+            "litforge GPT, no documents (is_causal)": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None)}
+    optimizers = {name: torch.optim.AdamW(net.parameters(), lr=1e-3) for name, (net, _) in nets.items()}
+
+    def run(name: str) -> float:
+        net, docs = nets[name]
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = F.cross_entropy(net(x, docs).flatten(0, 1), y.flatten())
+            optimizers[name].zero_grad(set_to_none=True)
+            loss.backward()
+            optimizers[name].step()
+        return (time.perf_counter() - start) / steps
+
+    times = interleave({name: (lambda name=name: run(name)) for name in nets}, rounds)
+    times = {name: values[2:] for name, values in times.items()}  # the first rounds warm up
+    base = times["nanoGPT net"]
+    rows = [[name, f"{median(values) * 1e3:.2f}", f"{median([v / b for v, b in zip(values, base)]):.3f}"]
+            for name, values in times.items()]
+    print_table(f"gpt_char's step, {rounds - 2} interleaved rounds of {steps} steps (torch threads "
+                f"{torch.get_num_threads()})", ["net", "ms per step (median)", "× nanoGPT net"], rows)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[list[Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arms", nargs="+", default=["default"], help="litforge arms: default, and/or extra "
                         "override sets as 'name:key=v,key=v'")
+    parser.add_argument("--hand-without-validation", action="store_true",
+                        help="also time the hand loop without its per-epoch validation (training alone)")
     parser.add_argument("overrides", nargs="*", help="overrides for both arms (after --), e.g. trainer.max_epochs=2")
+    parser.add_argument("--step-only", action="store_true",
+                        help="time only the step's compute (forward, backward, AdamW) of both nets, then exit")
     args = parser.parse_args(argv)
     quiet()
+    if args.step_only:
+        return step_only()
     arms: dict[str, Any] = {"hand-written loop": lambda: score(hand_loop(compose("experiment=gpt_char",
                                                                                    *args.overrides)))}
+    if args.hand_without_validation:
+        arms["hand-written loop, no validation while training"] = lambda: score(hand_loop(
+            compose("experiment=gpt_char", *args.overrides), validate_each_epoch=False))
     for arm in args.arms:
         name, _, extra = arm.partition(":")
         extra_overrides = [e for e in extra.split(",") if e]

@@ -15,6 +15,49 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+def launch_state() -> dict[str, str | None]:
+    """The launch variables of this process now (what :func:`launch_state_left_behind` compares against)."""
+    from litforge.parallel.launch import LAUNCH_ENV
+
+    return {key: os.environ.get(key) for key in LAUNCH_ENV}
+
+
+def launch_state_left_behind(before: dict[str, str | None]) -> str | None:
+    """Undo launch variables changed since `before` and destroy an initialised process group; say what was left
+    (None when nothing was)."""
+    leaked = [key for key, value in before.items() if os.environ.get(key) != value]
+    for key in leaked:
+        if before[key] is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before[key]
+    group = False
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        group = dist.is_available() and dist.is_initialized()
+        if group:
+            dist.destroy_process_group()
+    if not (leaked or group):
+        return None
+    return (f"this test left {', '.join(leaked) or 'no launch variable'} set and {'an' if group else 'no'} "
+            "initialised process group: run in-process launching jobs inside "
+            "litforge.parallel.launch.launched_ranks_cleaned_up()")
+
+
+@pytest.fixture(autouse=True)
+def no_launch_state_left_behind() -> Iterator[None]:
+    """Fail the test that leaves launch variables (MASTER_PORT, LOCAL_RANK, ...) or an initialised process group in
+    the pytest worker: every later multi-device run from that worker would take itself for an externally started
+    rank and wait for its peers until its timeout (a 300 s hang each, found once after an in-process pipeline run).
+    Cleans up first, so only the offending test fails."""
+    before = launch_state()
+    yield
+    problem = launch_state_left_behind(before)
+    if problem:
+        pytest.fail(problem)
+
+
 # a few batches, a few epochs: each CLI run takes seconds
 TINY = ["trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
         "trainer.limit_test_batches=2", "print_config=false", "callbacks.progress_bar=null"]

@@ -110,3 +110,19 @@ def test_the_five_root_scripts_hand_their_name_to_the_cli():
         text = (root / f"{job}.py").read_text()
         code = [line for line in text.splitlines() if line.strip() and not line.startswith(('"""', "#"))]
         assert code[-3:] == ["from litforge.cli import main", 'if __name__ == "__main__":', f'    main("{job}")'], job
+
+
+def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
+    """The autouse guard of tests/conftest.py: a leaked MASTER_PORT (and a process group) is named and undone."""
+    import os
+
+    import torch.distributed as dist
+    from conftest import launch_state, launch_state_left_behind
+
+    before = launch_state()
+    assert launch_state_left_behind(before) is None
+    os.environ["MASTER_PORT"] = "29999" if before["MASTER_PORT"] != "29999" else "29998"
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    problem = launch_state_left_behind(before)
+    assert problem is not None and "MASTER_PORT" in problem and "an initialised process group" in problem
+    assert os.environ.get("MASTER_PORT") == before["MASTER_PORT"] and not dist.is_initialized()

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 # Hydra options that choose the config itself and so must reach every rank (the overrides do not carry them)
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 # what Lightning's launcher writes into os.environ of the launching process
-_LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")  # what a launcher exports
 
 
 def config_flags(argv: Sequence[str]) -> list[str]:
@@ -75,7 +75,7 @@ def launched_ranks_cleaned_up() -> Iterator[None]:
     Lightning's launcher exports MASTER_PORT/LOCAL_RANK/... into this process and the process group stays
     initialised; a second job would then believe its ranks were started externally and wait for them forever.
     """
-    saved = {key: os.environ.get(key) for key in _LAUNCH_ENV}
+    saved = {key: os.environ.get(key) for key in LAUNCH_ENV}
     try:
         yield
     finally:
