@@ -125,22 +125,20 @@ def _make_durable(partial: Path, target: Path) -> None:
 
 
 def _publish_link(source: Path, target: Path) -> None:
-    """`target` becomes a hard link to `source` (a durable copy where the filesystem has none), swapped in atomically:
-    a kill at any point leaves the previous `target` whole."""
+    """`target` becomes a hard link to `source` (a copy where the filesystem has none), made durable and swapped in
+    as a save is: a kill at any point leaves the previous `target` whole. (The fsync of a link is near free: its
+    data is `source`'s, already on disk.)"""
     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
     partial.unlink(missing_ok=True)
     try:
+        os.link(source, partial)
+    except OSError:  # no hard links here (some network and FUSE filesystems): copy the bytes instead
         try:
-            os.link(source, partial)
-        except OSError:  # no hard links here (some network and FUSE filesystems): copy the bytes instead
             shutil.copyfile(source, partial)
-            with open(partial, "rb+") as handle:
-                os.fsync(handle.fileno())
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    fsync_directory(target.parent)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    _make_durable(partial, target)
 
 
 def _in_background(work: Callable[[], None]) -> None:
