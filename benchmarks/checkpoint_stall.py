@@ -27,7 +27,7 @@ def main() -> None:
 
     from pytorch_lightning.plugins.io import AsyncCheckpointIO
 
-    from litforge.checkpoint_io import AtomicCheckpointIO
+    from litforge.checkpointing.io import AtomicCheckpointIO
 
     checkpoint = {"state_dict": {f"w{i}": torch.randn(1 << 20) for i in range(args.mb // 4)}}
     folder = Path(tempfile.mkdtemp(prefix="litforge_stall_"))

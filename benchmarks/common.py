@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: config composition, synthetic in-memory data, a step timer, a plain loop.
 
-Each benchmark compares litforge's *own* training job (`litforge.train.train(cfg)` on a config composed exactly as
+Each benchmark compares litforge's *own* training job (`litforge.jobs.train.train(cfg)` on a config composed exactly as
 `python train.py <overrides>` composes it) with a hand-written PyTorch loop on the same net, data, batch size,
 optimizer, LR schedule and thread count. Two measures per step:
 
@@ -38,7 +38,7 @@ def compose(*overrides: str, output_dir: str | None = None) -> Any:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
 
     output_dir = output_dir or tempfile.mkdtemp(prefix="litforge-bench-")
     GlobalHydra.instance().clear()
@@ -149,10 +149,10 @@ class StepTimer(Callback):
 
 
 def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRecorder:
-    """`litforge.train.train(cfg)` (the job `python train.py` runs) with a StepTimer callback added."""
+    """`litforge.jobs.train.train(cfg)` (the job `python train.py` runs) with a StepTimer callback added."""
     from omegaconf import open_dict
 
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     with open_dict(cfg):
         cfg.callbacks = cfg.callbacks or {}
@@ -181,8 +181,8 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     """
     from hydra.utils import instantiate
 
-    from litforge.builders import build_task
-    from litforge.instantiate import call_partial
+    from litforge.jobs.build import build_task
+    from litforge.config.instantiate import call_partial
 
     torch.manual_seed(cfg.seed)
     datamodule = instantiate(cfg.data, _convert_="all")

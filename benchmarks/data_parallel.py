@@ -97,7 +97,7 @@ def run_arm(arm: str, out: str) -> None:
             cfg.task._target_ = "data_parallel.FullyShardedClassification"
         else:
             cfg.strategy = {"name": "ddp"}
-    import litforge.train as job
+    import litforge.jobs.train as job
 
     real = job.instantiate_named
     job.instantiate_named = lambda group, node: ([MeasureState()] if group == "callbacks" else real(group, node))

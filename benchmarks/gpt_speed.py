@@ -155,10 +155,10 @@ class KeepNet(pl.Callback):
 
 
 def litforge_run(overrides: list[str]) -> dict[str, Any]:
-    """`python train.py experiment=gpt_char <overrides>` in-process (`litforge.train.train`), timed as a whole."""
+    """`python train.py experiment=gpt_char <overrides>` in-process (`litforge.jobs.train.train`), timed as a whole."""
     from omegaconf import open_dict
 
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose("experiment=gpt_char", "print_config=false", "test_after_training=false",
                   *overrides)

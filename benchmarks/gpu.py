@@ -159,10 +159,10 @@ def compose_arm(workload: str, arm: str, device: str, tiny: bool, out_dir: str) 
 
 # ---- the arms -------------------------------------------------------------------------------------------------------
 def litforge_arm(workload: str, arm: str, device: str, tiny: bool) -> dict[str, float]:
-    """`litforge.train.train(cfg)` in this process with the Window callback added (it writes the window's JSON)."""
+    """`litforge.jobs.train.train(cfg)` in this process with the Window callback added (it writes the window's JSON)."""
     from omegaconf import open_dict
 
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     s = SIZES[workload][tiny]
     with tempfile.TemporaryDirectory(prefix="litforge-gpu-") as tmp:

@@ -46,7 +46,7 @@ def cfg_for(*extra: str):
 def flops_per_step(cfg) -> int:
     from hydra.utils import instantiate
 
-    from litforge.builders import build_task
+    from litforge.jobs.build import build_task
 
     dm = instantiate(cfg.data, _convert_="all")
     net = build_task(cfg, dm.describe()).net

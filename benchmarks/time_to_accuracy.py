@@ -6,7 +6,7 @@
 The measure is the issue's: wall seconds until the model first reaches 97 % accuracy on the test split, checked
 once per epoch in both arms (the check's own time is left out of the clock, in both).
 
-- litforge: `litforge.train.train(cfg)` on the config `python train.py seed=S [args]` composes, clock started just
+- litforge: `litforge.jobs.train.train(cfg)` on the config `python train.py seed=S [args]` composes, clock started just
   before the call (so Trainer set-up, TensorBoard, model graph and the sanity check count; the interpreter and the
   imports do not, see benchmarks/startup.py), test accuracy of the current weights after each validation pass.
 - plain PyTorch: a hand-written loop on the same net, batch size, optimizer and epoch schedule (test check as above),
@@ -66,7 +66,7 @@ def run_litforge(seed: int, extra: list[str]) -> tuple[float | None, int | None,
     # Hydra instantiates the probe from the importable module `time_to_accuracy`, not from this `__main__`
     import time_to_accuracy as shared
 
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose(f"seed={seed}", "print_config=false", *extra)
     with open_dict(cfg):

@@ -25,8 +25,8 @@ def run(overrides: list[str], out: Path) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
-    from litforge.train import train
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
+    from litforge.jobs.train import train
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -43,8 +43,8 @@ def _import_heavy_modules() -> None:
     import torchmetrics  # noqa: F401
     import torchvision  # noqa: F401
 
-    import litforge.cli  # noqa: F401
-    import litforge.train  # noqa: F401
+    import litforge.cli.main  # noqa: F401
+    import litforge.jobs.train  # noqa: F401
 
 
 def _serve() -> dict | None:

@@ -163,7 +163,7 @@ def compose_cfg(tmp_path: Path) -> Iterator:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
 
     def _compose(*overrides: str, config_name: str = "train"):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

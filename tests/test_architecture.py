@@ -9,10 +9,9 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-JOBS = {"litforge.train", "litforge.eval", "litforge.predict", "litforge.export", "litforge.generate",
-        "litforge.prepare"}
-ENTRY = {"litforge.cli", "litforge.preflight", "litforge.help",
-         "litforge.data.prepare"}  # above the jobs: only they may import a job (data.prepare: a root script)
+JOBS = {"litforge.jobs.train", "litforge.jobs.eval", "litforge.jobs.predict", "litforge.jobs.export", "litforge.jobs.generate",
+        "litforge.jobs.prepare"}
+ENTRY = {"litforge.cli.main", "litforge.cli.preflight", "litforge.cli.help"}  # above the jobs: only they may import one
 
 
 def module_name(path: Path) -> str:
@@ -36,8 +35,10 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join([*parent, base] if base else parent)
                 deps.add(base)
                 deps.update(f"{base}.{alias.name}" for alias in node.names)
-        # `import litforge.x` also imports the package `litforge`, which imports nothing: keep modules only
-        graph[name] = {d for d in deps if d in files and d != name and d != "litforge"}
+        deps = {d for d in deps if d in files and d != name}
+        # `from litforge.runtime import compat` also imports the package `litforge.runtime`, whose __init__ holds only
+        # a docstring: keep the module, drop the package it came through
+        graph[name] = {d for d in deps if not any(other.startswith(d + ".") for other in deps)}
     return graph
 
 
@@ -65,8 +66,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
-    assert "litforge.restore" in graph["litforge.eval"]  # module level
-    assert "litforge.loops.steps_per_call" in graph["litforge.train"]  # inside train()
+    assert "litforge.checkpointing.restore" in graph["litforge.jobs.eval"]  # module level
+    assert "litforge.loops.steps_per_call" in graph["litforge.jobs.train"]  # inside train()
 
 
 def test_no_import_cycle_anywhere_in_src():
@@ -81,7 +82,7 @@ def test_no_job_imports_another_job_and_only_the_cli_imports_jobs():
         if module in JOBS:
             assert not jobs, f"job {module} imports job(s) {sorted(jobs)}: move the shared code below the jobs"
         elif module not in ENTRY:
-            assert not jobs, f"{module} imports job(s) {sorted(jobs)}: only litforge.cli may"
+            assert not jobs, f"{module} imports job(s) {sorted(jobs)}: only litforge.cli.main may"
 
 
 def test_lower_layers_do_not_reach_up():
@@ -94,22 +95,22 @@ def test_lower_layers_do_not_reach_up():
             source = (SRC / Path(*module.split("."))).with_suffix(".py")
             source = source if source.exists() else SRC / Path(*module.split(".")) / "__init__.py"
             assert "lightning" not in source.read_text(), f"{module} imports Lightning: a model is a plain nn.Module"
-        if module.startswith("litforge.data") and module not in ENTRY:
+        if module.startswith("litforge.data"):
             # compat may be used: it is the one home of library internals (data.gym: gymnasium's TimeLimit count)
-            assert all(d.startswith("litforge.data") or d in {"litforge.errors", "litforge.compat"} for d in deps), \
-                (module, deps)
-        if module == "litforge.compat":  # a leaf, so every layer may use it without reaching up
-            assert deps <= {"litforge.errors"}, deps
+            assert all(d.startswith(("litforge.data", "litforge.core")) or d == "litforge.runtime.compat"
+                       for d in deps), (module, deps)
+        if module == "litforge.runtime.compat" or module.startswith("litforge.core"):  # leaves: any layer may use them
+            assert deps <= {"litforge.core.errors"}, (module, deps)
         if module not in ENTRY:
             assert not deps & ENTRY, f"{module} imports the entry layer {sorted(deps & ENTRY)}"
 
 
 def test_the_five_root_scripts_hand_their_name_to_the_cli():
     root = SRC.parent
-    for job in ("train", "eval", "predict", "export", "generate"):
+    for job in ("train", "eval", "predict", "export", "generate", "prepare"):
         text = (root / f"{job}.py").read_text()
         code = [line for line in text.splitlines() if line.strip() and not line.startswith(('"""', "#"))]
-        assert code[-3:] == ["from litforge.cli import main", 'if __name__ == "__main__":', f'    main("{job}")'], job
+        assert code[-3:] == ["from litforge.cli.main import main", 'if __name__ == "__main__":', f'    main("{job}")'], job
 
 
 def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
@@ -126,3 +127,32 @@ def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
     problem = launch_state_left_behind(before)
     assert problem is not None and "MASTER_PORT" in problem and "an initialised process group" in problem
     assert os.environ.get("MASTER_PORT") == before["MASTER_PORT"] and not dist.is_initialized()
+
+
+def test_only_packages_at_the_top_of_the_package():
+    top = sorted(p.name for p in (SRC / "litforge").glob("*.py") if p.name != "__init__.py")
+    assert not top, f"modules at the top of src/litforge: {top}; put each in the package of its role (README, Layout)"
+
+
+def test_the_readme_layout_names_every_module_of_every_package():
+    """The README's Layout block lists, per package, exactly the modules on disk (`name.py` words), no more."""
+    import re
+
+    readme = (SRC.parent / "README.md").read_text()
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    named: dict[str, set[str]] = {}
+    package = None
+    for line in block.splitlines():
+        if match := re.match(r"^  (\w+)/\s", line):
+            package = match.group(1)
+            named[package] = set()
+        elif not line.startswith("    "):
+            package = None
+        if package:
+            named[package] |= set(re.findall(r"\b(\w+)\.py\b", line))
+    on_disk = {p.name: {m.stem for m in p.glob("*.py") if m.name != "__init__.py"}
+               for p in (SRC / "litforge").iterdir() if (p / "__init__.py").exists()}
+    assert set(named) == set(on_disk), f"packages in README's layout {sorted(named)} vs on disk {sorted(on_disk)}"
+    for package, modules in on_disk.items():
+        assert named[package] == modules, (f"README layout, {package}/: missing {sorted(modules - named[package])}, "
+                                           f"not on disk {sorted(named[package] - modules)}")

@@ -11,7 +11,7 @@ import torch
 
 from litforge.data.augment import AUGMENTS, build_augment, resolve_augment
 from litforge.data.digits import DigitsDataModule
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from tests.conftest import make_image_folder
 
 CHANGING = [name for name in AUGMENTS if name != "none"]

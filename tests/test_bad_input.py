@@ -175,8 +175,8 @@ def test_a_bad_value_stops_the_run_with_one_line_naming_key_value_and_example(ov
 
 
 def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
-    from litforge.checkpoints import load_checkpoint
-    from litforge.errors import CheckpointError
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.core.errors import CheckpointError
 
     _code_running_pickle(tmp_path, tmp_path)
     with pytest.raises(CheckpointError, match="arbitrary unpickling"):
@@ -185,8 +185,8 @@ def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
 
 
 def test_a_checkpoints_net_config_cannot_name_code_to_run(checkpoint: Path, tmp_path: Path):
-    from litforge.errors import CheckpointError
-    from litforge.restore import restore_task
+    from litforge.core.errors import CheckpointError
+    from litforge.checkpointing.restore import restore_task
 
     loaded = torch.load(checkpoint, weights_only=True)
     loaded["hyper_parameters"]["net"] = {"_target_": "os.system", "_partial_": True}

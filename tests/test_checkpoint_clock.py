@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from litforge.durations import parse_duration, parse_every
-from litforge.errors import ConfigError
-from litforge.validation import check_value
+from litforge.config.durations import parse_duration, parse_every
+from litforge.core.errors import ConfigError
+from litforge.config.validation import check_value
 
 
 @pytest.mark.parametrize("text,seconds", [("30min", 1800), ("3h55min", 14100), ("90s", 90), ("1.5h", 5400),
@@ -31,7 +31,7 @@ def fake_trainer(step: int = 0) -> SimpleNamespace:
 
 
 def test_checkpoint_every_saves_on_crossing_a_step_multiple_or_the_clock(monkeypatch):
-    from litforge.callbacks import checkpoint_clock
+    from litforge.checkpointing import clock as checkpoint_clock
 
     saved: list[int] = []
     monkeypatch.setattr(checkpoint_clock, "save_latest", lambda trainer: saved.append(trainer.global_step))
@@ -73,7 +73,7 @@ def test_time_limit_reads_a_duration_slurms_end_time_or_the_earlier_of_both():
 def test_time_limit_saves_and_stops_once_the_measured_margin_no_longer_fits(monkeypatch, tmp_path):
     from litforge.callbacks import time_limit
     from litforge.callbacks.time_limit import TimeLimit
-    from litforge.errors import TrainingStopped
+    from litforge.core.errors import TrainingStopped
 
     saved: list[int] = []
     monkeypatch.setattr(time_limit, "save_latest",
@@ -103,7 +103,7 @@ def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_an
     from pytorch_lightning.plugins.io import AsyncCheckpointIO
     from pytorch_lightning.strategies import ModelParallelStrategy
 
-    from litforge.checkpoint_io import AtomicCheckpointIO, with_async_saves
+    from litforge.checkpointing.io import AtomicCheckpointIO, with_async_saves
 
     plugins = with_async_saves([AtomicCheckpointIO()], "auto")
     assert len(plugins) == 1 and isinstance(plugins[0], AsyncCheckpointIO)

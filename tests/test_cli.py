@@ -59,7 +59,7 @@ def test_checkpoints_load_with_weights_only_and_hold_plain_hparams(default_run):
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["hyper_parameters"]["net"]["_target_"] == "litforge.models.mlp.MLP"
     assert ckpt["litforge"]["run_config"]["model"]["_target_"] == "litforge.models.mlp.MLP"
-    provenance = json.loads((run_dir / "provenance.json").read_text())  # litforge.provenance: what produced the run
+    provenance = json.loads((run_dir / "provenance.json").read_text())  # litforge.records.provenance: what produced the run
     assert ckpt["litforge_provenance"]["commit"] == provenance["git"]["commit"] and len(provenance["git"]["commit"]) == 40
     assert provenance["status"] == "finished" and provenance["end"] >= provenance["start"]
     assert provenance["command"][0] == "train.py" and provenance["torch"] == torch.__version__
@@ -192,8 +192,8 @@ def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, c
     import pytorch_lightning as pl
     from hydra.utils import instantiate
 
-    from litforge.builders import build_task
-    from litforge.train import train
+    from litforge.jobs.build import build_task
+    from litforge.jobs.train import train
 
     def update(*overrides: str) -> torch.Tensor:
         cfg = compose_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0", "optimizer.nesterov=false",
@@ -221,9 +221,9 @@ def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, comp
     """A key that moved groups is refused on the command line (before Hydra) and in a composed config, never ignored."""
     from omegaconf import open_dict
 
-    from litforge.builders import build_task
-    from litforge.errors import ConfigError
-    from litforge.preflight import checked_overrides
+    from litforge.jobs.build import build_task
+    from litforge.core.errors import ConfigError
+    from litforge.cli.preflight import checked_overrides
 
     with pytest.raises(ConfigError, match=f"has moved to {new.split('=')[0]}: pass {new} instead"):
         checked_overrides(CONF, "train", [override])

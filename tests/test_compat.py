@@ -1,4 +1,4 @@
-"""litforge.compat holds every private Lightning/Hydra name litforge uses; these tests fail, naming the entry, when a
+"""litforge.runtime.compat holds every private Lightning/Hydra name litforge uses; these tests fail, naming the entry, when a
 new release renames one, and keep private names from creeping into the rest of src/."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LIBRARIES = ("pytorch_lightning", "lightning_fabric", "lightning", "hydra", "omegaconf")
-PUBLIC_UNDERSCORED = {"os._exit"}  # documented Python API despite the underscore (litforge.watchdog ends a hung process)
+PUBLIC_UNDERSCORED = {"os._exit"}  # documented Python API despite the underscore (litforge.runtime.watchdog ends a hung process)
 
 
 def _renamed(entry: str, what: str) -> str:
-    return (f"litforge.compat.{entry}: {what} is gone in the installed version; read that entry's docstring, find "
-            "the new name (or the public API that replaced it) and update litforge/compat.py")
+    return (f"litforge.runtime.compat.{entry}: {what} is gone in the installed version; read that entry's docstring, find "
+            "the new name (or the public API that replaced it) and update litforge/runtime/compat.py")
 
 
 # ---- every private name compat relies on still exists -------------------------------------------------------------
@@ -26,7 +26,7 @@ def test_lightning_trainer_attachment_and_logging_decision():
     from pytorch_lightning import LightningModule
     from pytorch_lightning.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     assert "_trainer" in inspect.getsource(LightningModule.__init__), _renamed("attached_trainer", "LightningModule._trainer")
     assert isinstance(getattr(_LoggerConnector, "should_update_logs", None), property), \
@@ -37,7 +37,7 @@ def test_lightning_trainer_attachment_and_logging_decision():
 def test_lightning_initial_hparams_copy():
     from pytorch_lightning import LightningModule
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     class Module(LightningModule):
         def __init__(self, lr: float = 0.1) -> None:
@@ -57,7 +57,7 @@ def test_lightning_optimizer_step_counters_and_logger_step():
     from pytorch_lightning.core.optimizer import LightningOptimizer
     from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     optimizer = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1))
     assert callable(getattr(optimizer, "_on_before_step", None)) and callable(getattr(optimizer, "_on_after_step", None)), \
@@ -78,7 +78,7 @@ def test_lightning_sigterm_handler_and_per_step_broadcast():
     from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
     from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     entry = "agree_on_sigterm_every"
     assert "self._sigterm_notifier_fn" in inspect.getsource(_SignalConnector.register_signal_handlers), \
@@ -119,7 +119,7 @@ def test_lightning_tracing_context_and_mesh_sizes():
     from pytorch_lightning.core import module
     from pytorch_lightning.strategies import ModelParallelStrategy
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     assert callable(getattr(module, "_jit_is_scripting", None)), _renamed("tracing_lightning_module", "_jit_is_scripting")
     strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=2)
@@ -138,7 +138,7 @@ def test_lightning_per_batch_sigterm_broadcast():
     from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     assert callable(getattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor", None)), \
         _renamed("skip_sigterm_broadcast", "_TrainingEpochLoop._broadcast_sigterm_tensor")
@@ -159,7 +159,7 @@ def test_lightning_restart_mid_evaluation_shape():
     from pytorch_lightning import Trainer
     from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     entry = "restart_validation_on_resume"
     assert "self.val_loop.restarted_mid_evaluation" in inspect.getsource(_TrainingEpochLoop.advance), \
@@ -184,7 +184,7 @@ def test_lightning_top_k_save_hook_choice(monkeypatch):
     from pytorch_lightning import Trainer
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     assert callable(getattr(ModelCheckpoint, "_should_save_on_train_epoch_end", None)), \
         _renamed("top_k_saves_at_train_epoch_end", "ModelCheckpoint._should_save_on_train_epoch_end")
@@ -203,7 +203,7 @@ def test_lightning_top_k_save_hook_choice(monkeypatch):
 def test_hydra_override_value_text():
     from hydra.core.override_parser.types import Override
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     assert callable(getattr(Override, "_get_value_element_as_str", None)), \
         _renamed("override_value_text", "Override._get_value_element_as_str")
@@ -217,7 +217,7 @@ def test_hydra_override_value_text():
 def test_gymnasium_time_limit_step_count():
     import gymnasium as gym
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
@@ -246,7 +246,7 @@ def test_private_library_names_appear_only_in_compat():
 
     offences = []
     for path in sorted(SRC.rglob("*.py")):
-        if path.name == "compat.py" and path.parent.name == "litforge":
+        if path.name == "compat.py" and path.parent.name == "runtime":
             continue
         tree = ast.parse(path.read_text())
         rel = path.relative_to(SRC)
@@ -278,7 +278,7 @@ def test_private_library_names_appear_only_in_compat():
                     name = node.name
                 if name and _private(name) and re.search(rf"\bself\.{name}\b|\bdef {name}\(", library_source):
                     offences.append(f"{rel}:{node.lineno} {cls_node.name} uses the library's private {name}")
-    assert not offences, "private Lightning/Hydra names outside litforge/compat.py:\n" + "\n".join(offences)
+    assert not offences, "private Lightning/Hydra names outside litforge/runtime/compat.py:\n" + "\n".join(offences)
 
 
 def test_the_scan_catches_a_private_name(tmp_path: Path):
@@ -334,7 +334,7 @@ def test_lightning_callback_hook_dispatch():
     from pytorch_lightning.loops import training_epoch_loop
     from pytorch_lightning.trainer import call
 
-    from litforge import compat
+    from litforge.runtime import compat
 
     entry = "skip_no_op_callback_hooks"
     source = inspect.getsource(getattr(call._call_callback_hooks, "__wrapped__", call._call_callback_hooks))

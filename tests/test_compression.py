@@ -115,8 +115,8 @@ def test_export_parity_int8_variants_and_report(pruned_qat_run: Path, tmp_path: 
 
 @pytest.mark.slow
 def test_bad_export_requests_fail_clearly(pruned_qat_run: Path, tmp_path: Path, compose_cfg):
-    from litforge.errors import CheckpointError
-    from litforge.export import export
+    from litforge.core.errors import CheckpointError
+    from litforge.jobs.export import export
 
     ckpt = pruned_qat_run / "checkpoints" / "last.ckpt"
     result = run_cli("export.py", f"ckpt_path={ckpt}", "formats=[tflite]", log_dir=tmp_path)
@@ -139,8 +139,8 @@ def test_bad_export_requests_fail_clearly(pruned_qat_run: Path, tmp_path: Path, 
 def test_onnx_parity_for_every_image_net(model: str, compose_cfg, tmp_path: Path):
     small = {"vit": ["model.depth=2", "model.dim=64"], "cnn": ["model.channels=[16,32]"]}.get(model, [])
     """Each net: a checkpoint from a 2-batch run, exported to ONNX; onnxruntime must match PyTorch on the test split."""
-    from litforge.export import export
-    from litforge.train import train
+    from litforge.jobs.export import export
+    from litforge.jobs.train import train
 
     cfg = compose_cfg(f"model={model}", *small, "data.batch_size=16", "print_config=false",
                       "test_after_training=false", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
@@ -187,7 +187,7 @@ def test_latency_harness_interleaves_and_reports_medians():
 
 @pytest.mark.slow
 def test_structured_pruning_zeroes_whole_output_channels(compose_cfg):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("callbacks=[default,pruning]", "callbacks.pruning.method=ln_structured",
                       "callbacks.pruning.amount=0.5", "callbacks.pruning.start_epoch=0", "model=cnn",

@@ -44,11 +44,11 @@ def test_every_group_has_options():
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate
 
-    from litforge.builders import build_task
-    from litforge.instantiate import instantiate_named
+    from litforge.jobs.build import build_task
+    from litforge.config.instantiate import instantiate_named
     from litforge.parallel.launch import launched_ranks_cleaned_up
-    from litforge.train import train
-    from litforge.validation import check_config
+    from litforge.jobs.train import train
+    from litforge.config.validation import check_config
 
     partners = [o for o in PARTNERS.get((group, option), []) if not o.startswith(f"{group}=")]
     overrides = [*partners, f"{group}={option}", "print_config=false"]

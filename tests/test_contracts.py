@@ -1,4 +1,4 @@
-"""Every option of conf/data, conf/task and conf/model keeps its contract (litforge.contracts).
+"""Every option of conf/data, conf/task and conf/model keeps its contract (litforge.core.contracts).
 
 Built cheaply: datamodules that read files get tiny ones in their native format (torchvision's IDX and pickle
 files, a class-per-folder image tree, a text file) and never download; nets are built at small shapes.
@@ -17,7 +17,7 @@ import torch
 from hydra.utils import get_class
 
 from conftest import CONF, make_image_folder
-from litforge.contracts import (
+from litforge.core.contracts import (
     SHAPE_FACTS,
     DataModule,
     Model,
@@ -27,7 +27,7 @@ from litforge.contracts import (
     TensorParallelModel,
     missing_members,
 )
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 # a cheap datamodule (and a net and loss that fit it) for each data kind a task in conf/task trains on
 PARTNERS = {
@@ -84,7 +84,7 @@ def data_overrides(option: str, tmp_path: Path, data_dir: Path) -> list[str]:
         return ["data.max_chars=5000", "data.block_size=16"]
     if option == "cartpole":
         return ["data.buffer_size=256"]
-    if option == "streaming":  # shards of a small digits subset, as `python -m litforge.data.prepare` writes them
+    if option == "streaming":  # shards of a small digits subset, as `python prepare.py` writes them
         from litforge.data.digits import DigitsDataModule
         from litforge.data.streaming import write_shards
 
@@ -121,7 +121,7 @@ def cifar_files_without_md5(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("option", options("data"))
 def test_every_datamodule_keeps_the_data_contract(option: str, compose_cfg, tmp_path: Path, no_network: list[str],
                                                   cifar_files_without_md5: None) -> None:
-    from litforge.instantiate import instantiate_group
+    from litforge.config.instantiate import instantiate_group
 
     data_dir = tmp_path / "data"
     cfg = compose_cfg(f"data={option}", *data_overrides(option, tmp_path, data_dir))
@@ -147,7 +147,7 @@ def test_every_datamodule_keeps_the_data_contract(option: str, compose_cfg, tmp_
 
 def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line() -> None:
     from litforge.tasks.classification import ClassificationTask
-    from litforge.train import check_compatible
+    from litforge.jobs.train import check_compatible
 
     with pytest.raises(ConfigError) as refused:
         check_compatible(ClassificationTask, pl.LightningDataModule())
@@ -169,13 +169,13 @@ def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line(
 def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from litforge.builders import build_task, task_class
-    from litforge.checkpoints import load_checkpoint
-    from litforge.instantiate import instantiate_group
+    from litforge.jobs.build import build_task, task_class
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.config.instantiate import instantiate_group
     from litforge.loops import steps_per_call
-    from litforge.restore import restore_task
+    from litforge.checkpointing.restore import restore_task
     from litforge.tasks.base import LitforgeTask
-    from litforge.train import check_compatible
+    from litforge.jobs.train import check_compatible
 
     kind = get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_).data_kind
     cfg = compose_cfg(f"task={option}", *PARTNERS[kind], "print_config=false")
@@ -216,7 +216,7 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
 # ---- Model ----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("option", options("model"))
 def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
-    from litforge.instantiate import to_plain
+    from litforge.config.instantiate import to_plain
     from litforge.models.factory import build_net
     from litforge.parallel.plans import sharding_units, tensor_parallel_plan
 

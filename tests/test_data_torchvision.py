@@ -28,7 +28,7 @@ from litforge.data.torchvision_datasets import (
     MNISTDataModule,
     TorchvisionImageDataModule,
 )
-from litforge.errors import DataError
+from litforge.core.errors import DataError
 
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 

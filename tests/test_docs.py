@@ -82,8 +82,8 @@ def litforge_names(path: Path) -> list[str]:
 def _top_level_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
     """Names defined at the top of a module or class body (also inside top-level if/try blocks).
 
-    Imported names do not count: `litforge.eval.load_for_inference` exists at run time only because eval imports it
-    from litforge.restore, and docs must name the module where a thing lives.
+    Imported names do not count: `litforge.jobs.eval.load_for_inference` exists at run time only because eval imports it
+    from litforge.checkpointing.restore, and docs must name the module where a thing lives.
     """
     names: dict[str, ast.AST] = {}
     for node in body:
@@ -196,13 +196,13 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
         "[ok](docs/there.md) [ok anchor](docs/there.md#a-title-with_codepy) [web](https://example.com) [top](#x)\n"
         "[gone](docs/gone.md) [bad anchor](docs/there.md#nope) `[not a link](docs/in_code.md)`\n"
         "```\n[in a fence](docs/fenced.md)\n```\n"
-        "`litforge.restore.load_for_inference` `litforge.tasks.classification.ClassificationTask.step_loss`\n"
-        "`litforge.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.CONF_DIR.parent`\n"
+        "`litforge.checkpointing.restore.load_for_inference` `litforge.tasks.classification.ClassificationTask.step_loss`\n"
+        "`litforge.jobs.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.main.CONF_DIR.parent`\n"
         "python train.py, python benchmarks/gone.py\n")
     (tmp_path / "train.py").write_text("")
     assert broken_links(page) == [f"docs/gone.md: no such file {tmp_path / 'docs' / 'gone.md'}",
                                   "docs/there.md#nope: there.md has no heading with the anchor #nope"]
     names = litforge_names(page)
-    assert [n for n in names if resolve(n)] == ["litforge.eval.load_for_inference", "litforge.no_such_module",
-                                                "litforge.cli.CONF_DIR.parent"]
+    assert [n for n in names if resolve(n)] == ["litforge.jobs.eval.load_for_inference", "litforge.no_such_module",
+                                                "litforge.cli.main.CONF_DIR.parent"]
     assert missing_scripts(page, root=tmp_path) == ["benchmarks/gone.py"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayDraw
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 
 def test_replay_draws_sample_what_the_buffer_holds_when_consumed():
@@ -34,7 +34,7 @@ def test_env_checks():
 def test_short_dqn_run_learns_from_the_buffer(compose_cfg, tmp_path: Path):
     """A few hundred steps of the recipe (soft target updates here): epsilon and the lr decay, returns and loss are
     logged, the target net is not optimised and trails the online net."""
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("experiment=cartpole_dqn", "print_config=false", "logger=csv", "data.steps_per_epoch=150",
                       "data.val_episodes=2", "data.test_episodes=2", "trainer.max_epochs=2", "task.warmup_steps=200",

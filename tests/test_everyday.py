@@ -64,7 +64,7 @@ def test_shell_completion_installs_and_completes_groups():
 
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_config_tree_and_summary_print_on_rank_zero_only(rank, monkeypatch, capsys):
-    from litforge import cli
+    from litforge.cli import main as cli
 
     monkeypatch.setenv("RANK", rank)
     cfg = OmegaConf.create({"print_config": True, "seed": 1})

@@ -19,7 +19,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF, ROOT, read_metrics, run_cli, single_run
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 GUIDE = ROOT / "docs" / "extending.md"
 FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```(?P<lang>\w+)\n(?P<body>.*?)\n```", re.S)
@@ -90,7 +90,7 @@ class RegressionTask:  # stands for a task of the user's own, outside litforge.t
 
 def test_a_checkpoint_of_a_task_outside_litforge_resumes_into_the_same_class():
     from litforge.tasks.base import CHECKPOINT_KEY
-    from litforge.train import check_resumable
+    from litforge.jobs.train import check_resumable
 
     net = {"_target_": "myproject.models.TabularMLP", "_partial_": True, "hidden": 64}
     cfg = OmegaConf.create({"model": net})

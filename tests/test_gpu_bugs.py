@@ -104,8 +104,8 @@ def test_each_rank_resumes_its_own_rng_state(ranks: GlooRanks):
     (["strategy=fsdp", "channels_last=true"], "channels_last=true fails under"),
 ])
 def test_options_that_fsdp_and_tp_ignore_or_break_are_refused_in_one_line(compose_cfg, overrides, says):
-    from litforge.errors import ConfigError
-    from litforge.validation import check_config
+    from litforge.core.errors import ConfigError
+    from litforge.config.validation import check_config
 
     check_config(compose_cfg("strategy=ddp", "trainer.sync_batchnorm=true", "channels_last=true"))  # fine under DDP
     with pytest.raises(ConfigError, match=says) as error:
@@ -117,13 +117,13 @@ def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monke
     """Strict `trainer.deterministic=true` failed on CUDA at the first backward of adaptive average pooling."""
     import logging
 
-    from litforge.builders import deterministic_mode
+    from litforge.jobs.build import deterministic_mode
 
     # the record must reach caplog whatever logging state earlier in-process tests left (a level or a disabled logger
     # seen once in the full suite, not alone): set this logger's level and enable it for the test only
-    logger = logging.getLogger("litforge.builders")
+    logger = logging.getLogger("litforge.jobs.build")
     monkeypatch.setattr(logger, "disabled", False)
-    caplog.set_level(logging.WARNING, logger="litforge.builders")
+    caplog.set_level(logging.WARNING, logger="litforge.jobs.build")
     # caplog's handler on the logger itself (also when a parent stopped propagating), removed again after the test
     monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
     assert deterministic_mode(True, "auto") is True and deterministic_mode(True, "cpu") is True  # this CPU: strict
@@ -136,9 +136,9 @@ def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monke
 
 def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compose_cfg):
     """predict.py and generate.py ran on the CPU even on a GPU machine; `device: auto` now takes the GPU."""
-    from litforge.errors import ConfigError
-    from litforge.restore import inference_device
-    from litforge.validation import check_value
+    from litforge.core.errors import ConfigError
+    from litforge.checkpointing.restore import inference_device
+    from litforge.config.validation import check_value
 
     assert inference_device("auto") == torch.device("cpu") and inference_device("cpu") == torch.device("cpu")
     with pytest.raises(ConfigError, match="device=cuda but this machine has no CUDA GPU: pass device=auto"):

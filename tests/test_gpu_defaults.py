@@ -12,11 +12,11 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from litforge import provenance
+from litforge.records import provenance
 from litforge.data.pinned import pin_memory_for
-from litforge.errors import ConfigError
-from litforge.train import apply_matmul_precision
-from litforge.validation import check_run
+from litforge.core.errors import ConfigError
+from litforge.jobs.train import apply_matmul_precision
+from litforge.config.validation import check_run
 
 
 def test_trainer_gpu_holds_the_gpu_defaults(compose_cfg):
@@ -150,7 +150,7 @@ def test_on_device_auto_is_the_default_and_decides_once_for_all_splits(compose_c
 
 
 def test_a_bad_on_device_is_refused_in_one_line(compose_cfg):
-    from litforge.validation import check_config
+    from litforge.config.validation import check_config
 
     with pytest.raises(ConfigError, match="data.on_device='maybe'") as error:
         check_config(compose_cfg("data.on_device=maybe"))

@@ -88,9 +88,9 @@ def test_hogwild_workers_update_one_shared_copy_without_waiting(ranks: GlooRanks
 
 
 def test_hogwild_refusals_name_the_key_and_the_fix(compose_cfg):
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from litforge.parallel.hogwild import Hogwild, refuse_batch_norm
-    from litforge.validation import check_run
+    from litforge.config.validation import check_run
 
     with pytest.raises(ConfigError, match="BatchNorm.*model=mlp"):
         refuse_batch_norm(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)))

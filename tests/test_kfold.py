@@ -1,5 +1,5 @@
 """K-fold cross-validation (`data.num_folds`, `data.fold`): disjoint stratified folds of the train+val pool, the test
-split untouched, the bad values refused in one line, and `litforge.aggregate` giving mean ± std over the folds."""
+split untouched, the bad values refused in one line, and `litforge.records.aggregate` giving mean ± std over the folds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 
 from litforge.data.base import fold_indices
 from litforge.data.digits import DigitsDataModule
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from tests.conftest import make_image_folder
 
 
@@ -74,7 +74,7 @@ def test_more_folds_than_the_smallest_class_is_refused_in_one_line():
 
 
 def test_config_refuses_a_fold_outside_the_folds(compose_cfg):
-    from litforge.validation import check_config
+    from litforge.config.validation import check_config
 
     with pytest.raises(ConfigError, match=r"data.fold=3 is outside \[0, 3\)"):
         check_config(compose_cfg("data.num_folds=3", "data.fold=3"))
@@ -98,7 +98,7 @@ def test_image_folder_folds_pool_the_training_files_and_keep_test(tmp_path: Path
 
 
 def test_aggregate_gives_mean_and_std_over_the_folds(tmp_path: Path, capsys):
-    from litforge.aggregate import main
+    from litforge.records.aggregate import main
 
     sweep = tmp_path / "multirun"
     accs = [0.8, 0.9, 0.85]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import run_cli, single_run
-from litforge.errors import DataError
+from litforge.core.errors import DataError
 from litforge.models.gpt import GPT, document_layout
 
 
@@ -31,7 +31,7 @@ def test_flex_attention_block_mask_matches_the_explicit_mask_and_reads_nothing(m
     """model.attention=flex (FlexAttention's document BlockMask, what `auto` takes on CUDA) gives the explicit
     mask's logits to 1e-5 on packed rows, one crossing a boundary and one not, without a host read. (FlexAttention
     has no CPU backward: training through it is refused here, and benchmarks/gpu.py compares gradients on CUDA.)"""
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from test_speed import CountSyncs, _patch_sync_methods
 
     torch.manual_seed(0)
@@ -59,7 +59,7 @@ def test_flex_attention_block_mask_matches_the_explicit_mask_and_reads_nothing(m
 
 
 def test_gpt_attention_key_is_checked():
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="model.attention='fast'"):
         GPT(vocab_size=5, block_size=8, dim=16, depth=1, heads=2, attention="fast")
@@ -108,8 +108,8 @@ def test_text_file_errors_and_byte_tokens(tmp_path: Path):
 
 def test_language_model_on_image_data_names_the_data_kind(compose_cfg):
     """A task × data mismatch is caught from the task class, before a net is built from shapes that cannot fit."""
-    from litforge.errors import ConfigError
-    from litforge.train import train
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.train import train
 
     with pytest.raises(ConfigError, match="trains on text data, but data `DigitsDataModule` is image data"):
         train(compose_cfg("task=language_model", "model=gpt", "print_config=false"))

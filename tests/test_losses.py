@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from litforge.errors import ConfigError
-from litforge.losses import FocalLoss
+from litforge.core.errors import ConfigError
+from litforge.tasks.losses import FocalLoss
 
 LOGITS = [[2.0, 1.0, 0.1], [0.5, 2.5, -1.0]]  # sample 0 is easy (target 0 wins), sample 1 is hard (target 2 loses)
 TARGETS = [0, 2]

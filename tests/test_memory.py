@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.models.gpt import GPT
 from litforge.parallel.activation_checkpointing import apply_activation_checkpointing, is_checkpointed
 

@@ -125,7 +125,7 @@ def test_values_equal_an_unsharded_build_and_training_matches(probe: list[dict[s
 def test_a_module_without_reset_parameters_is_refused() -> None:
     from torch import nn
 
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from litforge.parallel.meta_init import build_on_meta
 
     class Scale(nn.Module):

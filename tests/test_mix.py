@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from litforge.builders import build_task
-from litforge.errors import ConfigError
+from litforge.jobs.build import build_task
+from litforge.core.errors import ConfigError
 
 SHAPE = {"input_shape": [1, 8, 8], "num_classes": 10, "class_names": [str(i) for i in range(10)]}
 
@@ -53,7 +53,7 @@ def test_mixed_batch_soft_targets_and_loss(compose_cfg, mix: str, loss: str, smo
 
 
 def test_focal_takes_soft_targets_with_gamma(compose_cfg):
-    from litforge.losses import FocalLoss
+    from litforge.tasks.losses import FocalLoss
 
     logits, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 1, 0])
     one_hot = F.one_hot(labels, 4).float()
@@ -73,7 +73,7 @@ def test_mix_none_leaves_the_batch_and_bad_pairs_are_refused(compose_cfg):
 
 
 def test_trivialaugment_with_cutmix_trains(compose_cfg, tmp_path: Path):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     out = tmp_path / "run"
     out.mkdir()

@@ -14,7 +14,7 @@ import torch
 import torchvision
 from torch import nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.models import transfer
 from litforge.models.cnn import CNN
 from litforge.models.mlp import MLP

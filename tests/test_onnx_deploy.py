@@ -64,9 +64,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (the ${uid:} resolver)
-    from litforge.export import export
-    from litforge.train import train
+    import litforge.runtime.ranks  # noqa: F401  (the ${uid:} resolver)
+    from litforge.jobs.export import export
+    from litforge.jobs.train import train
 
     tmp = tmp_path_factory.mktemp("onnx_deploy")
     root = make_image_folder(tmp / "images", classes=("dark", "mid", "light"), per_class=10, size=(12, 12),
@@ -84,7 +84,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     export(cfg("export", f"ckpt_path={checkpoint}", "quantize=[onnx_dynamic]", "report.batch_sizes=[1]",
                "report.threads=[1]", "report.rounds=1"))
     files = write_jpegs(tmp / "photos")
-    from litforge.predict import predict
+    from litforge.jobs.predict import predict
 
     out_csv = tmp / "predictions.csv"
     predict(cfg("predict", f"ckpt_path={checkpoint}", f"input={files[0].parent}", f"output={out_csv}"))
@@ -134,8 +134,8 @@ def test_every_exported_file_states_what_a_deployer_needs(exported: dict):
     import onnxruntime as ort
 
     from litforge import __version__
-    from litforge.checkpoints import load_checkpoint
-    from litforge.provenance import CHECKPOINT_KEY
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.records.provenance import CHECKPOINT_KEY
 
     origin = load_checkpoint(str(exported["checkpoint"]))[CHECKPOINT_KEY]
     for model, variant in (("model.onnx", "fp32"), ("model_int8_dynamic.onnx", "int8 dynamic")):

@@ -63,7 +63,7 @@ def test_pruner_none_adds_no_callback_and_bad_pruner_settings_are_refused_in_one
     from optuna.pruners import HyperbandPruner, MedianPruner, NopPruner
 
     from hydra_plugins.litforge_optuna.sweeper import LitforgeOptunaSweeper
-    from litforge.optuna_study import build_pruner
+    from litforge.records.optuna_study import build_pruner
 
     def sweeper(pruner: str, **args) -> LitforgeOptunaSweeper:
         return LitforgeOptunaSweeper(direction="max", study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db",

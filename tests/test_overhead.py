@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from litforge.builders import build_task
+from litforge.jobs.build import build_task
 
 SHAPE = {"input_shape": [1, 8, 8], "num_classes": 10, "class_names": [str(i) for i in range(10)]}
 
@@ -59,8 +59,8 @@ def test_no_op_callback_hooks_are_skipped_in_a_run(compose_cfg, monkeypatch):
     called as often as Lightning calls it."""
     import pytorch_lightning as pl
 
-    import litforge.train as train_job
-    from litforge.compat import _OVERRIDES
+    import litforge.jobs.train as train_job
+    from litforge.runtime.compat import _OVERRIDES
 
     calls: list[str] = []
 
@@ -83,8 +83,8 @@ def test_background_checkpoint_write_is_ordered_durable_and_waited_for(tmp_path,
     and teardown wait for it, so a reader never sees the old file, and the partial file never outlives a write."""
     import os
 
-    from litforge import checkpoint_io
-    from litforge.checkpoints import load_checkpoint
+    from litforge.checkpointing import io as checkpoint_io
+    from litforge.checkpointing.load import load_checkpoint
 
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -123,7 +123,7 @@ def test_steps_per_call_auto_picks_more_steps_for_a_cheaper_step():
 
 def test_steps_per_call_auto_trains_with_the_chosen_n(compose_cfg, monkeypatch):
     """auto times steps on a copy (the run's weights and RNG untouched), installs the N it chose, and trains."""
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
     from litforge.loops import steps_per_call
 
     chosen: list[int] = []
@@ -163,7 +163,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits(monkeypatch):
 
 def _fit_counting_saves(compose_cfg, monkeypatch, *overrides: str) -> tuple[Any, list[int]]:
     """An in-process default run of tiny epochs; the global step of every checkpoint serialised."""
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
 
     saved: list[int] = []
     real_save = torch.save
@@ -210,7 +210,7 @@ def test_without_hard_links_last_is_a_durable_copy(compose_cfg, monkeypatch):
     import os
     from pathlib import Path
 
-    from litforge import checkpoint_io
+    from litforge.checkpointing import io as checkpoint_io
 
     def no_links(source: Any, target: Any) -> None:
         raise OSError(95, "Operation not supported")  # e.g. a FUSE mount

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from conftest import read_metrics, run_cli, single_run
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.models.cnn import CNN
 from litforge.models.gpt import GPT
 from litforge.models.mlp import MLP

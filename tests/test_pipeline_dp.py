@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from test_pipeline import _batch, _gap_to_reference, _task
 
 GLOO_WORLD_SIZE = 4  # the `ranks` fixture (conftest): 2 pipeline stages x 2 data-parallel replicas

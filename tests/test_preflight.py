@@ -1,4 +1,4 @@
-"""The command line is checked before Hydra starts a job (litforge.preflight): one line, the fix, a fraction of a second.
+"""The command line is checked before Hydra starts a job (litforge.cli.preflight): one line, the fix, a fraction of a second.
 
 In-process, through the functions the entry scripts call; tests/test_bad_input.py runs some of the same command
 lines through the real CLI. The values themselves are judged by the rule table (tests/test_validation.py).
@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 PREFLIGHT = [
     # (overrides, the one line it must say)
@@ -40,7 +40,7 @@ PREFLIGHT = [
 
 @pytest.mark.parametrize(("overrides", "says"), PREFLIGHT, ids=[" ".join(o) for o, _ in PREFLIGHT])
 def test_the_command_line_is_refused_before_hydra_starts(overrides: list[str], says: str, tmp_path: Path):
-    from litforge.preflight import checked_overrides
+    from litforge.cli.preflight import checked_overrides
 
     with pytest.raises(ConfigError) as info:
         checked_overrides(CONF, "train", [f"paths.log_dir={tmp_path}", *overrides])
@@ -48,7 +48,7 @@ def test_the_command_line_is_refused_before_hydra_starts(overrides: list[str], s
 
 
 def test_good_command_lines_pass_unchanged(tmp_path: Path):
-    from litforge.preflight import checked_overrides
+    from litforge.cli.preflight import checked_overrides
 
     for overrides in (["trainer.gradient_clip_val=0.5", "model=cnn", "model.channels=[8,16]"],
                       ["data=image_folder", f"data.root={tmp_path}", "data.image_size=[32,48]"],  # a ??? key given
@@ -71,7 +71,7 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
 def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from litforge.preflight import _apply, check_value_types
+    from litforge.cli.preflight import _apply, check_value_types
 
     baseline = OmegaConf.create({"a": {"flag": False, "n": 3, "xs": [1, 2]}})
     parsed = OverridesParser.create().parse_overrides([override])
@@ -87,7 +87,7 @@ def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says:
     (["-m", "model.dropout=choice(0.1,1.5)", "optimizer.lr=interval(0.0,0.1)"], None),
 ])
 def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says: str | None, tmp_path: Path, capsys):
-    from litforge.preflight import prepare_command_line
+    from litforge.cli.preflight import prepare_command_line
 
     argv = ["train.py", f"paths.log_dir={tmp_path}", *args]
     if says is None:

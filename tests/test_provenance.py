@@ -1,4 +1,4 @@
-"""litforge.provenance on a throw-away git checkout: commit, dirty flag, diff, untracked files, resumed runs.
+"""litforge.records.provenance on a throw-away git checkout: commit, dirty flag, diff, untracked files, resumed runs.
 
 The end-to-end part (a real run's provenance.json, the commit in its checkpoints, eval.py printing it) is checked on
 the module run of tests/test_cli.py, which costs no extra training run.
@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from litforge import provenance
+from litforge.records import provenance
 
 
 def _git(root: Path, *args: str) -> str:
@@ -76,7 +76,7 @@ def test_installed_packages_match_importlib_metadata(tmp_path):
     listing instead of parsing every METADATA file; a folder without a version in its name is read in full."""
     from importlib import metadata
 
-    from litforge.provenance import canonical_name, installed_packages
+    from litforge.records.provenance import canonical_name, installed_packages
 
     expected: dict[str, str] = {}
     for dist in metadata.distributions():

@@ -207,7 +207,7 @@ def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterru
 
 def test_time_limit_under_slurm_saves_and_exits_with_the_resume_command(tmp_path):
     """SLURM's job end time (a fake one: now) is earlier than time_limit=2h: the run stops after its first step."""
-    from litforge.resume import resolve
+    from litforge.checkpointing.resume import resolve
 
     env = {**FAULTS_ENV, "SLURM_JOB_END_TIME": str(int(time.time()))}
     result = run_cli("train.py", *COMMON, "time_limit=2h", log_dir=tmp_path, env=env)
@@ -221,7 +221,7 @@ def test_time_limit_under_slurm_saves_and_exits_with_the_resume_command(tmp_path
 
 
 def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
-    from litforge.resume import resolve
+    from litforge.checkpointing.resume import resolve
 
     assert resolve("auto", tmp_path, "train") is None
     finished = tmp_path / "train" / "runs" / "finished"
@@ -252,7 +252,7 @@ def test_nan_check_every_n_steps_still_reports_the_exact_step():
     from unittest.mock import MagicMock
 
     from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
-    from litforge.errors import TrainingStopped
+    from litforge.core.errors import TrainingStopped
 
     guard, trainer = StopOnNonFiniteLoss(check_every_n_steps=50), MagicMock(current_epoch=0)
     trainer.checkpoint_callback = None
@@ -271,7 +271,7 @@ def test_a_nan_on_one_rank_stops_every_rank(monkeypatch):
     from unittest.mock import MagicMock
 
     from litforge.callbacks import fault_tolerance
-    from litforge.errors import TrainingStopped
+    from litforge.core.errors import TrainingStopped
 
     monkeypatch.setattr(fault_tolerance, "_distributed", lambda: True)
     votes: list[bool] = []
@@ -289,7 +289,7 @@ def test_a_checkpoint_write_killed_halfway_leaves_the_previous_file_whole(tmp_pa
     target = tmp_path / "last.ckpt"
     script = f"""
 import torch
-from litforge.checkpoint_io import AtomicCheckpointIO
+from litforge.checkpointing.io import AtomicCheckpointIO
 io = AtomicCheckpointIO()
 io.save_checkpoint({{"state_dict": {{"w": torch.ones(3)}}, "step": 1}}, {str(target)!r})
 print("first saved", flush=True)
@@ -308,16 +308,16 @@ print("second saved", flush=True)
     checkpoint = torch.load(target, weights_only=True)
     assert checkpoint["step"] == 1 and torch.equal(checkpoint["state_dict"]["w"], torch.ones(3))
     # the next save replaces the leftover partial file and completes
-    from litforge.checkpoint_io import AtomicCheckpointIO
+    from litforge.checkpointing.io import AtomicCheckpointIO
 
     AtomicCheckpointIO().save_checkpoint({"step": 3}, target)
     assert torch.load(target, weights_only=True)["step"] == 3 and not partial.exists()
 
 
 def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
-    from litforge.instantiate import instantiate_group
-    from litforge.checkpoint_io import AtomicCheckpointIO
-    from litforge.builders import build_trainer
+    from litforge.config.instantiate import instantiate_group
+    from litforge.checkpointing.io import AtomicCheckpointIO
+    from litforge.jobs.build import build_trainer
 
     cfg = compose_cfg()
     trainer = build_trainer(instantiate_group("trainer", cfg.trainer), logger=False)
@@ -392,8 +392,8 @@ def test_full_disk_and_read_only_folders_are_refused(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from litforge.errors import ConfigError
-    from litforge.folders import check_folder
+    from litforge.core.errors import ConfigError
+    from litforge.checkpointing.folders import check_folder
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
@@ -411,10 +411,10 @@ def test_full_disk_and_read_only_folders_are_refused(tmp_path, monkeypatch):
 
 def test_no_shell_in_litforge():
     """Config values never reach a shell: no `shell=`, no os.system/popen/exec/spawn, and the one subprocess litforge
-    starts is `git` in litforge.provenance, with an argv list (never a string a shell would parse)."""
+    starts is `git` in litforge.records.provenance, with an argv list (never a string a shell would parse)."""
     import ast
 
-    allowed = ROOT / "src" / "litforge" / "provenance.py"  # asks git for the commit: fixed argv, no config value
+    allowed = ROOT / "src" / "litforge" / "records" / "provenance.py"  # asks git for the commit: fixed argv, no config value
     offenders = []
     for path in [*(ROOT / "src" / "litforge").rglob("*.py"), *ROOT.glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -473,7 +473,7 @@ def sharded_uninterrupted(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("strategy", list(SHARDED_RESUME))
 def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run(strategy, sharded_uninterrupted,
                                                                                  tmp_path):
-    from litforge.checkpoints import load_checkpoint
+    from litforge.checkpointing.load import load_checkpoint
     from litforge.parallel.consolidate import is_distributed_checkpoint
 
     weights_atol, metrics_atol = SHARDED_RESUME[strategy]
@@ -509,7 +509,7 @@ def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resum
     """strategy=fsdp: the job is SIGKILLed while it overwrites last.ckpt at step 4 (every rank's shards written, meta.pt
     and the rename not): last.ckpt is still the step-3 folder, whole, resume=auto continues from it, and the run ends
     bit-equal to the uninterrupted one."""
-    from litforge.checkpoints import load_checkpoint
+    from litforge.checkpointing.load import load_checkpoint
 
     killed = run_cli("train.py", *SHARDED, "strategy=fsdp", *fault("KillJobDuringSave", step=4), log_dir=tmp_path,
                      env=FAULTS_ENV, timeout=300)
@@ -536,7 +536,7 @@ def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resum
 def test_resume_auto_takes_the_previous_sharded_folder_when_a_kill_fell_between_the_swap_renames(tmp_path):
     """ModelParallel.save_checkpoint swaps folders with two renames (old -> .last.ckpt.previous, new -> last.ckpt);
     a kill between them leaves no last.ckpt: the previous folder is resumed. An incomplete folder (no .metadata) never is."""
-    from litforge.resume import resolve
+    from litforge.checkpointing.resume import resolve
 
     checkpoints = tmp_path / "train" / "runs" / "run" / "checkpoints"
     previous = checkpoints / ".last.ckpt.previous"

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from litforge.errors import ConfigError
-from litforge.schedulers import WarmupCosine
+from litforge.core.errors import ConfigError
+from litforge.tasks.schedulers import WarmupCosine
 
 
 def _curve(steps: int, **kwargs) -> list[float]:
@@ -65,7 +65,7 @@ def test_a_warmup_as_long_as_the_run_is_refused_with_the_key_and_an_example():
 
 
 def test_the_config_fills_the_run_length_and_checks_the_fraction(compose_cfg):
-    from litforge.validation import check_config
+    from litforge.config.validation import check_config
 
     cfg = compose_cfg("scheduler=warmup_cosine")
     check_config(cfg)

@@ -29,8 +29,8 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
     from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.errors import TrainingStopped
-    from litforge.train import fit_or_stop
+    from litforge.core.errors import TrainingStopped
+    from litforge.jobs.train import fit_or_stop
 
     calls: list[str] = []
     real = {name: getattr(dist, name) for name in COUNTED}
@@ -89,7 +89,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
             "exit_code": exit_code}
 
 
-GLOO_PRELOAD = ("pytorch_lightning", "litforge.train")  # what the shared `ranks` fixture (conftest) imports first
+GLOO_PRELOAD = ("pytorch_lightning", "litforge.jobs.train")  # what the shared `ranks` fixture (conftest) imports first
 
 
 def test_lightning_alone_broadcasts_before_every_step(ranks: GlooRanks, tmp_path):
@@ -120,8 +120,8 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
     from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.errors import TrainingStopped
-    from litforge.train import fit_or_stop
+    from litforge.core.errors import TrainingStopped
+    from litforge.jobs.train import fit_or_stop
 
     data = TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)))
 

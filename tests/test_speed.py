@@ -20,7 +20,7 @@ from pytorch_lightning.callbacks import Callback
 # stopping, LR monitor) ≈ 1,830 (3,318 before logging train/loss only on logging steps and train/acc once per
 # epoch); the issue measured Lightning's "usual defaults" at 5,300. With the per-step NaN-loss check, the SIGTERM
 # checkpoint and the throughput callbacks in the default set, litforge's default run measured ≈ 2,420; calling
-# each callback hook only on the callbacks that override it (litforge.compat.skip_no_op_callback_hooks), the
+# each callback hook only on the callbacks that override it (litforge.runtime.compat.skip_no_op_callback_hooks), the
 # progress bar's per-batch work only when it redraws, and batched train/acc updates bring it to ≈ 1,280 (Lightning
 # with callbacks=none and no bar: ≈ 1,250). The budget leaves room for library patch releases, not for one more
 # `self.log` per step (~+600) or a callback doing work every batch.
@@ -53,7 +53,7 @@ class CountCalls(Callback):
 
 
 def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatch):
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
 
     counter = CountCalls()
     real = train_job.instantiate_named
@@ -94,7 +94,7 @@ class CountEpochBoundary(Callback):
 
 
 def test_default_run_python_calls_per_epoch_boundary_within_budget(compose_cfg, monkeypatch):
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
 
     counter = CountEpochBoundary()
     real = train_job.instantiate_named
@@ -112,7 +112,7 @@ STEPS_PER_CALL_BUDGET = 400
 
 
 def test_steps_per_call_cuts_python_calls_per_optimizer_step(compose_cfg, monkeypatch):
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
 
     counter = CountCalls(start=0, steps=2)  # 2 Lightning steps of epoch 1 = 16 optimizer steps (21 per epoch)
     real = train_job.instantiate_named
@@ -126,7 +126,7 @@ def test_steps_per_call_cuts_python_calls_per_optimizer_step(compose_cfg, monkey
 
 def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_cfg, tmp_path: Path):
     """The cheaper logging writes the same metric names, at Lightning's log_every_n_steps cadence."""
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("trainer.max_epochs=2", "trainer.log_every_n_steps=5", "logger=csv", "print_config=false",
                       "callbacks.progress_bar=null")
@@ -145,9 +145,9 @@ def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_c
 
 def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypatch):
     """compile=true compiles the net in place: the checkpoint loads into an uncompiled task (eval/predict path)."""
-    from litforge.checkpoints import load_checkpoint
-    from litforge.restore import restore_task
-    from litforge.train import train
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.checkpointing.restore import restore_task
+    from litforge.jobs.train import train
 
     # the eager backend traces the net like inductor does but skips code generation (minutes on 2 busy cores);
     # the names in the state dict do not depend on the backend
@@ -169,7 +169,7 @@ def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypat
 
 def test_compile_compiles_the_net_in_place():
     from litforge.models.mlp import MLP
-    from litforge.speed import apply_speed_options
+    from litforge.models.speed import apply_speed_options
 
     task = torch.nn.Module()
     task.net = MLP(1, (8, 8), 10)
@@ -182,7 +182,7 @@ def test_compile_compiles_the_net_in_place():
 
 def test_channels_last_converts_weights_and_inputs():
     from litforge.models.cnn import CNN
-    from litforge.speed import apply_speed_options
+    from litforge.models.speed import apply_speed_options
 
     task = torch.nn.Module()
     task.net = CNN(3, (8, 8), 10)
@@ -199,7 +199,7 @@ def test_channels_last_converts_weights_and_inputs():
 
 
 def test_on_device_is_a_no_op_on_cpu_and_trains(compose_cfg):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("data.on_device=true", "trainer=cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
                       "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "print_config=false",
@@ -232,8 +232,8 @@ def test_on_device_moves_splits_to_the_trainer_device(monkeypatch):
 
 
 def test_ema_callback_saves_averaged_weights(compose_cfg):
-    from litforge.checkpoints import load_checkpoint
-    from litforge.train import train
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("callbacks=[default,ema]", "callbacks.ema.decay=0.5", "trainer.max_epochs=1",
                       "trainer.limit_train_batches=4", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
@@ -248,8 +248,8 @@ def test_ema_callback_saves_averaged_weights(compose_cfg):
 
 @pytest.mark.parametrize("compile_value", [False, {"backend": "eager"}])
 def test_speed_options_need_a_net(compile_value):
-    from litforge.errors import ConfigError
-    from litforge.speed import apply_speed_options
+    from litforge.core.errors import ConfigError
+    from litforge.models.speed import apply_speed_options
 
     if compile_value:
         with pytest.raises(ConfigError, match="compile=false"):
@@ -262,7 +262,7 @@ def test_speed_options_need_a_net(compile_value):
 # Calls that make the CPU wait for a GPU when the tensor lives there. Counted on CPU by patching them (as
 # ../shared/LESSONS.md describes); two kinds of call never wait and are not counted: the optimizers' step counters
 # (torch/optim keeps them on the host) and 0-d float64 CPU tensors, which is how litforge logs values it already
-# read to the host (litforge.host_reads.host_scalar).
+# read to the host (litforge.runtime.host_reads.host_scalar).
 SYNC_METHODS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
 
 
@@ -302,7 +302,7 @@ def test_default_run_makes_at_most_one_host_sync_per_logging_interval(compose_cf
     `trainer.log_every_n_steps` steps in steady state. It made ~2.8 reads per step before (issue 17): the NaN guard
     read every loss, Lightning read the logged device tensors for the loggers and the progress bar; a guard set
     back to `check_every_n_steps=1`, or `train/loss` logged as a device tensor, fails here."""
-    import litforge.train as train_job
+    import litforge.jobs.train as train_job
 
     counter = CountSyncs()
     real = train_job.instantiate_named

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from litforge.errors import ConfigError, TrainingStopped
+from litforge.core.errors import ConfigError, TrainingStopped
 
 
 def _logged_steps(out: Path, metric: str) -> list[int]:
@@ -22,7 +22,7 @@ def _logged_steps(out: Path, metric: str) -> list[int]:
 
 
 def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "logger=csv",
                       "callbacks.progress_bar=null", "callbacks.model_summary=null", "callbacks.model_graph=null",
@@ -96,7 +96,7 @@ def test_plateau_scheduler_steps_on_the_monitored_metric(compose_cfg, tmp_path: 
     (["steps_per_call=2", "experiment=cartpole_dqn"], "needs a task with a per-step loss"),
 ])
 def test_settings_steps_per_call_would_change_are_refused(compose_cfg, overrides: list[str], expected: str):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("print_config=false", *overrides)
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("+", r"\+")):

@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 # ---- fast: no extra processes -------------------------------------------------------------------------------------
 def test_lr_scaling_by_data_parallel_replicas():
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from litforge.tasks.base import scale_learning_rate
 
     for scaling, expected in (("none", 0.1), ("linear", 0.4), ("sqrt", 0.2)):
@@ -51,7 +51,7 @@ def test_lr_scaling_by_data_parallel_replicas():
 
 
 def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from litforge.models.cnn import CNN
     from litforge.models.mlp import MLP
     from litforge.models.resnet import ResNet
@@ -72,7 +72,7 @@ def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
 
 
 def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
-    from litforge.runtime import is_rank_zero
+    from litforge.runtime.ranks import is_rank_zero
     from litforge.parallel.launch import config_flags
 
     for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK"):
@@ -87,10 +87,10 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 
 
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
-    from litforge.builders import build_strategy
-    from litforge.instantiate import instantiate_group
-    from litforge.errors import ConfigError
-    from litforge.builders import build_trainer
+    from litforge.jobs.build import build_strategy
+    from litforge.config.instantiate import instantiate_group
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.build import build_trainer
 
     cfg = compose_cfg("strategy=tpu")
     assert cfg.trainer.accelerator == "tpu" and cfg.trainer.devices == 8 and cfg.strategy.name == "xla"
@@ -99,8 +99,8 @@ def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
 
 
 def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
-    from litforge.errors import ConfigError
-    from litforge.builders import build_trainer
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.build import build_trainer
 
     with pytest.raises(ConfigError, match="sync_batchnorm"):
         build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
@@ -200,8 +200,8 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     the sharded checkpoint then resumes under tensor parallelism (torch distributed checkpoints reshard on load).
     With activation_checkpointing=selective and strategy.reshard_after_forward=false (units stay gathered until
     backward); the tensor-parallel resume with activation_checkpointing=full."""
-    from litforge.checkpoints import load_checkpoint
-    from litforge.restore import restore_task
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.checkpointing.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
     fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",
@@ -309,9 +309,9 @@ def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
 
 # ---- FSDP2 options (strategy=fsdp|fsdp_tp) ---------------------------------------------------------------------------
 def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose_cfg):
-    from litforge.builders import build_strategy
-    from litforge.errors import ConfigError
-    from litforge.validation import check_config
+    from litforge.jobs.build import build_strategy
+    from litforge.core.errors import ConfigError
+    from litforge.config.validation import check_config
 
     for bad, message in (("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
                          ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
@@ -399,7 +399,7 @@ def _hsdp_rank(rank: int, *args: object) -> None:
 
 
 def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ranks():
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
     from litforge.parallel.plans import hsdp_mesh
     from litforge.parallel.strategies import ModelParallel
 

@@ -25,7 +25,7 @@ def prepare_cfg(output: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
     """The digits written by the prepare job, composed from conf/prepare.yaml as the CLI composes it."""
-    from litforge.prepare import prepare
+    from litforge.jobs.prepare import prepare
 
     output = tmp_path_factory.mktemp("shards") / "digits"
     result = prepare(prepare_cfg(output))
@@ -57,7 +57,7 @@ def test_prepare_refuses_a_non_empty_output_in_one_line_and_overwrites_when_aske
     output = tmp_path / "out"
     output.mkdir()
     (output / "keep.txt").write_text("mine")
-    result = run_cli("src/litforge/data/prepare.py", f"output={output}", log_dir=tmp_path / "logs")
+    result = run_cli("prepare.py", f"output={output}", log_dir=tmp_path / "logs")
     assert result.returncode == 1 and "Traceback" not in result.output
     assert f"litforge: error: output={output} is not empty: pass overwrite=true" in result.output
 
@@ -89,14 +89,14 @@ def test_prepare_reads_an_image_folder_file_by_file(tmp_path: Path, monkeypatch:
 
 def test_a_missing_input_dir_names_the_key_and_says_run_prepare_first(tmp_path: Path):
     from litforge.data.streaming import StreamingImageDataModule
-    from litforge.errors import ConfigError
+    from litforge.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"data.input_dir=.* holds no litforge_facts.json.*python -m litforge.data.prepare"):
+    with pytest.raises(ConfigError, match=r"data.input_dir=.* holds no litforge_facts.json.*python prepare.py"):
         StreamingImageDataModule(input_dir=str(tmp_path))
 
 
 def test_train_streams_the_shards_end_to_end_in_process(shards: Path, compose_cfg):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("data=streaming", f"data.input_dir={shards}", "data.batch_size=32", *TINY, "logger=[]")
     result = train(cfg)

@@ -37,7 +37,7 @@ def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -115,7 +115,7 @@ def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: P
                                          ("0.1", 1, 0.50), ("0.1", 2, 0.70), ("0.1", 3, None)]):
         _fake_run(runs / f"r{i}", [f"optimizer.lr={lr}", f"seed={seed}", f"paths.log_dir=/x{i}"], acc)
 
-    proc = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(runs)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "litforge.records.aggregate", str(runs)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "0.9200 ± 0.0200" in proc.stdout and "0.6000 ± 0.1414" in proc.stdout
@@ -127,6 +127,6 @@ def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: P
     assert float(rows[1]["test/acc_std"]) == pytest.approx(0.141421, abs=1e-5)
     assert "| optimizer.lr=0.01 | 3 | 0 | 1 2 3 | 0.9200 ± 0.0200 |" in (runs / "aggregate.md").read_text()
 
-    empty = subprocess.run([sys.executable, "-m", "litforge.aggregate", str(tmp_path / "nothing")],
+    empty = subprocess.run([sys.executable, "-m", "litforge.records.aggregate", str(tmp_path / "nothing")],
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode != 0 and "does not exist" in empty.stderr

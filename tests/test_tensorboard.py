@@ -20,8 +20,8 @@ def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
-    from litforge.train import train
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
+    from litforge.jobs.train import train
 
     out = tmp_path / "logs" / name
     GlobalHydra.instance().clear()

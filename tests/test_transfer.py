@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from litforge.errors import CheckpointError, ConfigError
+from litforge.core.errors import CheckpointError, ConfigError
 from litforge.models import transfer
 from litforge.models.cnn import CNN
 from litforge.models.mlp import MLP
@@ -42,7 +42,7 @@ def test_load_backbone_replaces_only_the_head():
 
 
 def _train(compose_cfg, out: Path, *overrides: str) -> dict:
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg(*overrides, f"paths.output_dir={out}", "print_config=false", "logger=csv",
                       "callbacks.progress_bar=null", "callbacks.model_summary=null", "trainer.enable_progress_bar=false")

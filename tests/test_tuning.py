@@ -1,4 +1,4 @@
-"""`tune=lr_find|batch_size`: Lightning's finders before the fit (litforge.tuning), on real digits runs in-process.
+"""`tune=lr_find|batch_size`: Lightning's finders before the fit (litforge.jobs.tuning), on real digits runs in-process.
 
 What a user relies on: the plot in the run folder and in TensorBoard, the suggestion used (or not) by the optimizer
 of the real fit, the rest of the run untouched by the finder, and one-line refusals where a finder cannot work.
@@ -15,9 +15,9 @@ import torch
 import yaml
 
 from conftest import CONF
-from litforge.errors import ConfigError
-from litforge.tuning import TB_TAG, check_tuning
-from litforge.validation import check_run
+from litforge.core.errors import ConfigError
+from litforge.jobs.tuning import TB_TAG, check_tuning
+from litforge.config.validation import check_run
 
 # one short epoch; the finder's 20 steps are about as many as the run's own
 SHORT = ["print_config=false", "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
@@ -30,8 +30,8 @@ def _train(out: Path, *overrides: str) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import litforge.runtime  # noqa: F401  (registers the ${uid:} resolver)
-    from litforge.train import train
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
+    from litforge.jobs.train import train
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -53,7 +53,7 @@ def test_lr_find_plots_to_the_run_folder_and_tensorboard_and_trains_with_the_sug
     from PIL import Image
     from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
 
-    with caplog.at_level(logging.INFO, logger="litforge.tuning"):
+    with caplog.at_level(logging.INFO, logger="litforge.jobs.tuning"):
         run = _train(tmp_path / "applied", *LR_FIND)
     record = json.loads((run / "lr_find.json").read_text())
     suggestion = record["suggestion"]
@@ -79,7 +79,7 @@ def test_lr_find_plots_to_the_run_folder_and_tensorboard_and_trains_with_the_sug
 
 
 def test_lr_find_without_apply_reports_only_and_leaves_the_run_as_an_untuned_one(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="litforge.tuning"):
+    with caplog.at_level(logging.INFO, logger="litforge.jobs.tuning"):
         run = _train(tmp_path / "reported", *LR_FIND, "tune.apply=false")
     untuned = _train(tmp_path / "untuned")
     record = json.loads((run / "lr_find.json").read_text())
@@ -95,8 +95,8 @@ def test_lr_find_without_apply_reports_only_and_leaves_the_run_as_an_untuned_one
 
 
 def _build(compose_cfg, *overrides: str):
-    from litforge.builders import build_task
-    from litforge.instantiate import instantiate_group
+    from litforge.jobs.build import build_task
+    from litforge.config.instantiate import instantiate_group
 
     cfg = compose_cfg(*overrides)
     datamodule = instantiate_group("data", cfg.data)
@@ -108,8 +108,8 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
     """On a GPU Lightning doubles the batch until memory runs out. A CPU run is refused (check_tuning), but the
     finder itself runs here on CPU, where nothing runs out: it doubles `max_trials` times, and what this checks is
     that the size reaches the datamodule's loaders (apply) or is put back (no apply)."""
-    from litforge.instantiate import instantiate_group, to_plain
-    from litforge.tuning import tune
+    from litforge.config.instantiate import instantiate_group, to_plain
+    from litforge.jobs.tuning import tune
 
     cfg, task, datamodule = _build(compose_cfg, "tune=batch_size", "tune.max_trials=3", "tune.steps_per_trial=1",
                                    f"tune.apply={str(apply).lower()}", "trainer.accelerator=cpu")
@@ -159,9 +159,9 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
 
 
 def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
-    from litforge.instantiate import instantiate_group, to_plain
-    from litforge.tuning import tune_before_fit
-    from litforge.tuning import tune
+    from litforge.config.instantiate import instantiate_group, to_plain
+    from litforge.jobs.tuning import tune_before_fit
+    from litforge.jobs.tuning import tune
 
     cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)
@@ -175,7 +175,7 @@ def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cf
 
 
 def test_the_training_job_refuses_before_building_anything(compose_cfg, tmp_path):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("tune=batch_size", "trainer.accelerator=cpu", "print_config=false")
     with pytest.raises(ConfigError, match="tune=batch_size finds the largest batch that fits GPU memory"):

@@ -1,4 +1,4 @@
-"""The config rule table (litforge.validation), and its boundary: each group is checked where it is built.
+"""The config rule table (litforge.config.validation), and its boundary: each group is checked where it is built.
 
 Fast and in-process: each bad value is judged by the same functions the CLI (tests/test_preflight.py) and the
 builders call; a handful of the same mistakes go through the real CLI in tests/test_bad_input.py. The table is kept
@@ -15,8 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF
-from litforge.errors import ConfigError
-from litforge.validation import RELATIONS, RULES, check_config, check_group, check_run, check_value, leaves, run_notes
+from litforge.core.errors import ConfigError
+from litforge.config.validation import RELATIONS, RULES, check_config, check_group, check_run, check_value, leaves, run_notes
 
 JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
 
@@ -264,7 +264,7 @@ def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str |
     ("+trainer.foo=1", "trainer.foo is not an argument of pytorch_lightning.Trainer"),
 ])
 def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override: str, says: str, compose_cfg):
-    from litforge.train import train
+    from litforge.jobs.train import train
 
     cfg = compose_cfg("print_config=false", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
                       "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false",
@@ -276,10 +276,10 @@ def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override
 
 def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
     """The groups are checked where they are built, and nowhere twice (one table, one boundary)."""
-    import litforge.builders
-    import litforge.instantiate
-    from litforge import validation
-    from litforge.train import train
+    import litforge.jobs.build
+    import litforge.config.instantiate
+    from litforge.config import validation
+    from litforge.jobs.train import train
 
     seen: list[str] = []
 
@@ -287,8 +287,8 @@ def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
         seen.append(scope)
         validation.check_group(scope, node)
 
-    monkeypatch.setattr(litforge.instantiate, "check_group", counting)
-    monkeypatch.setattr(litforge.builders, "check_group", counting)
+    monkeypatch.setattr(litforge.config.instantiate, "check_group", counting)
+    monkeypatch.setattr(litforge.jobs.build, "check_group", counting)
     cfg = compose_cfg("print_config=false", "trainer.fast_dev_run=true", "logger=csv", "callbacks.progress_bar=null")
     train(cfg)
     expected = {"data", "model", "optimizer", "scheduler", "loss", "task", "trainer", "strategy",
@@ -317,7 +317,7 @@ def test_the_precision_names_are_lightnings():
 
     from lightning_fabric import connector
 
-    from litforge.validation import PRECISIONS
+    from litforge.config.validation import PRECISIONS
 
     names = {value for literal in typing.get_args(connector._PRECISION_INPUT) for value in typing.get_args(literal)}
     assert set(PRECISIONS) == names

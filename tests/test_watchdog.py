@@ -1,4 +1,4 @@
-"""litforge.watchdog in the case issue 18 found: a rank blocked in a gloo collective that its peer never joins.
+"""litforge.runtime.watchdog in the case issue 18 found: a rank blocked in a gloo collective that its peer never joins.
 
 While the main thread waits inside the collective (C++), no Python signal handler runs; the watchdog is woken by
 the wakeup fd that CPython's C handler writes at once, so the process still ends hang_grace after SIGTERM, with
@@ -24,7 +24,7 @@ RANK = textwrap.dedent("""
     import os, signal, sys, threading, time
     from datetime import timedelta
     import torch, torch.distributed as dist
-    from litforge.watchdog import HangWatchdog
+    from litforge.runtime.watchdog import HangWatchdog
 
     rank, port = int(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,

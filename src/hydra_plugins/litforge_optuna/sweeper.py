@@ -27,7 +27,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.compat import override_value_text
+from litforge.runtime.compat import override_value_text
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class LitforgeOptunaSweeper(Sweeper):
     def __init__(self, direction: str, study_name: str, storage: str | None, n_trials: int, n_jobs: int,
                  sampler: Mapping[str, Any], params: Mapping[str, str] | None, pruner: str = "none",
                  pruner_args: Mapping[str, Any] | None = None) -> None:
-        from litforge.optuna_study import build_pruner
+        from litforge.records.optuna_study import build_pruner
 
         if str(direction).lower() not in DIRECTIONS:
             raise ValueError(f"hydra.sweeper.direction={direction!r}: use one of max, min (or maximize, minimize)")
@@ -87,7 +87,7 @@ class LitforgeOptunaSweeper(Sweeper):
             raise SearchSpaceError("the search space is empty: set hydra.sweeper.params (see "
                                    "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
                                    "optimizer.lr='interval(1e-4,1e-1)'")
-        from litforge.optuna_study import build_pruner, study_storage
+        from litforge.records.optuna_study import build_pruner, study_storage
 
         url = self._storage_url()
         study = optuna.create_study(study_name=self.study_name, storage=study_storage(url) if url else None,
@@ -248,7 +248,7 @@ def finished_trial(study: Any, number: int) -> Any:
 
 def note_pruned(trial: Any, result: Any, sweep_dir: Path, error: str | None) -> None:
     """Log a pruned trial and mark its job PRUNED in the sweep summary (its run folder and logs stay as they are)."""
-    from litforge.sweeps import mark_pruned, write_summary
+    from litforge.records.sweeps import mark_pruned, write_summary
 
     log.info("Trial %d pruned after %d validations (%s)", trial.number, (trial.last_step or 0) + 1,
              "its job then failed: " + error if error else "its run folder is kept")
@@ -283,7 +283,7 @@ def write_best(study: Any, sweep_dir: Path, fixed: list[str], storage: str | Non
     """`best.yaml`: the best trial's parameters, score and a command that reproduces it, plus trial counts."""
     from optuna.trial import TrialState
 
-    from litforge.sweeps import atomic_write
+    from litforge.records.sweeps import atomic_write
 
     counts = {state.name.lower(): len(study.get_trials(deepcopy=False, states=(state,)))
               for state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}

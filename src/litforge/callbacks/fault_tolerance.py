@@ -7,7 +7,7 @@
   current step, mid-epoch included, before the process exits. Lightning already turns SIGTERM into a
   `SIGTERMException` at the next batch boundary (all ranks together under DDP); this callback adds the save.
   A rank that never reaches that boundary (stuck in a collective) is ended `hang_grace` s after SIGTERM by
-  litforge.watchdog.HangWatchdog, with every thread's stack, exit 143.
+  litforge.runtime.watchdog.HangWatchdog, with every thread's stack, exit 143.
   Ctrl+C is deliberately not saved: a KeyboardInterrupt can land between the optimizer step and the loop's step
   counter, and a checkpoint from there would resume one step off. `last.ckpt` from the last epoch end stays.
   On SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves `hpc_ckpt_<n>.ckpt` and requeues the job;
@@ -26,18 +26,18 @@ import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from litforge.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
-from litforge.errors import TrainingStopped
-from litforge.host_reads import StepLosses, Where
-from litforge.watchdog import HangWatchdog, run_log_file
-from litforge.runtime import meets_now
+from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
+from litforge.core.errors import TrainingStopped
+from litforge.runtime.host_reads import StepLosses, Where
+from litforge.runtime.watchdog import HangWatchdog, run_log_file
+from litforge.runtime.ranks import meets_now
 
 
 class StopOnNonFiniteLoss(Callback):
     """Stop training at the first NaN/inf loss, naming the step; never let a checkpoint hold the weights after it.
 
     No host sync of its own in steady state: each step only keeps a reference to the (already computed) loss
-    tensor. A litforge task reads its kept losses to the host once per logging step (litforge.host_reads) and
+    tensor. A litforge task reads its kept losses to the host once per logging step (litforge.runtime.host_reads) and
     this guard checks those host values; for any other LightningModule it reads the losses it kept itself on the
     same steps. `check_every_n_steps` adds a read every N steps (null = the logging steps only), and the losses
     are always read before a checkpoint is written, before validation and at each epoch end. The reported step
@@ -127,19 +127,19 @@ class CheckpointOnSignal(Callback):
     the loop position and our in-memory loader skips the batches already trained on.
 
     `hang_grace` (seconds, null = off): a rank that never reaches the next step boundary (blocked in a collective)
-    would ignore SIGTERM; from setup to teardown a litforge.watchdog.HangWatchdog ends such a process that long after
+    would ignore SIGTERM; from setup to teardown a litforge.runtime.watchdog.HangWatchdog ends such a process that long after
     SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
 
     Under DDP no collective runs per step for this (Lightning broadcasts a SIGTERM flag before every step): each
     rank's handler only notes the signal, and the ranks agree on it with one tiny all-reduce every
     `check_every_n_steps` training batches (null = `trainer.log_every_n_steps`) and at each epoch end, so every rank
-    stops and saves at the same batch (litforge.compat.agree_on_sigterm_every). Schedulers send SIGTERM to every
+    stops and saves at the same batch (litforge.runtime.compat.agree_on_sigterm_every). Schedulers send SIGTERM to every
     rank; one that reaches a single rank stops all of them too.
 
     SIGTERM during `fit`'s validation stops it after the current validation batch (under DDP the ranks agree every
     `check_every_n_steps` validation batches, which all ranks count alike), not after the whole validation: a long
     one would outlast the grace a scheduler gives before SIGKILL (SLURM's KillWait, 30 s). The checkpoint then
-    resumes by running that validation again from its first batch (litforge.compat.restart_validation_on_resume):
+    resumes by running that validation again from its first batch (litforge.runtime.compat.restart_validation_on_resume):
     Lightning would otherwise skip it on resume, and its metrics, checkpoint choice and early stopping with it.
     """
 

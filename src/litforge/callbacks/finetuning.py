@@ -6,7 +6,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import BackboneFinetuning as _BackboneFinetuning
 from torch.optim.lr_scheduler import OneCycleLR
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 
 class BackboneFinetuning(_BackboneFinetuning):

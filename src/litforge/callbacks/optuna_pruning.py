@@ -31,8 +31,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from litforge.errors import ConfigError
-from litforge.optuna_study import build_pruner, study_storage
+from litforge.core.errors import ConfigError
+from litforge.records.optuna_study import build_pruner, study_storage
 
 log = logging.getLogger(__name__)
 

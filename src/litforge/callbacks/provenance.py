@@ -1,8 +1,8 @@
 """Store which code trained the weights, and which tracker runs record them, in every checkpoint.
 
-litforge.provenance writes the full record to the run folder; a checkpoint carries the summary (commit, dirty flag,
+litforge.records.provenance writes the full record to the run folder; a checkpoint carries the summary (commit, dirty flag,
 start) and the tracker run ids (`{"mlflow": <run id>}`), so `eval.py` can name the commit and `resume=auto` can
-continue the same MLflow run (litforge.tracking.continue_runs).
+continue the same MLflow run (litforge.records.tracking.continue_runs).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from litforge.provenance import CHECKPOINT_KEY, summary
+from litforge.records.provenance import CHECKPOINT_KEY, summary
 
 
 class ProvenanceRecorder(pl.Callback):

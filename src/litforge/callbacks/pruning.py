@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.callbacks.selection import restart_selection
-from litforge.compat import pruning_targets, set_pruning_targets
-from litforge.errors import ConfigError
+from litforge.runtime.compat import pruning_targets, set_pruning_targets
+from litforge.core.errors import ConfigError
 
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -57,7 +57,7 @@ class Pruning(ModelPruning):
     def __init__(self, method: str = "l1_unstructured", amount: float = 0.5, start_epoch: int = 0,
                  end_epoch: int | None = None, norm: int = 2, exclude: list[str] | None = None,
                  select_after_schedule: bool = True, verbose: int = 0) -> None:
-        # method, amount and the epochs (0 <= start_epoch <= end_epoch) are checked by litforge.validation
+        # method, amount and the epochs (0 <= start_epoch <= end_epoch) are checked by litforge.config.validation
         end_epoch = start_epoch if end_epoch is None else end_epoch
         structured = method.endswith("_structured") and not method.endswith("_unstructured")
         super().__init__(

@@ -31,7 +31,7 @@ from torch.nn.utils import prune
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.callbacks.selection import restart_selection
-from litforge.errors import CheckpointError, ConfigError
+from litforge.core.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from litforge.compat import tracing_lightning_module
-from litforge.metrics import scalar_metrics
+from litforge.runtime.compat import tracing_lightning_module
+from litforge.records.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
 

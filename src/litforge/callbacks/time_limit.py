@@ -3,7 +3,7 @@
 A scheduler that ends a job at its time limit sends SIGTERM shortly before SIGKILL (SLURM: `KillWait`, 30 s by
 default), which may be too little to finish a step, a validation and a large save. This callback stops on its own
 instead: after each optimizer step it compares the time left with a margin it measures, and when the margin no
-longer fits it writes `last.ckpt` at that step (litforge.callbacks.checkpointing.save_latest) and ends the run
+longer fits it writes `last.ckpt` at that step (litforge.checkpointing.model_checkpoint.save_latest) and ends the run
 with exit code 75 (EX_TEMPFAIL: "try again") and the command that continues it. No metrics.json is written, so the
 run stays *interrupted* and `resume=auto` picks it up.
 
@@ -28,10 +28,10 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
-from litforge.callbacks.checkpointing import save_latest
-from litforge.durations import is_time_limit, parse_duration
-from litforge.runtime import meets_now
-from litforge.errors import ConfigError, TrainingStopped
+from litforge.checkpointing.model_checkpoint import save_latest
+from litforge.config.durations import is_time_limit, parse_duration
+from litforge.runtime.ranks import meets_now
+from litforge.core.errors import ConfigError, TrainingStopped
 
 EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): not finished, run it again
 FLOOR_S = 30.0

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 AUGMENTS = ("none", "flip_crop", "randaugment", "trivialaugment", "autoaugment")
 #: torchvision.transforms.v2 class of each policy

@@ -19,7 +19,7 @@ from torch import Tensor
 from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
 from litforge.data.placement import dataset_bytes, hold_on_device
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 
 def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:

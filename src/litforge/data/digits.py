@@ -32,7 +32,7 @@ class DigitsDataModule(ImageDataModule):
         self.test_fraction = test_fraction
         self.classes = list(classes) if classes is not None else list(range(10))
         if not self.classes or any(not 0 <= c <= 9 for c in self.classes) or len(set(self.classes)) != len(self.classes):
-            from litforge.errors import ConfigError
+            from litforge.core.errors import ConfigError
 
             raise ConfigError(f"data.classes={self.classes} must be distinct digits between 0 and 9, e.g. [5,6,7,8,9]")
         self.train_per_class = train_per_class

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from litforge.data.base import fold_indices, split_indices
 from litforge.data.images import image_extensions
-from litforge.errors import DataError
+from litforge.core.errors import DataError
 
 SPLIT_FOLDERS = ("train", "val", "test")
 

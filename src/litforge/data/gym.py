@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from litforge import compat
-from litforge.errors import ConfigError
+from litforge.runtime import compat
+from litforge.core.errors import ConfigError
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
 
@@ -113,7 +113,7 @@ def env_state(env: Any) -> dict[str, Any] | None:
 
     gymnasium has no state save for environments (pickling is not allowed in checkpoints); its classic-control envs
     (CartPole, Acrobot, MountainCar) keep it all in `unwrapped.state` (a numpy array), `unwrapped.np_random` and,
-    for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.compat).
+    for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.runtime.compat).
     """
     inner = env.unwrapped
     state = getattr(inner, "state", None)

@@ -31,7 +31,7 @@ from litforge.data.loader import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
 from litforge.data.placement import check_in_memory_limit, hold_in_memory
 from litforge.data.stateful import stateful_train_loader
-from litforge.errors import ConfigError, DataError
+from litforge.core.errors import ConfigError, DataError
 
 STATS_SAMPLE = 2048  # images used to estimate mean/std when streaming (decoding all of a big set would be slow)
 
@@ -194,7 +194,7 @@ class ImageFolderDataModule(ImageDataModule):
         return list(self._scan()[split])
 
     def split_dataset(self, split: str) -> ImageFileDataset:
-        """A split as a map-style dataset that decodes one file per item: `python -m litforge.data.prepare` writes
+        """A split as a map-style dataset that decodes one file per item: `python prepare.py` writes
         shards from it without holding the split in memory."""
         return self._dataset(split)
 

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from litforge.errors import ConfigError, DataError
+from litforge.core.errors import ConfigError, DataError
 
 # PIL modes holding one value per pixel; every other mode (RGB, RGBA, P, CMYK, YCbCr, ...) becomes 3 channels
 GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"})

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

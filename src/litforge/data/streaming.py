@@ -1,6 +1,6 @@
 """Image data bigger than memory or local disk: LitData shards written from any image datamodule, streamed back.
 
-`python -m litforge.data.prepare data=<dm> output=<folder or s3://bucket/path>` writes each split with LitData's
+`python prepare.py data=<dm> output=<folder or s3://bucket/path>` writes each split with LitData's
 `optimize` into `<output>/{train,val,test}/` (chunk files + LitData's `index.json`) and the shape facts beside them
 in `<output>/litforge_facts.json`; `data=streaming data.input_dir=<the same>` trains from them through LitData's
 `StreamingDataset` / `StreamingDataLoader`. LitData does the hard parts itself, which is why it is used and not
@@ -27,12 +27,12 @@ from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
 from litforge.data.base import ImageDataModule
-from litforge.errors import ConfigError, DataError
+from litforge.core.errors import ConfigError, DataError
 
 FACTS_FILE = "litforge_facts.json"  # the shape facts beside the split folders
 FORMAT_VERSION = 1
 SPLITS = ("train", "val", "test")
-PREPARE_HINT = "python -m litforge.data.prepare data=<digits|mnist|cifar10|image_folder> output=<that folder>"
+PREPARE_HINT = "python prepare.py data=<digits|mnist|cifar10|image_folder> output=<that folder>"
 
 
 def is_remote(path: str) -> bool:
@@ -199,7 +199,7 @@ def resumable_loader_class() -> type:
 
 
 class StreamingImageDataModule(ImageDataModule):
-    """Image classification from LitData shards written by `python -m litforge.data.prepare`.
+    """Image classification from LitData shards written by `python prepare.py`.
 
     The shape (`input_shape`, `num_classes`, `class_names`) and the normalisation come from the facts file, so the
     net is built before a chunk is read. Training batches are shuffled by LitData from `shuffle_seed` (a new order

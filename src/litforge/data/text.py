@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
-from litforge.errors import ConfigError, DataError
+from litforge.core.errors import ConfigError, DataError
 
 
 def python_docs() -> list[str]:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from litforge.data.base import ImageDataModule
-from litforge.errors import DataError
+from litforge.core.errors import DataError
 
 
 class TorchvisionImageDataModule(ImageDataModule):

@@ -13,6 +13,6 @@
   `compression_report.{csv,md}`.
 - :mod:`litforge.deploy.latency`: the one latency harness behind the report and benchmarks/inference.py.
 
-The job itself (`litforge.export.export`) only strings these together. Importing this package imports nothing
+The job itself (`litforge.jobs.export.export`) only strings these together. Importing this package imports nothing
 heavy; import the submodules where they are used.
 """

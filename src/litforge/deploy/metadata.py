@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from litforge.provenance import CHECKPOINT_KEY, FILE as PROVENANCE_FILE
+from litforge.records.provenance import CHECKPOINT_KEY, FILE as PROVENANCE_FILE
 
 COLOR_MODES = {1: "L", 3: "RGB"}  # channels → the Pillow mode training converted images to (litforge.data.images)
 

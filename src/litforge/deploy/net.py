@@ -1,7 +1,7 @@
 """What gets deployed: the plain fp32 `nn.Module` of an image-classifier checkpoint, and running it in batches.
 
 Why a module of its own: the export job and benchmarks/inference.py must time and convert the very same net, rebuilt
-from the checkpoint alone (`litforge.restore.load_for_inference`), whatever wrapped it in training.
+from the checkpoint alone (`litforge.checkpointing.restore.load_for_inference`), whatever wrapped it in training.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.errors import CheckpointError
+from litforge.core.errors import CheckpointError
 
 # key prefixes that wrappers leave on state-dict keys (torch.compile, DDP/FSDP wrappers); a consolidated checkpoint
 # may carry them, the plain task does not
@@ -22,8 +22,8 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(task, datamodule, net, checkpoint) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or
     QAT runs, a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode. The
     checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
-    from litforge.checkpoints import load_checkpoint
-    from litforge.restore import load_for_inference
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.checkpointing.restore import load_for_inference
 
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))

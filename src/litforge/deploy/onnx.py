@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from litforge.deploy.net import batched
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 MAX_EMBEDDED_BYTES = 1 << 30  # protobuf's limit is 2 GiB; beyond 1 GiB keep weights in model.onnx.data
 

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from litforge.compat import counted_optimizer_step
+from litforge.runtime.compat import counted_optimizer_step
 
 SCHEDULES = ("gpipe", "1f1b")  # strategy.schedule
 

@@ -17,7 +17,7 @@ datamodule before `trainer.fit`:
 
 `trainer.global_step`, `max_steps`, checkpoint names and the loggers' x-axis all count optimizer steps, so a run
 equals its N=1 twin bit for bit (tests/test_steps_per_call.py). The three Lightning internals this needs are in
-litforge.compat. Settings whose meaning N>1 would change are refused in one line by :func:`install`.
+litforge.runtime.compat. Settings whose meaning N>1 would change are refused in one line by :func:`install`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from litforge.compat import advance_logger_step, counted_optimizer_step
-from litforge.contracts import StatefulLoader, SteppableTask
-from litforge.errors import ConfigError
+from litforge.runtime.compat import advance_logger_step, counted_optimizer_step
+from litforge.core.contracts import StatefulLoader, SteppableTask
+from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ def time_optimizer_step(task: Any, optimizer: torch.optim.Optimizer, batch: Any,
     import statistics
     import time
 
-    from litforge.compat import detached_copy
+    from litforge.runtime.compat import detached_copy
 
     rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -312,7 +312,7 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
     training step), and tasks without a per-step loss. Gradient clipping moves from the Trainer (which refuses it
     without automatic optimization) into the step loop. Appends the epoch-scheduler callback to `callbacks`.
     """
-    if steps == 1:  # its type and range are checked by litforge.validation (check_run)
+    if steps == 1:  # its type and range are checked by litforge.config.validation (check_run)
         return
     fix = "set steps_per_call=1"
     if not isinstance(task, SteppableTask):

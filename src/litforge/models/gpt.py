@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 if TYPE_CHECKING:  # importing FlexAttention costs ~1 s: only the packed-document GPT on CUDA needs it
     from torch.nn.attention.flex_attention import BlockMask

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 _ON_META: contextvars.ContextVar[bool] = contextvars.ContextVar("litforge_meta_nets", default=False)
 RNG_ATTR = "_litforge_init_rng"  # the RNG state a net built on meta started from

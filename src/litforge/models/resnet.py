@@ -10,7 +10,7 @@ import torch
 import torchvision.models as tvm
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 # depth -> (builder, weights enum); .DEFAULT is the best ImageNet checkpoint torchvision publishes for that depth
 ARCHS = {

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from litforge.errors import CheckpointError
+from litforge.core.errors import CheckpointError
 
 
 def head_name(net: nn.Module) -> str:

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
 

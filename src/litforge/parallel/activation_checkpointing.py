@@ -16,7 +16,7 @@ DDP, FSDP2 and DTensors). torch's `checkpoint_wrapper` lives in the private
 `torch.distributed.algorithms._checkpoint` and wraps each unit in a new module, adding
 `_checkpoint_wrapped_module.` to every parameter name: checkpoints would then differ from a run without it. Here
 parameter names, state dicts and checkpoints are exactly those of an unwrapped net, so a run may switch the mode on
-resume. Apply it before sharding (litforge.train does, before Lightning calls `configure_model`): FSDP2's hooks then
+resume. Apply it before sharding (litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks then
 sit outside the recomputed region, as in torchtitan.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.parallel.plans import sharding_units
 
 MODES = ("none", "full", "selective")

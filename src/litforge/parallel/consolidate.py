@@ -36,7 +36,7 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     """
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from litforge.errors import CheckpointError
+    from litforge.core.errors import CheckpointError
 
     if not is_distributed_checkpoint(path):
         raise CheckpointError(f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 
 def _local_gradients(_state, bucket):  # type: ignore[no-untyped-def]

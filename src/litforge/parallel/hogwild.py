@@ -13,8 +13,8 @@ no such strategy, so this one keeps Lightning's launching, sampler, rank-0 loggi
   unlinked as soon as every rank has mapped it (nothing is left behind, even after a crash); at teardown the
   parameters become private copies again (a later `trainer.test` is an ordinary one).
 - No per-step collective: Lightning's per-batch SIGTERM broadcast is replaced by a local check
-  (`litforge.compat.skip_sigterm_broadcast`), and litforge's callbacks that decide together (time_limit, the
-  wall-clock `checkpoint_every`, the NaN-loss stop) do so only every `decide_every` steps (`litforge.runtime.meets_now`).
+  (`litforge.runtime.compat.skip_sigterm_broadcast`), and litforge's callbacks that decide together (time_limit, the
+  wall-clock `checkpoint_every`, the NaN-loss stop) do so only every `decide_every` steps (`litforge.runtime.ranks.meets_now`).
 - Ranks do meet where a consistent view matters: before and after validation (every rank validates the same
   weights, nobody writes meanwhile) and around a checkpoint's state dict (one consistent snapshot, copied out of
   shared memory while every rank waits). Ranks take the same number of batches per epoch (the sampler), so they
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 GPU_MESSAGE = ("strategy=hogwild runs CPU worker processes sharing host memory only; on GPUs use strategy=ddp "
                "(or trainer=cpu for hogwild)")
@@ -88,7 +88,7 @@ class Hogwild(DDPStrategy):
 
     def configure_ddp(self) -> None:
         """No DDP wrapper: move the parameters into shared memory instead, and drop the per-step SIGTERM collective."""
-        from litforge.compat import skip_sigterm_broadcast
+        from litforge.runtime.compat import skip_sigterm_broadcast
 
         module = self.lightning_module
         refuse_batch_norm(module)

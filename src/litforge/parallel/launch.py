@@ -9,7 +9,7 @@ command from the job Hydra is running: its resolved overrides (`seed=1`, not `se
 (`hydra.searchpath`, which is not among those overrides) and its output folder.
 
 Ranks > 0 run as plain single runs with `hydra.output_subdir=null` (only rank 0 writes `.hydra/`); the log file
-handler of non-zero ranks points at the null device (see the `rank_zero_path` resolver in `litforge.runtime`).
+handler of non-zero ranks points at the null device (see the `rank_zero_path` resolver in `litforge.runtime.ranks`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
     command += config_flags(sys.argv[1:])
     command += list(hydra_cfg.overrides.task)
     if hydra_cfg.searchpath:  # a user's own conf folder (docs/extending.md): rank 0 composed from it, so must all
-        from litforge.compat import override_value_text
+        from litforge.runtime.compat import override_value_text
 
         command.append(f"hydra.searchpath={override_value_text(list(hydra_cfg.searchpath))}")
     output_dir = hydra_cfg.runtime.output_dir
@@ -63,7 +63,7 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
 def install() -> None:
     """Route Lightning's Hydra relaunch through :func:`rank_command` (idempotent)."""
-    from litforge.compat import route_hydra_relaunch
+    from litforge.runtime.compat import route_hydra_relaunch
 
     route_hydra_relaunch(rank_command)
 

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 from litforge.loops.pipeline import SCHEDULES, PipelineLoop
 
 
@@ -105,7 +105,7 @@ class Pipeline(DDPStrategy):
     # ---- refusals ---------------------------------------------------------------------------------------------
     def check_task(self, task: Any) -> None:
         """What litforge's train job checks before launching the ranks (the split is checked again per rank)."""
-        from litforge.contracts import SteppableTask
+        from litforge.core.contracts import SteppableTask
         from litforge.parallel.pipeline_split import split_net
 
         fix = "or use strategy=ddp"

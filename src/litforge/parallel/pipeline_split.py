@@ -1,7 +1,7 @@
 """Cutting a net into pipeline stages (strategy=pipeline): the net's own split, checked, and who owns what.
 
 Each net that can be pipelined says how beside its definition (`pipeline_stages(n)`, the
-litforge.contracts.PipelineModel contract), as it does its FSDP units and tensor-parallel plan: the GPT and the ViT
+litforge.core.contracts.PipelineModel contract), as it does its FSDP units and tensor-parallel plan: the GPT and the ViT
 cut their blocks into runs (embeddings with the first stage, final norm and head with the last), the MLP its layers.
 Stages share the net's modules, so every rank builds the whole net (as under DDP), keeps its own stage for the
 schedule, and the task's `state_dict` keeps its ordinary names (checkpoints stay single-process checkpoints).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from litforge.contracts import PipelineModel
-from litforge.errors import ConfigError
+from litforge.core.contracts import PipelineModel
+from litforge.core.errors import ConfigError
 
 # the public batch-norm classes (their common base, nn.modules.batchnorm._BatchNorm, is private)
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm, nn.LazyBatchNorm1d,

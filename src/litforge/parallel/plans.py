@@ -1,7 +1,7 @@
 """Applying a net's own sharding facts to a device mesh: FSDP2 units and the tensor-parallel plan.
 
 The facts live beside each model, as torchtitan keeps a model's parallel plan beside the model (the model contract:
-litforge.contracts.Model and TensorParallelModel, docs/extending.md):
+litforge.core.contracts.Model and TensorParallelModel, docs/extending.md):
 
 - `fsdp_units() -> list[nn.Module]`: each unit becomes one all-gather/reshard group, big enough to amortise the
   communication, small enough that only one unit's full weights are materialised at a time. A net that declares
@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import nn
 
-from litforge.contracts import Model, TensorParallelModel, missing_members
-from litforge.errors import ConfigError
+from litforge.core.contracts import Model, TensorParallelModel, missing_members
+from litforge.core.errors import ConfigError
 
 TP_STYLES = ("colwise", "rowwise")
 

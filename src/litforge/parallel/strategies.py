@@ -36,7 +36,7 @@ class ModelParallel(ModelParallelStrategy):
                  **kwargs: Any) -> None:
         import torch
 
-        from litforge.errors import ConfigError
+        from litforge.core.errors import ConfigError
 
         if mixed_precision not in MIXED_PRECISIONS:
             raise ConfigError(f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16: "
@@ -84,7 +84,7 @@ class ModelParallel(ModelParallelStrategy):
         DCP offers no folder-level transaction, so here every rank writes into `.<name>.partial` beside the target;
         once all ranks are done (a barrier), rank 0 moves the old folder to `.<name>.previous`, renames the new one
         into place, fsyncs the parent folder and deletes the old one. A kill between those two renames leaves no
-        `<name>`, and `resume=auto` then takes `.<name>.previous`, whole (litforge.resume.run_checkpoint).
+        `<name>`, and `resume=auto` then takes `.<name>.previous`, whole (litforge.checkpointing.resume.run_checkpoint).
         """
         if not self.sharded_saves or "://" in str(filepath):  # one gathered file (atomic plugin) or an object store
             return super().save_checkpoint(checkpoint, filepath, storage_options)
@@ -92,9 +92,9 @@ class ModelParallel(ModelParallelStrategy):
         import shutil
         from pathlib import Path
 
-        from litforge.checkpoint_io import fsync_directory
+        from litforge.checkpointing.io import fsync_directory
         from litforge.parallel.consolidate import META
-        from litforge.resume import previous_of
+        from litforge.checkpointing.resume import previous_of
 
         target = Path(self.broadcast(str(filepath)))
         partial = target.with_name(f".{target.name}.partial")
@@ -118,12 +118,12 @@ class ModelParallel(ModelParallelStrategy):
         self.barrier()
 
     def setup_environment(self) -> None:
-        from litforge.compat import fill_auto_mesh_sizes
+        from litforge.runtime.compat import fill_auto_mesh_sizes
 
         world = self.num_processes * self.num_nodes
         fill_auto_mesh_sizes(self, world)
         if self.replicate_size > 1 and world % self.replicate_size:
-            from litforge.errors import ConfigError
+            from litforge.core.errors import ConfigError
 
             raise ConfigError(f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
                               "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes")

@@ -15,10 +15,10 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from litforge.compat import attached_trainer, logs_this_step, refresh_initial_hparams
-from litforge.errors import ConfigError
-from litforge.host_reads import StepLosses, Where, host_scalar
-from litforge.instantiate import call_partial
+from litforge.runtime.compat import attached_trainer, logs_this_step, refresh_initial_hparams
+from litforge.core.errors import ConfigError
+from litforge.runtime.host_reads import StepLosses, Where, host_scalar
+from litforge.config.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 
 CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
@@ -67,7 +67,7 @@ class LitforgeTask(pl.LightningModule):
         self.lr_scaling = lr_scaling
         # the composed run config, stored in checkpoints so eval/predict/export need only the checkpoint path
         self.run_config = run_config
-        # training losses kept on the device, read once per logging step (litforge.host_reads)
+        # training losses kept on the device, read once per logging step (litforge.runtime.host_reads)
         self.step_losses = StepLosses()
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class LitforgeTask(pl.LightningModule):
         and log `train/loss` (the mean, when a training step ran several optimizer steps) from it.
 
         Why only then: each `self.log` costs ~600 Python calls, more than a small net's whole step
-        (benchmarks/step_overhead.py), and each read of a device value is a host sync on a GPU (litforge.host_reads).
+        (benchmarks/step_overhead.py), and each read of a device value is a host sync on a GPU (litforge.runtime.host_reads).
         """
         self.step_losses.keep(loss, where)
         if self.logs_this_step():
@@ -201,7 +201,7 @@ class LitforgeTask(pl.LightningModule):
 
         True every `trainer.log_every_n_steps` steps (and in `fast_dev_run`): step metrics logged on other steps
         are never written anywhere, yet each `self.log` call costs hundreds of Python calls. Outside a trainer, or
-        if Lightning's internals change (litforge.compat), it answers True (log every step: correct, only slower).
+        if Lightning's internals change (litforge.runtime.compat), it answers True (log every step: correct, only slower).
         """
         trainer = attached_trainer(self)
         if trainer is None or trainer.fast_dev_run:

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from litforge.checkpoints import load_checkpoint
-from litforge.compat import attached_trainer
+from litforge.checkpointing.load import load_checkpoint
+from litforge.runtime.compat import attached_trainer
 from litforge.models import transfer
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from litforge.data.gym import env_state, load_env_state
-from litforge.errors import ConfigError
-from litforge.host_reads import host_scalar
+from litforge.core.errors import ConfigError
+from litforge.runtime.host_reads import host_scalar
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
 
@@ -55,7 +55,7 @@ class DQNTask(LitforgeTask):
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
-        # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.validation (task.*)
+        # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.config.validation (task.*)
         if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
             raise ConfigError(f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
                               "use loss=huber (experiment=cartpole_dqn sets it)")
@@ -160,7 +160,7 @@ class DQNTask(LitforgeTask):
         q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = self.loss_fn(q, self.td_target(rewards, next_obs, dones))
         if self.logs_this_step():  # only the steps Lightning writes: each `self.log` costs ~600 Python calls
-            # one device->host read for both values, logged as host tensors (litforge.host_reads)
+            # one device->host read for both values, logged as host tensors (litforge.runtime.host_reads)
             loss_value, q_mean = torch.stack([loss.detach(), q.detach().mean()]).tolist()
             self.log("train/loss", host_scalar(loss_value), on_step=True, on_epoch=False, prog_bar=True)
             self.log("train/q_mean", host_scalar(q_mean), on_step=True, on_epoch=False)  # ~1/(1-gamma) if balanced

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
-from litforge.host_reads import host_scalar
+from litforge.runtime.host_reads import host_scalar
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, build_loss
 
@@ -67,7 +67,7 @@ class LanguageModelTask(LitforgeTask):
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(targets))
         self.log("val/ppl", self.val_ppl, on_epoch=True)
         if self.unigram_loss is not None:
-            # a host tensor: a Python float would be copied to the device on every batch (litforge.host_reads)
+            # a host tensor: a Python float would be copied to the device on every batch (litforge.runtime.host_reads)
             self.log("val/unigram_loss", host_scalar(self.unigram_loss), on_epoch=True, batch_size=len(targets))
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -83,7 +83,7 @@ class LanguageModelTask(LitforgeTask):
         index = {c: i for i, c in enumerate(self.vocab)}
         unknown = sorted({c for c in text if c not in index})
         if unknown:
-            from litforge.errors import ConfigError
+            from litforge.core.errors import ConfigError
 
             raise ConfigError(f"the prompt has characters the model never saw: {unknown}; use only characters of "
                               "its training text")

@@ -4,7 +4,7 @@ Applied in the training step only, to the normalised batch: `v2.MixUp` blends ea
 batch by a factor drawn from Beta(alpha, alpha); `v2.CutMix` pastes a box of it, its area drawn the same way. Both
 return the labels as class probabilities (N, C) summing to 1, which the loss takes as soft targets:
 `torch.nn.CrossEntropyLoss` accepts probabilities (cross_entropy, label_smoothing), and
-:class:`litforge.losses.FocalLoss` does too. Any other loss is refused here, in one line, instead of failing in the
+:class:`litforge.tasks.losses.FocalLoss` does too. Any other loss is refused here, in one line, instead of failing in the
 first step.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from litforge.errors import ConfigError
+from litforge.core.errors import ConfigError
 
 MIXES = {"mixup": "MixUp", "cutmix": "CutMix"}  # task.mix → torchvision.transforms.v2 class
 
@@ -29,7 +29,7 @@ def build_mixer(mix: str, alpha: float, num_classes: int,
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
         raise ConfigError(f"task.mix_alpha={alpha!r} must be a number > 0 (the Beta(alpha, alpha) of the mixing "
                           f"factor), e.g. task.mix_alpha=0.2")
-    from litforge.losses import FocalLoss
+    from litforge.tasks.losses import FocalLoss
 
     if not isinstance(loss_fn, (nn.CrossEntropyLoss, FocalLoss)):
         raise ConfigError(f"task.mix={mix} gives soft targets, which the loss {type(loss_fn).__name__} does not "

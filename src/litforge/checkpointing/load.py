@@ -1,0 +1,89 @@
+"""Opening checkpoints safely, with an error a user can act on for every way a path can be wrong.
+
+Every load uses `weights_only=True`: a checkpoint that would need arbitrary unpickling (and so could run code) is
+refused, never executed. `mmap=True` keeps the check cheap even for large files.
+
+A checkpoint also carries configs that eval/predict/export *instantiate* (the net, the loss, the data): a
+`_target_` there is code to call. :func:`check_trusted_targets` accepts only classes of the packages litforge
+builds from (TRUSTED_TARGET_PREFIXES), so an untrusted file cannot name `os.system` or `builtins.open` instead.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from litforge.core.errors import CheckpointError
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """`torch.load` with `weights_only=True`, translating each failure into a CheckpointError that says what to do."""
+    import torch
+
+    from litforge.checkpointing.io import wait_for_checkpoint_writes
+
+    wait_for_checkpoint_writes()  # a checkpoint this process is still making durable (litforge.checkpointing.io)
+    file = Path(path).expanduser()
+    if not file.exists():
+        hint = ""
+        parent = file.parent
+        if parent.is_dir():
+            found = sorted(p.name for p in parent.glob("*.ckpt"))[:5]
+            hint = f" Checkpoints in {parent}: {', '.join(found)}." if found else f" {parent} holds no .ckpt files."
+        raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
+    if file.is_dir():
+        from litforge.parallel.consolidate import consolidate, consolidated_path, is_distributed_checkpoint
+
+        if is_distributed_checkpoint(file):  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
+            merged = consolidated_path(file)
+            if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
+                consolidate(file, merged)
+            file = merged
+        else:
+            raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
+    if file.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
+                              "use an earlier checkpoint of that run")
+    try:
+        checkpoint = torch.load(file, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"refusing to load {file}: it needs arbitrary unpickling, which could run code ({first_line}). "
+            "litforge only loads checkpoints that hold plain tensors and data (torch.load weights_only=True)"
+        ) from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        raise CheckpointError(
+            f"{file} is not a readable PyTorch checkpoint (truncated or corrupt: {str(exc).splitlines()[0]}). "
+            "Use another checkpoint of the run, e.g. last.ckpt or the best epoch*.ckpt"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
+                              "pass a .ckpt written by `python train.py`")
+    return checkpoint
+
+
+# what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use.
+# A new task family that builds from another library adds that library's class prefix here.
+TRUSTED_TARGET_PREFIXES = ("litforge.", "torch.nn.", "torch.optim.", "torchvision.models.", "torchvision.transforms.",
+                           "torchmetrics.", "pytorch_lightning.callbacks.", "pytorch_lightning.loggers.")
+
+
+def check_trusted_targets(node: Any, path: str | Path, where: str) -> None:
+    """Refuse a checkpoint config whose `_target_` (anywhere inside `node`) is not a trusted class."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target is not None and not (isinstance(target, str) and target.startswith(TRUSTED_TARGET_PREFIXES)):
+            raise CheckpointError(
+                f"refusing to use {path}: its {where} config names {target!r} to build, which is not a class of "
+                f"{', '.join(p.rstrip('.') for p in TRUSTED_TARGET_PREFIXES)}; a checkpoint could run arbitrary code "
+                "that way. Only use checkpoints you trust (to allow a library, extend "
+                "litforge.checkpointing.load.TRUSTED_TARGET_PREFIXES)"
+            )
+        for key, value in node.items():
+            check_trusted_targets(value, path, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            check_trusted_targets(item, path, where)

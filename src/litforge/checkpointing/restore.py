@@ -1,0 +1,98 @@
+"""Rebuilding a trained task (and its data) from a checkpoint alone: what eval, predict, export and generate share.
+
+A litforge checkpoint records the task class, its plain-data hyperparameters and the whole run config
+(`CHECKPOINT_KEY`), so nothing but the file is needed. Everything a checkpoint asks to build is checked first
+(`litforge.checkpointing.load.check_trusted_targets`): a file is data, never code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.checkpointing.load import check_trusted_targets, load_checkpoint
+from litforge.core.errors import CheckpointError, ConfigError
+from litforge.config.instantiate import instantiate_group, to_plain
+from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
+
+
+def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
+    """The dotted name of the task class that wrote a litforge checkpoint (nothing is imported)."""
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_class"), str):
+        raise CheckpointError(f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
+                              "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)")
+    return meta["task_class"]
+
+
+def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[LitforgeTask]:
+    """The task class recorded in a checkpoint; only litforge task classes are accepted (a file is data, not code)."""
+    recorded = recorded_task_class(checkpoint, path)
+    module_name, _, class_name = recorded.rpartition(".")
+    if not module_name.startswith("litforge.tasks"):
+        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
+    cls = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LitforgeTask)):
+        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
+    return cls
+
+
+def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
+    """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights."""
+    cls = task_class_from_checkpoint(checkpoint, path)
+    hparams = dict(checkpoint.get("hyper_parameters", {}))
+    check_trusted_targets(hparams, path, "task")  # the task builds its net and loss from these
+    try:
+        task = cls(**hparams)
+    except TypeError as exc:
+        raise CheckpointError(f"{path} does not match this version of {cls.__name__}: {exc}") from None
+    task.on_load_checkpoint(checkpoint)
+    missing, unexpected = task.load_state_dict(checkpoint["state_dict"], strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: weights do not fit {cls.__name__} (missing: {missing[:3]}, unexpected: "
+                              f"{unexpected[:3]}); was it written by another version of the model?")
+    return task.eval()
+
+
+def inference_device(name: str = "auto") -> Any:
+    """The device predict/generate run on: `auto` = the GPU when there is one (cuda:0), else the CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but this machine has no CUDA GPU: pass device=auto or device=cpu")
+    return device
+
+
+def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given.
+
+    `checkpoint`: the already loaded (and possibly normalised, see litforge.deploy.net) contents of `cfg.ckpt_path`.
+    """
+    path = str(cfg.ckpt_path)
+    checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
+    task = restore_task(checkpoint, path)
+    run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
+    data_cfg = to_plain(cfg.data) if cfg.get("data") else run_config.get("data")
+    if not data_cfg:
+        raise ConfigError(f"{path} does not record its data config: pass data=<option> (see conf/data/)")
+    if not cfg.get("data"):
+        check_trusted_targets(data_cfg, path, "data")
+    datamodule = instantiate_group("data", data_cfg)
+    state = checkpoint.get(type(datamodule).__qualname__)
+    if state and not cfg.get("data"):
+        datamodule.load_state_dict(state)
+    check_same_shape(task, datamodule, path)
+    return task, datamodule, checkpoint
+
+
+def check_same_shape(task: Any, datamodule: Any, path: str) -> None:
+    expected = {k: task.hparams.get(k) for k in ("input_shape", "num_classes") if k in task.hparams}
+    actual = {k: v for k, v in datamodule.describe().items() if k in expected}
+    if expected != actual:
+        raise ConfigError(f"{path} was trained on data of shape {expected}, but the chosen data has {actual}: "
+                          "evaluate on data with the same image shape and number of classes")

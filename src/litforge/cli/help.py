@@ -1,0 +1,72 @@
+"""`python train.py --help` answered from the files in conf/, before Hydra starts.
+
+Hydra's own `--help` composes the config and rebuilds its config repository several times per group it lists
+(conf/'s 14 groups and 64 options, and Hydra's own): ~2.2 s of CPU here, against ~0.4 s for reading the folder
+listing and one YAML file, which gives the same groups and options without importing torch. With overrides on the command line (`python train.py model=cnn --help`) Hydra's help is
+used, because only it can show their effect on the composed config.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HELP_FLAGS = ("--help", "-h")
+
+
+def answer_help(config_name: str, conf_dir: Path, argv: list[str] | None = None) -> None:
+    """Print the fast help and exit when the command line is just `--help`; otherwise return and let Hydra run."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 1 and args[0] in HELP_FLAGS:
+        try:
+            print(help_text(config_name, conf_dir, script=f"{config_name}.py"), flush=True)
+        except BrokenPipeError:  # `python train.py --help | head`: the reader left, which is not an error
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)
+        sys.exit(0)
+
+
+def help_text(config_name: str, conf_dir: Path, script: str) -> str:
+    import yaml
+
+    source = (conf_dir / f"{config_name}.yaml").read_text()
+    config = yaml.safe_load(source) or {}
+    defaults = {}
+    for entry in config.get("defaults", []):
+        if isinstance(entry, dict):
+            for group, option in entry.items():
+                defaults[str(group).removeprefix("override ")] = option
+
+    lines = [f"python {script} [group=option ...] [key=value ...]      (-m: one job per combination, a sweep)", "",
+             "Config groups (* = default; a group with no default is off until chosen):"]
+    for group, default in defaults.items():
+        folder = conf_dir / group
+        if group == "hydra" or not folder.is_dir():
+            continue
+        options = sorted(p.stem for p in folder.glob("*.yaml"))
+        shown = ", ".join(f"{o}*" if o == default else o for o in options)
+        lines.append(f"  {group:<15} {shown}")
+    lines += ["", "Top-level keys (key=value):"]
+    lines += ["  " + line for line in _top_level_lines(source)]
+    lines += ["", "Any key of a group: group.key=value (e.g. optimizer.lr=3e-4). More:",
+              f"  python {script} --cfg job                 print the composed config (add overrides to see them)",
+              f"  python {script} --cfg job --package data  ... one group only",
+              f"  python {script} <overrides> --help        Hydra's help with the composed config",
+              f"  python {script} --hydra-help              Hydra's own flags and groups (hydra/launcher=joblib, ...)",
+              f"  eval \"$(python {script} -sc install=bash)\" tab completion of groups, options and keys"]
+    return "\n".join(lines)
+
+
+def _top_level_lines(source: str) -> list[str]:
+    """The config's own top-level keys with their comments, as written (the defaults list left out)."""
+    kept, in_defaults = [], False
+    for line in source.splitlines():
+        if line.startswith("defaults:"):
+            in_defaults = True
+            continue
+        if in_defaults and (line.startswith((" ", "-")) or not line.strip()):
+            continue
+        in_defaults = False
+        if line.strip() and not line.startswith("#"):
+            kept.append(line)
+    return kept

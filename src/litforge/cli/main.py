@@ -1,0 +1,159 @@
+"""The one entry point of every root script: `python train.py ...` is `litforge.cli.main.main("train")`.
+
+For each job (`train`, `eval`, `predict`, `export`, `generate`) it does the same four things:
+
+1. `--help` alone is answered from the files in conf/ (litforge.cli.help), without starting Hydra or importing torch;
+2. the command line is checked before anything slow starts (litforge.cli.preflight: value types and ranges, the log
+   folder, `resume=`), so a typo costs a second, not a run;
+3. Hydra composes `conf/<job>.yaml` and calls the job function; a user mistake (LitforgeError, or a config error
+   from OmegaConf) ends it with one `litforge: error:` line and exit code 1, never a traceback;
+4. a one-screen summary: metrics, what was written where, how to look at it.
+
+Kept free of torch and Lightning imports at module level: composing a config (and `--cfg job`) must stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from litforge.core.errors import LitforgeError
+from litforge.runtime.ranks import in_multirun, is_rank_zero
+
+log = logging.getLogger("litforge")
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (src/litforge/cli/main.py → ../../../conf)
+
+# job name (= conf/<name>.yaml and <name>.py) → (module, function); every job is a plain function of the config
+JOBS: dict[str, tuple[str, str]] = {
+    "train": ("litforge.jobs.train", "train"),
+    "eval": ("litforge.jobs.eval", "evaluate"),
+    "predict": ("litforge.jobs.predict", "predict"),
+    "export": ("litforge.jobs.export", "export"),
+    "generate": ("litforge.jobs.generate", "generate"),
+    "prepare": ("litforge.jobs.prepare", "prepare"),  # python prepare.py: LitData shards
+}
+
+
+def main(job_name: str) -> None:
+    """Run job `job_name` from the command line in `sys.argv`."""
+    import hydra
+
+    from litforge.cli.help import answer_help
+    from litforge.cli.preflight import prepare_command_line
+
+    if job_name not in JOBS:
+        raise ValueError(f"unknown job {job_name!r}; known: {', '.join(JOBS)}")
+    answer_help(job_name, CONF_DIR)  # `--help` alone: fast, without starting Hydra
+    prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
+
+    def task_function(cfg: DictConfig) -> float | None:
+        result = run_job(job_function(job_name), cfg)
+        print_summary(job_name, result)
+        return (result.get("objective") or {}).get("value")  # what a sweeper (Optuna) optimises
+
+    hydra.main(config_path=str(CONF_DIR), config_name=job_name, version_base="1.3")(task_function)()
+
+
+def job_function(job_name: str) -> Callable[[DictConfig], dict[str, Any]]:
+    """The job's function, imported only when it runs (importing a job imports torch and Lightning)."""
+    module, name = JOBS[job_name]
+    return getattr(importlib.import_module(module), name)
+
+
+def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
+    """Run a job; a user mistake (LitforgeError) ends it with its message and exit code 1, not a traceback.
+
+    In a multirun the error is re-raised instead, so Hydra records the job as failed and the sweep goes on.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    from litforge.parallel.launch import launched_ranks_cleaned_up
+
+    quiet_library_chatter()
+    try:
+        if cfg.get("print_config", False) and is_rank_zero():
+            print_config(cfg)
+        with launched_ranks_cleaned_up():
+            return job(cfg)
+    except (LitforgeError, OmegaConfBaseException) as exc:
+        if in_multirun():
+            raise
+        message = str(exc) if isinstance(exc, LitforgeError) else config_error_message(exc)
+        log.error("%s", message)
+        print(f"\nlitforge: error: {message}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 1))
+
+
+def config_error_message(exc: Exception) -> str:
+    """OmegaConf's errors carry the offending key; say which value to pass."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    key = getattr(exc, "full_key", None)
+    if isinstance(exc, MissingMandatoryValue) and key:
+        return f"`{key}` has no value and is required: pass {key}=<value> on the command line"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"invalid config{f' at `{key}`' if key else ''}: {first}"
+
+
+class _DropLines(logging.Filter):
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def quiet_library_chatter() -> None:
+    """Drop Lightning's advertising tips and a deprecation warning it triggers inside torch: noise in every run."""
+    import warnings
+
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DropLines("💡 Tip"))
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+def print_config(cfg: DictConfig) -> None:
+    from rich.console import Console
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    tree = Tree("config", guide_style="dim")
+    for key, value in cfg.items():
+        text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
+        tree.add(f"[bold]{key}[/]").add(Syntax(text.rstrip(), "yaml", background_color="default"))
+    Console().print(tree)
+
+
+SUMMARY_TITLES = {"train": "train: final metrics"}
+
+
+def print_summary(job_name: str, result: dict[str, Any]) -> None:
+    """One screen at the end of a job: metrics, where things were written, how to look at them."""
+    if not is_rank_zero():
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    metrics = result.get("metrics") or {}
+    if metrics:
+        table = Table(title=SUMMARY_TITLES.get(job_name, job_name), show_header=True, header_style="bold")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value in metrics.items():
+            table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
+        console.print(table)
+    for label, key in (("best checkpoint", "best_checkpoint"), ("last checkpoint", "last_checkpoint"),
+                       ("run folder", "output_dir"), ("written", "written"),
+                       ("trained at commit", "trained_at_commit")):
+        if result.get(key):
+            console.print(f"{label}: {result[key]}")
+    if result.get("output_dir") and job_name == "train":
+        console.print(f"view it: tensorboard --logdir {result['output_dir']} --host 127.0.0.1")

@@ -1,0 +1,148 @@
+"""What the jobs build from the composed config: the task, the strategy and the Trainer.
+
+Each builder first checks the values of the groups it builds against the rule table (litforge.config.validation), then
+turns what only the built objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as
+one line), so no job repeats the checks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from litforge.core.errors import ConfigError
+from litforge.config.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
+from litforge.config.validation import check_group, check_moved_keys
+
+log = logging.getLogger(__name__)
+
+TASK_GROUPS = ("model", "optimizer", "scheduler", "loss", "task")  # the configs a task builds its parts from
+
+
+def task_class(cfg: DictConfig) -> type:
+    """The LightningModule class `task._target_` names (before building it: its `data_kind` is checked first)."""
+    target = cfg.task._target_
+    try:
+        return get_class(target)
+    except Exception:
+        raise ConfigError(f"task._target_={target!r} cannot be imported; see conf/task/ for the options") from None
+
+
+def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
+    """The task's LightningModule, given plain-data configs for everything it builds itself."""
+    check_moved_keys(cfg)
+    for group in TASK_GROUPS:
+        check_group(group, cfg.get(group))
+    task_cfg = to_plain(cfg.task)
+    target = task_cfg.pop("_target_")
+    task_cls = task_class(cfg)
+    extra = {"loss": to_plain(cfg.loss)} if "loss" in cfg and cfg.loss else {}
+    try:
+        return task_cls(
+            net=to_plain(cfg.model),
+            optimizer=to_plain(cfg.optimizer),
+            scheduler=to_plain(cfg.scheduler) or None,
+            **extra,
+            **shape,
+            **task_cfg,
+            run_config=to_plain(cfg),
+        )
+    except TypeError as exc:
+        key = unexpected_argument(exc)
+        if key is not None and key in task_cfg:
+            raise unknown_argument("task", key, target) from None
+        raise ConfigError(f"could not build the task {target}: {exc}") from None
+
+
+def build_strategy(node: Any) -> Any:
+    """`strategy` is either a name Lightning knows (`{name: auto}`) or an instantiable strategy config."""
+    if node is None:
+        return "auto"
+    if "_target_" in node:  # checked by instantiate_group
+        return instantiate_group("strategy", node)
+    check_group("strategy", node)
+    return node.get("name", "auto")
+
+
+def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
+    """`pl.Trainer(...)`, with hardware and argument mistakes reported as one actionable line."""
+    import pytorch_lightning as pl
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    check_cpu_processes(trainer_kwargs)
+    if "deterministic" in trainer_kwargs:
+        trainer_kwargs = {**trainer_kwargs, "deterministic": deterministic_mode(
+            trainer_kwargs["deterministic"], trainer_kwargs.get("accelerator", "auto"))}
+    try:
+        trainer = pl.Trainer(**trainer_kwargs, **kwargs)
+    except MisconfigurationException as exc:
+        raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
+                          "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
+    except (TypeError, ValueError) as exc:
+        key = unexpected_argument(exc)
+        if key is not None and key in trainer_kwargs:
+            raise unknown_argument("trainer", key, "pytorch_lightning.Trainer") from None
+        raise ConfigError(f"invalid trainer settings: {exc}") from None
+    if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
+        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
+        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
+                          "drop it for CPU runs")
+    from litforge.runtime.compat import skip_no_op_callback_hooks
+
+    skip_no_op_callback_hooks(trainer)  # ~800 Python calls per step fewer with the default callbacks
+    return trainer
+
+
+def runs_on_cuda(accelerator: Any) -> bool:
+    """Whether a `trainer.accelerator` setting trains on CUDA on this machine (decided before the Trainer exists,
+    for switches that must be set before it: deterministic kernels, TF32 matmuls)."""
+    import torch
+
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def deterministic_mode(deterministic: Any, accelerator: Any) -> Any:
+    """`trainer.deterministic=true` on CUDA becomes Lightning's "warn" (`torch.use_deterministic_algorithms(True,
+    warn_only=True)`): CUDA has no deterministic kernel for some ops every CNN here uses (the backward of adaptive
+    average pooling), so strict mode failed at the first backward. Every op that has a deterministic kernel still
+    uses it; the others warn. On CPU every op is deterministic, and `true` stays strict."""
+    if deterministic is True and runs_on_cuda(accelerator):
+        log.warning("trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
+                    "pooling's backward) warn instead of failing (trainer.deterministic=warn)")
+        return "warn"
+    return deterministic
+
+
+def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> None:
+    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
+    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
+    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
+    import os
+
+    import torch
+
+    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
+        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
+                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
+
+
+def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:
+    """Switching something off (progress bar, model summary, logger) wins over the callbacks group, not clashes."""
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
+
+    drop: tuple[type, ...] = () if loggers else (LearningRateMonitor,)
+    if trainer_kwargs.get("enable_progress_bar") is False:
+        drop += (ProgressBar,)
+    if trainer_kwargs.get("enable_model_summary") is False:
+        drop += (ModelSummary,)
+    return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]

@@ -1,0 +1,33 @@
+"""The evaluation job: test a checkpoint on the data it was trained on (or another dataset of the same shape)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.jobs.build import build_trainer
+from litforge.config.instantiate import instantiate_group
+from litforge.records.metrics import scalar_metrics
+from litforge.records.provenance import describe_origin
+from litforge.checkpointing.restore import load_for_inference
+from litforge.config.validation import check_run
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import RichProgressBar
+
+    check_run(cfg)
+    task, datamodule, checkpoint = load_for_inference(cfg)
+    pl.seed_everything(cfg.seed, verbose=False)
+    trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}
+    trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
+    trainer.test(task, datamodule=datamodule, verbose=False)
+    output_dir = Path(cfg.paths.output_dir)
+    result = {"metrics": scalar_metrics(trainer.callback_metrics), "checkpoint": str(cfg.ckpt_path),
+              "trained_at_commit": describe_origin(checkpoint), "output_dir": str(output_dir)}
+    (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
+    return result

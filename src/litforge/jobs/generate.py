@@ -1,0 +1,34 @@
+"""The generation job: sample text from a language-model checkpoint (needs only the checkpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.core.errors import ConfigError
+from litforge.config.validation import check_run
+
+
+def generate(cfg: DictConfig) -> dict[str, Any]:
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.checkpointing.restore import inference_device, restore_task
+
+    check_run(cfg)
+    path = str(cfg.ckpt_path)
+    task = restore_task(load_checkpoint(path), path).to(inference_device(str(cfg.get("device", "auto"))))
+    if not hasattr(task, "generate_text"):
+        raise ConfigError(f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
+                          "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)")
+    samples = [task.generate_text(str(cfg.prompt), int(cfg.max_new_tokens), float(cfg.temperature),
+                                  cfg.get("top_k"), seed=int(cfg.seed) + i) for i in range(int(cfg.num_samples))]
+    output_dir = Path(cfg.paths.output_dir)
+    for i, text in enumerate(samples):
+        print(f"----- sample {i} -----\n{text}")
+    (output_dir / "samples.txt").write_text("\n\n".join(samples))
+    result = {"metrics": {}, "samples": samples, "checkpoint": path, "output_dir": str(output_dir),
+              "written": str(output_dir / "samples.txt")}
+    (output_dir / "samples.json").write_text(json.dumps(result, indent=2))
+    return result

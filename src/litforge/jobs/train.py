@@ -1,0 +1,246 @@
+"""The training job: one plain function of the composed config.
+
+    datamodule → task (net built from the data's shape) → Trainer → fit → test the best checkpoint → metrics.json
+
+Everything else (Hydra's entry point, error reporting, run folders) lives in `litforge.cli.main`, so this function can
+also be called from a notebook with a config from Hydra's compose API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from litforge.jobs.build import (build_strategy, build_task, build_trainer, respect_trainer_switches, runs_on_cuda,
+                               task_class)
+from litforge.core.contracts import DataModule, missing_members
+from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
+from litforge.core.errors import ConfigError, TrainingStopped
+from litforge.records.metrics import scalar_metrics
+from litforge.checkpointing.folders import check_folder
+from litforge.parallel.elastic import init_elastic_process_group
+from litforge.runtime.ranks import is_rank_zero
+from litforge.jobs.tuning import check_tuning, tune_before_fit
+from litforge.config.validation import check_run, run_notes
+
+log = logging.getLogger(__name__)
+
+
+def apply_matmul_precision(precision: str | None, accelerator: Any = "auto") -> str | None:
+    """`torch.set_float32_matmul_precision` for CUDA runs only; returns what float32 matmuls now use (None on CPU).
+
+    "high" lets float32 matmuls and convolutions use TF32 tensor cores (Ampere and newer; an A100's dense TF32 peak is
+    8x its fp32 one) at a 10-bit mantissa, PyTorch's and Lightning's advice for training (Lightning warns on every
+    CUDA run that leaves it at "highest"). It is a process-wide switch that no config shows, hence the provenance record.
+    A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
+    """
+    import torch
+
+    if precision is None or not runs_on_cuda(accelerator):
+        return None
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = precision != "highest"
+    return torch.get_float32_matmul_precision()
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
+    import pytorch_lightning as pl
+
+    from litforge.records import provenance
+    from litforge.parallel import launch
+    from litforge.records.tracking import log_run_files
+
+    check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
+    check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
+    for note in run_notes(cfg):
+        log.warning("%s", note)
+    launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
+    output_dir = Path(cfg.paths.output_dir)
+    check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    settings = {"matmul_precision": apply_matmul_precision(cfg.get("matmul_precision"),
+                                                            cfg.trainer.get("accelerator", "auto"))}
+
+    record = provenance.write_start(output_dir, settings=settings) if is_rank_zero() else {"git": provenance.git_state(),
+                                                                        "start": provenance.now()}
+    try:
+        result, loggers = _fit_and_test(cfg, output_dir, record)
+    except BaseException as exc:
+        if is_rank_zero():
+            provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
+        raise
+    interrupted = result.pop("interrupted")
+    if is_rank_zero():
+        provenance.write_end(output_dir, record, "stopped" if interrupted else "finished")
+        log_run_files(loggers, output_dir, result, record)  # trackers get the config, provenance, best checkpoint
+    return result
+
+
+def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
+    from litforge.records import provenance
+    from litforge.checkpointing.clock import clock_callbacks
+    from litforge.callbacks.provenance import ProvenanceRecorder
+    from litforge.checkpointing.io import with_async_saves
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.loops import steps_per_call
+    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+    from litforge.parallel.meta_init import meta_nets, wants_meta_init
+    from litforge.models.speed import apply_speed_options
+    from litforge.records.tracking import continue_runs, give_run_config
+
+    datamodule = instantiate_group("data", cfg.data)
+    check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
+    with meta_nets(wants_meta_init(cfg.get("strategy"))):  # sharded runs: the net on meta, filled after sharding
+        task = build_task(cfg, datamodule.describe())
+    apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))  # before any sharding
+    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
+                        channels_last=bool(cfg.get("channels_last", False)))
+
+    ckpt_path = starting_checkpoint(cfg)
+    tracker_runs: dict[str, str] = {}
+    if ckpt_path:
+        checkpoint = load_checkpoint(ckpt_path)
+        check_resumable(checkpoint, ckpt_path, type(task), cfg)
+        tracker_runs = (checkpoint.get(provenance.CHECKPOINT_KEY) or {}).get("tracker_runs") or {}
+        del checkpoint
+        log.info("Resuming from %s", ckpt_path)
+
+    trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
+    loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # same MLflow run on resume
+    give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
+    tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
+    callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
+    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
+    callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
+    strategy = build_strategy(cfg.get("strategy"))
+    if callable(check_task := getattr(strategy, "check_task", None)):
+        check_task(task)  # refusals that need the built net (hogwild: BatchNorm), once, before any rank starts
+    if callable(check_strategy_run := getattr(strategy, "check_run", None)):
+        check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
+    if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
+        trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
+    steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
+    trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
+    init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
+
+    fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
+    metrics = scalar_metrics(trainer.callback_metrics)
+    checkpoint_cb = trainer.checkpoint_callback
+    best = getattr(checkpoint_cb, "best_model_path", "") or None
+    last = _last_checkpoint(checkpoint_cb)  # before test(): restoring the best checkpoint resets the callback's state
+
+    if cfg.get("test_after_training", True) and not trainer.interrupted:
+        trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
+        metrics.update(scalar_metrics(trainer.callback_metrics))
+
+    result = {
+        "metrics": metrics,
+        "objective": {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
+                      "value": metrics.get(cfg.objective.metric)},
+        "best_checkpoint": best,
+        "last_checkpoint": last,
+        "output_dir": str(output_dir),
+        "interrupted": bool(trainer.interrupted),
+    }
+    if trainer.is_global_zero:
+        (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
+                                                            indent=2))
+    return result, loggers
+
+
+def starting_checkpoint(cfg: DictConfig) -> str | None:
+    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.checkpointing.resume)."""
+    from litforge.checkpointing import resume
+    from litforge.runtime.ranks import in_multirun
+
+    value = cfg.get("resume") or ("auto" if cfg.get("ckpt_path") == "last" else None)
+    if not value:
+        return cfg.get("ckpt_path")
+    if cfg.get("ckpt_path") not in (None, "last"):
+        raise ConfigError(f"pass either resume={value} or ckpt_path=<file>, not both")
+    if in_multirun():
+        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead")
+    found = resume.resolve(str(value), cfg.paths.log_dir, str(cfg.task_name))
+    if found is None:
+        log.info("resume=%s: no interrupted run found, starting a new one", value)
+        return None
+    return str(found[1])
+
+
+def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None, output_dir: Path) -> None:
+    """`trainer.fit`; SIGTERM (after the on-signal checkpoint is saved) ends the run with how to resume it."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException:
+        saved = next((cb.saved_path for cb in trainer.callbacks if getattr(cb, "saved_path", None)), None)
+        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+        raise TrainingStopped(
+            f"stopped by SIGTERM {where}; "
+            + (f"saved {saved}. Continue with: python train.py resume={output_dir}" if saved else
+               "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
+            exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
+        ) from None
+
+
+def check_compatible(task_cls: type, datamodule: Any) -> None:
+    """Refuse a task × data pair that cannot work before any data is read or any step runs.
+
+    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (litforge.core.contracts), so a
+    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
+    """
+    missing = missing_members(datamodule, DataModule)
+    if missing:
+        raise ConfigError(
+            f"data `{type(datamodule).__name__}` lacks {', '.join(f'`{m}`' for m in missing)}: a litforge datamodule "
+            "states its `kind` (e.g. 'image'), its `batch_size` and its shape facts in `describe()` "
+            "(litforge.core.contracts.DataModule; docs/extending.md adds one)"
+        )
+    task_kind = getattr(task_cls, "data_kind", None)
+    if not isinstance(task_kind, str):
+        raise ConfigError(f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
+                          "attribute `data_kind` (e.g. 'image'), as litforge.tasks.base.LitforgeTask does")
+    if task_kind != datamodule.kind:
+        raise ConfigError(
+            f"task `{task_cls.__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
+            f"{datamodule.kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
+        )
+
+
+def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: DictConfig) -> None:
+    """A resumed run must train the same task and the same net as the checkpoint, or the weights cannot fit.
+
+    Compared by name: this run builds the class its config names (maybe a user's own, outside litforge), and
+    Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here.
+    """
+    from litforge.checkpointing.restore import recorded_task_class
+
+    recorded = recorded_task_class(checkpoint, path)
+    if recorded != f"{task_cls.__module__}.{task_cls.__qualname__}":
+        raise ConfigError(f"{path} was written by task {recorded.rpartition('.')[2]}, but this run configures "
+                          f"{task_cls.__name__}: resume with the same task= (and model=) as the original run")
+    saved_net = checkpoint.get("hyper_parameters", {}).get("net")
+    current_net = to_plain(cfg.model)
+    if saved_net is not None and saved_net != current_net:
+        raise ConfigError(
+            f"{path} holds a different model than this run configures (checkpoint: {_describe(saved_net)}, "
+            f"now: {_describe(current_net)}): pass the same model= and model.* overrides as the original run"
+        )
+
+
+def _describe(net_cfg: dict[str, Any]) -> str:
+    target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
+    knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
+    return f"{target}({knobs})"
+
+
+def _last_checkpoint(callback: Any) -> str | None:
+    path = getattr(callback, "last_model_path", "") if callback is not None else ""
+    return path or None

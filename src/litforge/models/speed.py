@@ -1,0 +1,46 @@
+"""One-switch speed options on the task's net: `compile=true`, `channels_last=true`.
+
+Both act on the net in place, so parameter names (and therefore checkpoints, eval.py, predict.py and resume) are
+exactly those of an uncompiled, default-layout run:
+
+- `compile`: `nn.Module.compile()` compiles the module's forward in place. Unlike `net = torch.compile(net)` it adds
+  no `OptimizedModule` wrapper, hence no `_orig_mod.` prefix in the state dict.
+- `channels_last`: NHWC weights, and a forward pre-hook that hands 4-D inputs to the net in NHWC too. It speeds up
+  convolutions where the kernels prefer NHWC (GPUs with tensor cores, CPUs with bf16); measure before keeping it
+  (benchmarks/hardware_use.py).
+
+Other speed switches are one config key elsewhere: `steps_per_call=N` (litforge.loops.steps_per_call),
+`trainer.precision=bf16-mixed` (Lightning), `data.on_device=true` (the datamodule), `callbacks=[default,ema]`
+(Lightning's EMAWeightAveraging).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from litforge.core.errors import ConfigError
+
+
+def apply_speed_options(task: nn.Module, compile: bool | dict[str, Any] = False, channels_last: bool = False) -> None:
+    """Apply the configured switches to `task.net` (the plain nn.Module a litforge task trains)."""
+    net = getattr(task, "net", None)
+    if not isinstance(net, nn.Module):
+        if compile or channels_last:
+            raise ConfigError(f"compile/channels_last act on the task's `net`, and {type(task).__name__} has none: "
+                              "set compile=false channels_last=false")
+        return
+    if channels_last:
+        net.to(memory_format=torch.channels_last)
+        net.register_forward_pre_hook(_to_channels_last)
+    if compile:
+        options = dict(compile) if isinstance(compile, dict) else {}
+        net.compile(**options)
+
+
+def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+        return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
+    return args

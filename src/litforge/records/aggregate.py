@@ -1,0 +1,200 @@
+"""Mean ± std of the final metrics per configuration, over seeds: `python -m litforge.records.aggregate <folders...>`.
+
+Give it a sweep folder (`python train.py -m seed=1,2,3 optimizer.lr=0.01,0.001`), several run folders, or a
+folder above them: every run below that has a `metrics.json` counts. Runs whose command-line overrides differ only
+by `seed` or by the cross-validation fold `data.fold` (and by where they write: `paths.*`, `hydra.*`) form one
+configuration: `python train.py -m data.num_folds=5 data.fold='range(5)'` gives one row, mean ± std over the folds. The table is printed and saved as
+`aggregate.csv` and `aggregate.md` (in the one folder given, or in `--out`).
+
+Reads only JSON/YAML files: no torch import, so it answers in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from litforge.records.sweeps import atomic_write
+
+#: overrides that do not change what is trained: runs that differ only in these are repeats of one configuration
+IGNORED_PREFIXES = ("seed=", "data.fold=", "paths.", "hydra.", "print_config=", "hydra/")
+#: the overrides that make one run a repeat of its configuration, and how its label in the `seeds` column starts
+REPEAT_KEYS = (("seed=", ""), ("data.fold=", "fold="))
+
+
+@dataclass
+class Group:
+    config: str
+    seeds: list[str] = field(default_factory=list)
+    metrics: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    failed: int = 0
+    objective: dict[str, Any] | None = None
+
+    def stats(self, name: str) -> tuple[float, float] | None:
+        values = self.metrics.get(name) or []
+        if not values:
+            return None
+        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run folders at or below the given paths: every folder Hydra wrote a job into (`.hydra/overrides.yaml`) or
+    that has results; one without `metrics.json` counts as failed (or still running)."""
+    runs: set[Path] = set()
+    for path in paths:
+        if not path.exists():
+            raise SystemExit(f"litforge.records.aggregate: error: {path} does not exist")
+        for marker in ("metrics.json", "result.json"):
+            runs.update(p.parent for p in path.rglob(marker))
+        runs.update(p.parent.parent for p in path.rglob(".hydra/overrides.yaml"))
+    return sorted(runs)
+
+
+def run_overrides(run: Path) -> list[str]:
+    result = run / "result.json"
+    if result.exists():
+        return list(json.loads(result.read_text()).get("overrides") or [])
+    overrides = run / ".hydra" / "overrides.yaml"
+    return list(yaml.safe_load(overrides.read_text()) or []) if overrides.exists() else []
+
+
+def config_key(overrides: list[str]) -> tuple[str, str | None]:
+    """(the configuration as the overrides that matter, this run's repeat label: its seed and/or its fold)."""
+    labels = [label + o.split("=", 1)[1] for key, label in REPEAT_KEYS for o in overrides if o.startswith(key)]
+    seed = "/".join(labels) or None
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(IGNORED_PREFIXES)]
+    return " ".join(kept) or "(defaults)", seed
+
+
+def aggregate(runs: list[Path]) -> tuple[list[Group], list[str]]:
+    """Groups of runs by configuration, best first, and the overrides every configuration shares."""
+    groups: dict[str, Group] = {}
+    for run in runs:
+        config, seed = config_key(run_overrides(run))
+        group = groups.setdefault(config, Group(config))
+        metrics_file = run / "metrics.json"
+        if not metrics_file.exists():
+            group.failed += 1
+            continue
+        record = json.loads(metrics_file.read_text())
+        group.seeds.append(seed or "default")
+        group.objective = group.objective or record.get("objective")
+        for name, value in record.get("metrics", {}).items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                group.metrics[name].append(float(value))
+    shown, common = drop_common(list(groups.values()))
+    return rank(shown), common
+
+
+def drop_common(groups: list[Group]) -> tuple[list[Group], list[str]]:
+    """Keep only what tells configurations apart; the overrides all of them share are returned to be said once."""
+    if len(groups) < 2:
+        return groups, []
+    first = groups[0].config.split(" ")
+    common = [o for o in first if all(o in g.config.split(" ") for g in groups[1:])]
+    for g in groups:
+        g.config = " ".join(o for o in g.config.split(" ") if o not in common) or "(defaults)"
+    return groups, common
+
+
+def rank(groups: list[Group]) -> list[Group]:
+    """Best mean objective first (groups without one last)."""
+    objective = next((g.objective for g in groups if g.objective), None)
+    if not objective:
+        return groups
+    sign = -1.0 if objective.get("mode", "max") == "max" else 1.0
+
+    def key(group: Group) -> tuple[int, float]:
+        stats = group.stats(objective["metric"])
+        return (1, 0.0) if stats is None else (0, sign * stats[0])
+
+    return sorted(groups, key=key)
+
+
+def table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
+    names = sorted({name for g in groups for name in g.metrics})
+    header = ["configuration", "runs", "failed", "seeds", *names]
+    rows = []
+    for g in groups:
+        cells = []
+        for name in names:
+            stats = g.stats(name)
+            cells.append("" if stats is None else f"{stats[0]:.4f} ± {stats[1]:.4f}")
+        rows.append([g.config, str(len(g.seeds)), str(g.failed), " ".join(g.seeds), *cells])
+    return header, rows
+
+
+def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[Path, Path]:
+    """CSV with separate mean/std columns (for pandas), Markdown with `mean ± std` cells (for reading)."""
+    names = sorted({name for g in groups for name in g.metrics})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["configuration", "runs", "failed", "seeds",
+                     *[f"{n}_{s}" for n in names for s in ("mean", "std")]])
+    for g in groups:
+        cells = []
+        for name in names:
+            stats = g.stats(name)
+            cells += ["", ""] if stats is None else [f"{stats[0]:.6g}", f"{stats[1]:.6g}"]
+        writer.writerow([g.config, len(g.seeds), g.failed, " ".join(g.seeds), *cells])
+    csv_path, md_path = out_dir / "aggregate.csv", out_dir / "aggregate.md"
+    atomic_write(csv_path, buffer.getvalue())
+    header, rows = table(groups)
+    lines = ["# Mean ± std over seeds and folds, best first", ""]
+    lines += [f"All runs share: `{' '.join(common)}`", ""] if common else []
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    atomic_write(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m litforge.records.aggregate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="a sweep folder, run folders, or folders above them")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for aggregate.csv/.md (default: the one folder given, else the current one)")
+    parser.add_argument("--metrics", nargs="*", default=None, help="only these metrics (default: all)")
+    args = parser.parse_args(argv)
+
+    runs = find_runs(args.paths)
+    if not runs:
+        print(f"litforge.records.aggregate: error: no run folders (with metrics.json) under {' '.join(map(str, args.paths))}",
+              file=sys.stderr)
+        return 1
+    groups, common = aggregate(runs)
+    if args.metrics:
+        for g in groups:
+            g.metrics = defaultdict(list, {k: v for k, v in g.metrics.items() if k in args.metrics})
+    out_dir = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
+    csv_path, md_path = write_files(groups, common, out_dir)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = table(groups)
+    view = Table(title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold")
+    for i, name in enumerate(header):
+        view.add_column(name, justify="left" if i in (0, 3) else "right", overflow="fold")
+    for row in rows:
+        view.add_row(*row)
+    console = Console()
+    if common:
+        console.print(f"all runs share: {' '.join(common)}")
+    console.print(view)
+    console.print(f"written: {csv_path} {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

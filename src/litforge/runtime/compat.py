@@ -1,0 +1,389 @@
+"""Every use of a private name of Lightning or Hydra, in one place.
+
+litforge reaches into a library's internals only where no public API does the job. Each function below wraps one
+such use, says why it is needed and which upstream issue would make it unnecessary, and has a test in
+tests/test_compat.py that fails with a message naming the entry when a new Lightning or Hydra release renames or
+removes the name. No other module of `src/` touches a private Lightning or Hydra name (tests/test_compat.py also
+checks that).
+
+Imports of Lightning happen inside the functions: the CLI imports this module for the Hydra entries and must stay
+free of torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+# ---- Lightning -----------------------------------------------------------------------------------------------------
+
+
+def attached_trainer(module: Any) -> Any:
+    """The Trainer `module` (a LightningModule) is attached to, or None.
+
+    `LightningModule.trainer` raises when no trainer is attached (a task built for eval/predict, or in a notebook),
+    and Lightning has no public "is attached" test. Upstream: Lightning-AI/pytorch-lightning#17517.
+    """
+    return module._trainer
+
+
+def refresh_initial_hparams(module: Any) -> None:
+    """Make what the loggers record as `module`'s hyperparameters (`hparams_initial`: hparams.yaml, MLflow params)
+    match its current `hparams`, after litforge changed one before training starts (the lr finder's `optimizer.lr`).
+
+    Lightning keeps a deep copy taken by `save_hyperparameters` in `_hparams_initial` and logs that copy at fit
+    start; calling `save_hyperparameters(dict)` again would refresh it but also reset `_hparams_name`, which
+    `load_from_checkpoint` reads. Upstream: no public setter (pytorch_lightning/core/mixins/hparams_mixin.py).
+    """
+    import copy
+
+    module._hparams_initial = copy.deepcopy(module.hparams)
+
+
+def logs_this_step(trainer: Any) -> bool:
+    """Whether the loggers write the step metrics of the training step in progress.
+
+    Lightning decides this in its logger connector (`log_every_n_steps`, the last step) and exposes no public
+    accessor, so a task that wants to skip `self.log` on the steps nobody writes (each call costs hundreds of Python
+    calls) asks it here. Answers True (log every step: correct, only slower) if the name disappears.
+    Upstream: no public API; see the `should_update_logs` property in
+    pytorch_lightning/trainer/connectors/logger_connector/logger_connector.py.
+    """
+    return bool(getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True))
+
+
+@contextmanager
+def counted_optimizer_step(lightning_optimizer: Any) -> Iterator[None]:
+    """Run one raw `optimizer.step()` inside, with Lightning's step counters advanced around it.
+
+    Under manual optimization Lightning counts `trainer.global_step` through hooks it injects into the
+    LightningOptimizer (`_on_before_step` / `_on_after_step`); calling the raw optimizer (to skip Lightning's
+    per-step closure and hooks, which is the point of steps_per_call) needs the same two calls.
+    Upstream: Lightning-AI/pytorch-lightning#17958 (global_step under manual optimization).
+    """
+    lightning_optimizer._on_before_step()
+    yield
+    lightning_optimizer._on_after_step()
+
+
+def advance_logger_step(trainer: Any, steps: int) -> None:
+    """Move the loggers' x-axis on by `steps` (Lightning moves it by one per training step).
+
+    Lightning's loggers use the fit loop's `_batches_that_stepped`, not `global_step`, as their step; when one
+    training step runs several optimizer steps, the curves line up with checkpoint names (and with runs of one step
+    per call) only if it counts optimizer steps too. Upstream: Lightning-AI/pytorch-lightning#11805 introduced the
+    counter; #17958 is the open report of steps drifting under manual optimization.
+    """
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    if epoch_loop is not None and hasattr(epoch_loop, "_batches_that_stepped"):
+        epoch_loop._batches_that_stepped += steps
+
+
+def route_hydra_relaunch(command: Callable[[int], tuple[Sequence[str], str]]) -> None:
+    """Make Lightning start DDP ranks 1..N-1 of a Hydra job with `command(local_rank) -> (argv, cwd)`.
+
+    Lightning's `_SubprocessScriptLauncher` builds the rank command in the module-level `_hydra_subprocess_cmd`,
+    which repeats `sys.argv`: under a multirun every rank would start a sweep of its own. There is no public hook
+    to replace it. Upstream: Lightning-AI/pytorch-lightning#18175 (open, "Hydra + DDP improvements", fixing #16694)
+    and facebookresearch/hydra#2070.
+    """
+    from lightning_fabric.strategies.launchers import subprocess_script as fabric_launcher
+    from pytorch_lightning.strategies.launchers import subprocess_script as trainer_launcher
+
+    fabric_launcher._hydra_subprocess_cmd = command
+    trainer_launcher._hydra_subprocess_cmd = command  # the Trainer's launcher imported its own reference
+
+
+@contextmanager
+def tracing_lightning_module() -> Iterator[None]:
+    """Let `torch.jit.trace` (TensorBoard's graph) run a LightningModule's forward outside the loop.
+
+    Lightning's own `to_torchscript` enters the private `_jit_is_scripting` context for this (properties such as
+    `trainer` then do not raise while the tracer inspects the module). Upstream: pytorch/pytorch#67146, named in
+    Lightning's source as the reason for the workaround.
+    """
+    from pytorch_lightning.core.module import _jit_is_scripting
+
+    with _jit_is_scripting():
+        yield
+
+
+def fill_auto_mesh_sizes(strategy: Any, world_size: int) -> None:
+    """Resolve `auto` in a ModelParallelStrategy's sizes from the world size, before its device mesh is built.
+
+    Lightning reads `data_parallel_size: auto` as "the number of nodes", so FSDP over 2 processes of one machine
+    would need the size spelled out; here `auto` fills whatever the other dimension leaves. The sizes live only in
+    the private `_data_parallel_size` / `_tensor_parallel_size` attributes. Upstream: no issue filed; the meaning
+    of `auto` is documented in ModelParallelStrategy's docstring.
+    """
+    dp, tp = strategy._data_parallel_size, strategy._tensor_parallel_size
+    if dp == "auto" and tp != "auto":
+        strategy._data_parallel_size = max(1, world_size // int(tp))
+    elif tp == "auto" and dp != "auto":
+        strategy._tensor_parallel_size = max(1, world_size // int(dp))
+
+
+def skip_sigterm_broadcast(trainer: Any) -> None:
+    """Stop `trainer`'s fit loop from broadcasting a SIGTERM flag from rank 0 before every training batch.
+
+    Lightning's training epoch loop calls the private `_broadcast_sigterm_tensor` at the start of every batch
+    whenever a process group exists: a collective per step, so every rank waits for the slowest one, which defeats
+    asynchronous (Hogwild) training. Replaced on this trainer's loop instance only, by a local check: each rank stops
+    when it received SIGTERM itself (a scheduler signals every process of a job). There is no public switch.
+    Upstream: Lightning-AI/pytorch-lightning#21487 (the per-step broadcast; no option to turn it off).
+    """
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if "_broadcast_sigterm_tensor" in vars(epoch_loop):  # already replaced by agree_on_sigterm_every (the SIGTERM
+        return  # checkpoint callback): its rare agreement stays, or a SIGTERM would never stop this rank
+    if not callable(getattr(type(epoch_loop), "_broadcast_sigterm_tensor", None)):
+        raise RuntimeError("litforge.runtime.compat.skip_sigterm_broadcast: Lightning's _TrainingEpochLoop has no "
+                           "_broadcast_sigterm_tensor any more; see the entry's docstring")
+
+    def local_sigterm_check() -> None:
+        if getattr(trainer, "received_sigterm", False):
+            raise SIGTERMException()
+
+    epoch_loop._broadcast_sigterm_tensor = local_sigterm_check
+
+
+_OVERRIDES: dict[tuple[type, str], bool] = {}  # (callback class, hook name) -> overrides Callback's no-op
+
+
+def _overrides_hook(callback: Any, hook_name: str, base: Any) -> bool:
+    key = (type(callback), hook_name)
+    found = _OVERRIDES.get(key)
+    if found is None:
+        found = _OVERRIDES[key] = getattr(type(callback), hook_name, None) is not getattr(base, hook_name, None)
+    return found or hook_name in vars(callback)  # a hook set on the instance counts too
+
+
+def skip_no_op_callback_hooks(trainer: Any) -> None:
+    """Have `trainer` call each callback hook only on the callbacks that override it, while profiling is off.
+
+    Lightning calls every hook on every callback, no-ops included, each inside `trainer.profiler.profile(...)` with
+    a profiler name formatted from `callback.state_key`: about 10 Python calls per callback per hook, whether
+    profiling is on or not. A training step fires 6 callback hooks, so the default run's 13 callbacks cost ~800
+    Python calls per step before any of them does work (benchmarks/README.md, "Where the time goes"); most of them
+    override one of the six. Skipping a hook that is `Callback`'s own `pass` changes nothing but the profiler's
+    report, so it is done only under Lightning's no-op `PassThroughProfiler` (`trainer.profiler=null`): a real
+    profiler still sees every hook. Lightning's `_call_callback_hooks` is replaced once, module-wide, by a version
+    that acts only on trainers passed here; every other Trainer goes through Lightning's own function.
+    Upstream: Lightning has no switch for it (no upstream issue found).
+    """
+    from pytorch_lightning.callbacks import Callback, Checkpoint, EarlyStopping
+    from pytorch_lightning.profilers import PassThroughProfiler
+    from pytorch_lightning.trainer import call
+
+    if not isinstance(trainer.profiler, PassThroughProfiler):
+        return
+    trainer._litforge_overridden_hooks_only = True
+    if getattr(call._call_callback_hooks, "_litforge", False):
+        return
+    lightning_call = call._call_callback_hooks
+    base = {name: getattr(Callback, name) for name in dir(Callback) if name.startswith("on_")}
+    base_ns = type("CallbackBase", (), base)  # Callback's hooks as imported: a later patch of Callback counts
+
+    def call_overridden_hooks(trainer: Any, hook_name: str, *args: Any, monitoring_callbacks: bool | None = None,
+                              **kwargs: Any) -> None:
+        if not getattr(trainer, "_litforge_overridden_hooks_only", False) or \
+                not isinstance(trainer.profiler, PassThroughProfiler):
+            return lightning_call(trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs)
+        pl_module = trainer.lightning_module
+        if pl_module:
+            prev_fx_name = pl_module._current_fx_name
+            pl_module._current_fx_name = hook_name
+        callbacks = trainer.callbacks
+        if monitoring_callbacks is True:  # Lightning's two hard-coded "monitoring callbacks"
+            callbacks = [cb for cb in callbacks if isinstance(cb, (EarlyStopping, Checkpoint))]
+        elif monitoring_callbacks is False:
+            callbacks = [cb for cb in callbacks if not isinstance(cb, (EarlyStopping, Checkpoint))]
+        for callback in callbacks:  # the check inlined: a helper function would cost a Python call per callback
+            overrides = _OVERRIDES.get((type(callback), hook_name))
+            if overrides is None:
+                overrides = _overrides_hook(callback, hook_name, base_ns)
+            if overrides or hook_name in vars(callback):
+                fn = getattr(callback, hook_name)
+                if callable(fn):
+                    fn(trainer, trainer.lightning_module, *args, **kwargs)
+        if pl_module:
+            pl_module._current_fx_name = prev_fx_name
+
+    call_overridden_hooks._litforge = True  # type: ignore[attr-defined]
+    call_overridden_hooks.__wrapped__ = lightning_call  # type: ignore[attr-defined]
+    call._call_callback_hooks = call_overridden_hooks
+
+
+def detached_copy(module: Any) -> Any:
+    """A deep copy of a LightningModule without its Trainer (which `copy.deepcopy` would copy along with it).
+
+    The module's reference to its trainer is the private `_trainer`; Lightning has no public way to detach it
+    (Lightning-AI/pytorch-lightning#17517, as for `attached_trainer`). Used by steps_per_call=auto to time a few
+    optimizer steps without touching the run's own weights.
+    """
+    import copy
+
+    trainer = module._trainer
+    module._trainer = None
+    try:
+        return copy.deepcopy(module)
+    finally:
+        module._trainer = trainer
+
+
+def pruning_targets(callback: Any) -> Any:
+    """The (module, parameter name) pairs a Lightning `ModelPruning` callback prunes."""
+    return callback._parameters_to_prune
+
+
+def set_pruning_targets(callback: Any, targets: Any) -> None:
+    """Point a `ModelPruning` callback at `targets`, (module, parameter name) pairs.
+
+    ModelPruning picks its targets once, in `setup`, into the private `_parameters_to_prune`, and has no setter;
+    litforge's pruning callback refreshes them each epoch because QAT may have replaced the modules since (and
+    clears them before `setup` so that every stage selects afresh). Upstream: no issue filed.
+    """
+    callback._parameters_to_prune = targets
+
+
+def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
+    """Replace Lightning's SIGTERM handling under DDP so that no collective runs per step; returns `agree()`.
+
+    Lightning 2.6 broadcasts a SIGTERM flag from rank 0 before *every* DDP training step
+    (`_TrainingEpochLoop._broadcast_sigterm_tensor`: 0.37 ms per step per rank on gloo, a host sync on NCCL), and its
+    handler (`_SignalConnector._sigterm_notifier_fn`) itself calls `dist.broadcast` inside the signal handler, matched
+    only by the other ranks' per-step broadcast: thinning out one alone hung a 2-rank job. Both are replaced here:
+
+    - the handler only notes the signal (and, on a launcher rank, forwards it to the ranks it started, as Lightning
+      does); under several ranks it leaves `trainer.received_sigterm` alone, so no rank stops on its own;
+    - the per-step broadcast becomes one tiny all-reduce (max) before every `every_n`-th training batch (counted by
+      the loop's total batch progress, the same on every rank, across resumes) and when `agree()` is called (the
+      on-signal callback calls it at each epoch end); when any rank got SIGTERM, every rank sets
+      `received_sigterm` and raises Lightning's SIGTERMException at that same batch.
+
+    Single process: the handler sets `received_sigterm` at once, as Lightning's does (the loop stops at the next
+    batch). Upstream: Lightning-AI/pytorch-lightning#21487 (the per-step broadcast).
+    """
+    import torch
+    import torch.distributed as dist
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+    from pytorch_lightning.utilities.rank_zero import rank_prefixed_message
+
+    connector = trainer._signal_connector
+    epoch_loop = trainer.fit_loop.epoch_loop
+    pending = [False]  # this rank got SIGTERM; not agreed on yet
+
+    def several_ranks() -> bool:
+        return dist.is_available() and dist.is_initialized() and trainer.world_size > 1
+
+    def on_sigterm(signum: Any, _frame: Any) -> None:
+        import logging
+
+        logging.getLogger("pytorch_lightning").info(
+            rank_prefixed_message(f"Received SIGTERM: {signum}", trainer.local_rank))
+        if not (pending[0] or connector.received_sigterm) and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)
+        if several_ranks():
+            pending[0] = True
+        else:
+            connector.received_sigterm = True
+
+    def agree() -> bool:
+        """All ranks: whether any rank got SIGTERM (one all-reduce); if so, every rank's loop stops."""
+        if not several_ranks():
+            return bool(connector.received_sigterm)
+        flag = torch.tensor([int(pending[0] or connector.received_sigterm)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            connector.received_sigterm = True
+        return bool(connector.received_sigterm)
+
+    def check_before_batch() -> None:  # called by the loop before each batch under several ranks
+        if epoch_loop.batch_progress.total.ready % every_n == 0 and agree():
+            raise SIGTERMException()
+
+    connector._sigterm_notifier_fn = on_sigterm  # read when fit registers its handlers, after the callbacks' setup
+    epoch_loop._broadcast_sigterm_tensor = check_before_batch
+    return agree
+
+
+def restart_validation_on_resume(trainer: Any) -> None:
+    """Make the next checkpoint of `trainer`, stopped mid-validation, resume by running that validation again in full.
+
+    A SIGTERM during `fit`'s validation stops Lightning's evaluation loop after the current batch. Its loop state then
+    says "training batch done, validation batches done": on resume Lightning takes that for a checkpoint written
+    after validation (`RestartStage.RESTARTED_ON_LAST`) and skips the interrupted validation, so its metrics, the
+    best-checkpoint choice and early stopping's count never see it. Lightning re-runs a validation on resume only
+    when the checkpoint was written inside a validation step (`_EvaluationLoop.update_restart_stage`: one batch
+    started, none processed since); this sets the validation loop's batch progress to exactly that shape, with the
+    batches of earlier validations kept in the totals, so the resumed run validates from the first batch (validation
+    state is not saved: metrics start empty, as in an uninterrupted run). Only for a trainer that is ending (the live
+    counters change). Upstream: no issue filed; the restart stages are private to Lightning's loops.
+    """
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    before = progress.total.completed - progress.current.completed  # batches of the validations already finished
+    for tracker, done in ((progress.total, before), (progress.current, 0)):
+        tracker.ready = tracker.started = done + 1
+        tracker.processed = tracker.completed = done
+    progress.is_last_batch = False
+
+
+
+def top_k_saves_at_train_epoch_end(callback: Any, trainer: Any) -> bool:
+    """Whether Lightning's `ModelCheckpoint` saves its top-k file at the training epoch's end (True) or at the end of
+    each validation (False), for this run.
+
+    litforge's ModelCheckpoint writes `last.ckpt` in the same hook as the top-k file, so that on an improving epoch
+    `last.ckpt` can be a second name of those very bytes (one serialisation and one fsync instead of two). Lightning
+    decides the hook in the private `_should_save_on_train_epoch_end` (the `save_on_train_epoch_end` argument, else
+    validation frequency, time-based validation and the number of validation batches); copying that logic would
+    drift from it. Upstream: no public accessor; the rule is documented since Lightning-AI/pytorch-lightning#20931
+    (for #20781), the method stays private.
+    """
+    return bool(callback._should_save_on_train_epoch_end(trainer))
+
+# ---- gymnasium -----------------------------------------------------------------------------------------------------
+
+
+def time_limit_elapsed(env: Any) -> int | None:
+    """The step count of `env`'s TimeLimit wrapper (how far into its episode's time limit it is), or None.
+
+    An exact mid-episode resume of the DQN training env must restore it; gymnasium keeps it in the private
+    `TimeLimit._elapsed_steps` with no public getter or setter (gymnasium/wrappers/common.py).
+    """
+    wrapper = _time_limit(env)
+    return None if wrapper is None else int(wrapper._elapsed_steps)
+
+
+def set_time_limit_elapsed(env: Any, steps: int) -> None:
+    """Set what `time_limit_elapsed` reads (see there)."""
+    wrapper = _time_limit(env)
+    if wrapper is not None:
+        wrapper._elapsed_steps = int(steps)
+
+
+def _time_limit(env: Any) -> Any:
+    from gymnasium.wrappers import TimeLimit
+
+    while env is not None:
+        if isinstance(env, TimeLimit):
+            return env
+        env = getattr(env, "env", None)
+    return None
+
+
+# ---- Hydra ---------------------------------------------------------------------------------------------------------
+
+
+def override_value_text(value: Any) -> str:
+    """A parsed override value written back as Hydra override text (`[1,2]`, `'a b'`, `null`, ...).
+
+    Hydra's own sweepers (basic, Optuna) use the private `Override._get_value_element_as_str` for this; it is the
+    only writer that round-trips through Hydra's override grammar. Upstream: facebookresearch/hydra#1811 (fixed in
+    the Optuna sweeper by calling the same private method, PR #1818).
+    """
+    from hydra.core.override_parser.types import Override
+
+    return Override._get_value_element_as_str(value)
