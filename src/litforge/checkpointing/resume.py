@@ -1,4 +1,9 @@
-"""Finding what to resume: `resume=auto`, `resume=<run folder>` or `resume=<file.ckpt>`.
+"""What a training run continues, and where it writes: `resume=auto|<run folder>|<file.ckpt>` and `ckpt_path=`.
+
+`decide` is the one home of that rule. The CLI calls it before Hydra starts (to run the resumed job in its old folder
+with its old overrides, litforge.cli.preflight) and the training job calls it again for the checkpoint to fit from
+(by then `resume=` names the file the CLI found, so both calls agree; a notebook's compose-API config gets the same
+answer). `ckpt_path=<file>` starts a *new* run folder from a checkpoint; `resume=` continues a run *in its folder*.
 
 A run is *interrupted* when its folder has a checkpoint but no `metrics.json` (written only when a run finishes).
 `resume=auto` picks the newest interrupted run of the same `task_name` under `paths.log_dir`, or starts a new run when
@@ -14,9 +19,11 @@ Torch-free: used before Hydra starts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from litforge.core.errors import CheckpointError
+from litforge.core.errors import CheckpointError, ConfigError
 
 FINISHED_MARKER = "metrics.json"
 
@@ -75,3 +82,37 @@ def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Pat
         return path.resolve(), ckpt.resolve()
     raise CheckpointError(f"resume={value} does not exist: pass resume=auto (the newest interrupted run under "
                           f"{log_dir}/{task_name}/runs), a run folder, or a .ckpt file")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The decision: the checkpoint to fit from (None: from scratch), and the run folder to write in again (None: a
+    new one). `asked` is the `resume=` value that was looked up (ckpt_path=last reads as auto), None when none was."""
+
+    checkpoint: str | None = None
+    run_dir: Path | None = None
+    asked: str | None = None
+
+
+def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, in_multirun: bool = False) -> Resume:
+    """What `resume=` and `ckpt_path=` continue; raises ConfigError for a pair that contradicts itself.
+
+    `ckpt_path=last` is Lightning's word for "the latest checkpoint"; here it means `resume=auto`. `resume=auto` with
+    no interrupted run starts a new run (`asked` set, nothing found), so one command line serves every restart.
+    """
+    if ckpt_path == "last":
+        if resume:
+            raise ConfigError("pass either resume=... or ckpt_path=last, not both")
+        resume, ckpt_path = "auto", None
+    if not resume:
+        return Resume(checkpoint=str(ckpt_path) if ckpt_path else None)
+    if ckpt_path is not None:
+        raise ConfigError(f"pass either resume={resume} (continue a run in its folder) or ckpt_path=<file> (start a "
+                          "new run folder from a checkpoint), not both")
+    if in_multirun:
+        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)")
+    found = resolve(str(resume), log_dir, task_name)
+    if found is None:
+        return Resume(asked=str(resume))
+    run_dir, checkpoint = found
+    return Resume(checkpoint=str(checkpoint), run_dir=run_dir, asked=str(resume))

@@ -224,24 +224,16 @@ def resume_overrides(cfg: DictConfig, parsed: list[Any], overrides: list[str]) -
     """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`."""
     from litforge.checkpointing import resume
 
-    value = cfg.get("resume")
-    if cfg.get("ckpt_path") == "last":  # Lightning's word for it; here it means the same as resume=auto
-        if value:
-            raise ConfigError("pass either resume=... or ckpt_path=last, not both")
-        value = "auto"
-    if not value:
-        return overrides
-    if cfg.get("ckpt_path") not in (None, "last"):
-        raise ConfigError(f"pass either resume={value} (continue a run in its folder) or ckpt_path=<file> (start a "
-                          "new run folder from a checkpoint), not both")
     log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
-    found = resume.resolve(str(value), log_dir, task_name)
+    decided = resume.decide(cfg.get("resume"), cfg.get("ckpt_path"), log_dir, task_name)
+    if decided.asked is None:
+        return overrides
     mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
-    if found is None:
-        print(f"litforge: resume={value}: no interrupted run under {log_dir}/{task_name}/runs, starting a new run",
-              file=sys.stderr)
+    if decided.run_dir is None or decided.checkpoint is None:
+        print(f"litforge: resume={decided.asked}: no interrupted run under {log_dir}/{task_name}/runs, starting a new "
+              "run", file=sys.stderr)
         return [o.input_line for o in mine]
-    run_dir, ckpt = found
+    run_dir, ckpt = decided.run_dir, Path(decided.checkpoint)
     print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)
     merged: dict[str, str] = {}
     for line in [*_saved_overrides(run_dir), *(o.input_line for o in mine)]:

@@ -1,4 +1,4 @@
-"""What the jobs build from the composed config: the task, the strategy and the Trainer.
+"""What the jobs build from the composed config: the task, the strategy, the callbacks and the Trainer.
 
 Each builder first checks the values of the groups it builds against the rule table (litforge.config.validation), then
 turns what only the built objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as
@@ -56,6 +56,56 @@ def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
         if key is not None and key in task_cfg:
             raise unknown_argument("task", key, target) from None
         raise ConfigError(f"could not build the task {target}: {exc}") from None
+
+
+def build_training_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
+    """The task as training needs it: its net on the meta device where a sharded strategy fills it later, activation
+    checkpointing wrapped in before any sharding (FSDP2's hooks then see the wrapped blocks), then compile and
+    channels_last (litforge.models.speed)."""
+    from litforge.models.speed import apply_speed_options
+    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+    from litforge.parallel.meta_init import meta_nets, wants_meta_init
+
+    with meta_nets(wants_meta_init(cfg.get("strategy"))):
+        task = build_task(cfg, shape)
+    apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))
+    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
+                        channels_last=bool(cfg.get("channels_last", False)))
+    return task
+
+
+def training_callbacks(configured: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any],
+                       record: dict[str, Any], *, checkpoint_every: Any, time_limit: Any) -> list[Any]:
+    """Every callback a training run gets, in one place: the `callbacks` group as configured (less what a trainer
+    switch turned off), the clock's `checkpoint_every` / `time_limit` saves, and the provenance recorder (every
+    checkpoint names the commit that trained it; eval.py reports it)."""
+    from litforge.callbacks.provenance import ProvenanceRecorder
+    from litforge.checkpointing.clock import clock_callbacks
+
+    callbacks = respect_trainer_switches(configured, trainer_kwargs, loggers)
+    callbacks += clock_callbacks(checkpoint_every, time_limit)
+    callbacks.append(ProvenanceRecorder(record))
+    return callbacks
+
+
+def build_fit_trainer(trainer_kwargs: dict[str, Any], strategy: Any, task: Any, datamodule: Any, callbacks: list[Any],
+                      loggers: list[Any], *, checkpoint_async: bool, steps_per_call: Any) -> Any:
+    """The Trainer that fits `task`: the strategy's own refusals first (they need the built net and callbacks, and
+    run once, before any rank starts), async checkpoint saves, N steps per call, then torchrun's fresh rendezvous."""
+    from litforge.checkpointing.io import with_async_saves
+    from litforge.loops import steps_per_call as steps
+    from litforge.parallel.elastic import init_elastic_process_group
+
+    if callable(check_task := getattr(strategy, "check_task", None)):
+        check_task(task)  # hogwild: BatchNorm
+    if callable(check_strategy_run := getattr(strategy, "check_run", None)):
+        check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
+    if checkpoint_async:  # checkpoint writes in a background thread, still atomic
+        trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
+    steps.install(steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)
+    trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
+    init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
+    return trainer
 
 
 def build_strategy(node: Any) -> Any:

@@ -15,17 +15,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.jobs.build import (build_strategy, build_task, build_trainer, respect_trainer_switches, runs_on_cuda,
-                               task_class)
-from litforge.core.contracts import DataModule, missing_members
-from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
-from litforge.core.errors import ConfigError, TrainingStopped
-from litforge.records.metrics import scalar_metrics
 from litforge.checkpointing.folders import check_folder
-from litforge.parallel.elastic import init_elastic_process_group
-from litforge.runtime.ranks import is_rank_zero
-from litforge.jobs.tuning import check_tuning, tune_before_fit
+from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.config.validation import check_run, run_notes
+from litforge.core.contracts import DataModule, missing_members
+from litforge.core.errors import ConfigError, TrainingStopped
+from litforge.jobs.build import (build_fit_trainer, build_strategy, build_training_task, runs_on_cuda, task_class,
+                                 training_callbacks)
+from litforge.jobs.tuning import check_tuning, tune_before_fit
+from litforge.records.metrics import scalar_metrics
+from litforge.runtime.ranks import in_multirun, is_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +50,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
     import pytorch_lightning as pl
 
-    from litforge.records import provenance
+    from litforge.checkpointing import resume
     from litforge.parallel import launch
-    from litforge.records.tracking import log_run_files
+    from litforge.records import provenance
+    from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
     check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
     check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
@@ -63,13 +63,30 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    settings = {"matmul_precision": apply_matmul_precision(cfg.get("matmul_precision"),
-                                                            cfg.trainer.get("accelerator", "auto"))}
-
-    record = provenance.write_start(output_dir, settings=settings) if is_rank_zero() else {"git": provenance.git_state(),
-                                                                        "start": provenance.now()}
+    record = start_record(output_dir, apply_matmul_precision(cfg.get("matmul_precision"),
+                                                             cfg.trainer.get("accelerator", "auto")))
     try:
-        result, loggers = _fit_and_test(cfg, output_dir, record)
+        datamodule = instantiate_group("data", cfg.data)
+        check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
+        task = build_training_task(cfg, datamodule.describe())
+        ckpt_path = starting_checkpoint(resume.decide(cfg.get("resume"), cfg.get("ckpt_path"), cfg.paths.log_dir,
+                                                      str(cfg.task_name), in_multirun=in_multirun()))
+        tracker_runs = check_resumable_file(ckpt_path, type(task), cfg) if ckpt_path else {}
+
+        trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) built
+        loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # resumed: same runs
+        give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
+        tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
+        callbacks = training_callbacks(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers,
+                                       record, checkpoint_every=to_plain(cfg.get("checkpoint_every")),
+                                       time_limit=to_plain(cfg.get("time_limit")))
+        trainer = build_fit_trainer(trainer_kwargs, build_strategy(cfg.get("strategy")), task, datamodule, callbacks,
+                                    loggers, checkpoint_async=bool(cfg.get("checkpoint_async", False)),
+                                    steps_per_call=to_plain(cfg.get("steps_per_call", 1)))
+
+        fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
+        result = test_best_checkpoint(trainer, task, datamodule, run=bool(cfg.get("test_after_training", True)))
+        result = write_metrics(output_dir, result, cfg.objective, write=trainer.is_global_zero)
     except BaseException as exc:
         if is_rank_zero():
             provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
@@ -81,96 +98,62 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
-    """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
+def start_record(output_dir: Path, matmul_precision: str | None) -> dict[str, Any]:
+    """The run's provenance, written at its start by rank 0 (other ranks keep only what their checkpoints carry)."""
     from litforge.records import provenance
-    from litforge.checkpointing.clock import clock_callbacks
-    from litforge.callbacks.provenance import ProvenanceRecorder
-    from litforge.checkpointing.io import with_async_saves
+
+    if is_rank_zero():
+        return provenance.write_start(output_dir, settings={"matmul_precision": matmul_precision})
+    return {"git": provenance.git_state(), "start": provenance.now()}
+
+
+def starting_checkpoint(decided: Any) -> str | None:
+    """The checkpoint `fit` starts from (litforge.checkpointing.resume decided it); None to start fresh."""
+    if decided.checkpoint:
+        log.info("Resuming from %s", decided.checkpoint)
+    elif decided.asked:
+        log.info("resume=%s: no interrupted run found, starting a new one", decided.asked)
+    return decided.checkpoint
+
+
+def check_resumable_file(ckpt_path: str, task_cls: type, cfg: DictConfig) -> dict[str, str]:
+    """Load the checkpoint once to refuse a task or net it cannot fit; returns the tracker runs it continues."""
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.loops import steps_per_call
-    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
-    from litforge.parallel.meta_init import meta_nets, wants_meta_init
-    from litforge.models.speed import apply_speed_options
-    from litforge.records.tracking import continue_runs, give_run_config
+    from litforge.records.provenance import CHECKPOINT_KEY
 
-    datamodule = instantiate_group("data", cfg.data)
-    check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
-    with meta_nets(wants_meta_init(cfg.get("strategy"))):  # sharded runs: the net on meta, filled after sharding
-        task = build_task(cfg, datamodule.describe())
-    apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))  # before any sharding
-    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
-                        channels_last=bool(cfg.get("channels_last", False)))
+    checkpoint = load_checkpoint(ckpt_path)
+    check_resumable(checkpoint, ckpt_path, task_cls, cfg)
+    return (checkpoint.get(CHECKPOINT_KEY) or {}).get("tracker_runs") or {}
 
-    ckpt_path = starting_checkpoint(cfg)
-    tracker_runs: dict[str, str] = {}
-    if ckpt_path:
-        checkpoint = load_checkpoint(ckpt_path)
-        check_resumable(checkpoint, ckpt_path, type(task), cfg)
-        tracker_runs = (checkpoint.get(provenance.CHECKPOINT_KEY) or {}).get("tracker_runs") or {}
-        del checkpoint
-        log.info("Resuming from %s", ckpt_path)
 
-    trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) is built
-    loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # same MLflow run on resume
-    give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
-    tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
-    callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
-    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
-    callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
-    strategy = build_strategy(cfg.get("strategy"))
-    if callable(check_task := getattr(strategy, "check_task", None)):
-        check_task(task)  # refusals that need the built net (hogwild: BatchNorm), once, before any rank starts
-    if callable(check_strategy_run := getattr(strategy, "check_run", None)):
-        check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
-    if cfg.get("checkpoint_async", False):  # checkpoint writes in a background thread, still atomic
-        trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
-    steps_per_call.install(to_plain(cfg.get("steps_per_call", 1)), task, datamodule, trainer_kwargs, strategy, callbacks)
-    trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
-    init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
-
-    fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
+def test_best_checkpoint(trainer: Any, task: Any, datamodule: Any, *, run: bool) -> dict[str, Any]:
+    """Test the best checkpoint after a fit that was not interrupted; the metrics and the checkpoints it left."""
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
     last = _last_checkpoint(checkpoint_cb)  # before test(): restoring the best checkpoint resets the callback's state
-
-    if cfg.get("test_after_training", True) and not trainer.interrupted:
+    if run and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
         metrics.update(scalar_metrics(trainer.callback_metrics))
+    return {"metrics": metrics, "best_checkpoint": best, "last_checkpoint": last,
+            "interrupted": bool(trainer.interrupted)}
 
+
+def write_metrics(output_dir: Path, tested: dict[str, Any], objective: Any, *, write: bool) -> dict[str, Any]:
+    """The run's result with its objective's value; `metrics.json` (a finished run's marker) where `write`."""
+    metrics = tested["metrics"]
     result = {
         "metrics": metrics,
-        "objective": {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
-                      "value": metrics.get(cfg.objective.metric)},
-        "best_checkpoint": best,
-        "last_checkpoint": last,
+        "objective": {"metric": objective.metric, "mode": objective.mode, "value": metrics.get(objective.metric)},
+        "best_checkpoint": tested["best_checkpoint"],
+        "last_checkpoint": tested["last_checkpoint"],
         "output_dir": str(output_dir),
-        "interrupted": bool(trainer.interrupted),
+        "interrupted": tested["interrupted"],
     }
-    if trainer.is_global_zero:
+    if write:
         (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
                                                             indent=2))
-    return result, loggers
-
-
-def starting_checkpoint(cfg: DictConfig) -> str | None:
-    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.checkpointing.resume)."""
-    from litforge.checkpointing import resume
-    from litforge.runtime.ranks import in_multirun
-
-    value = cfg.get("resume") or ("auto" if cfg.get("ckpt_path") == "last" else None)
-    if not value:
-        return cfg.get("ckpt_path")
-    if cfg.get("ckpt_path") not in (None, "last"):
-        raise ConfigError(f"pass either resume={value} or ckpt_path=<file>, not both")
-    if in_multirun():
-        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead")
-    found = resume.resolve(str(value), cfg.paths.log_dir, str(cfg.task_name))
-    if found is None:
-        log.info("resume=%s: no interrupted run found, starting a new one", value)
-        return None
-    return str(found[1])
+    return result
 
 
 def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None, output_dir: Path) -> None:
