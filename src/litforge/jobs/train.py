@@ -1,6 +1,10 @@
-"""The training job: one plain function of the composed config.
+"""The training job: one plain function of the composed config, read top to bottom.
 
-    datamodule → task (net built from the data's shape) → Trainer → fit → test the best checkpoint → metrics.json
+    check → seed → datamodule → task (built from the data's describe()) → what to resume → loggers, tuning,
+    callbacks, Trainer → fit → test the best checkpoint → metrics.json and the provenance record
+
+The config is read once, into built objects; each step is one call into a builder (litforge.jobs.build) or a helper
+below that takes them. What `resume=` / `ckpt_path=` continue is decided in litforge.checkpointing.resume alone.
 
 Everything else (Hydra's entry point, error reporting, run folders) lives in `litforge.cli.main`, so this function can
 also be called from a notebook with a config from Hydra's compose API.
@@ -15,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder
 from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.config.validation import check_run, run_notes
@@ -50,7 +55,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, validate and test as configured; returns the final metrics (also written to `metrics.json`)."""
     import pytorch_lightning as pl
 
-    from litforge.checkpointing import resume
     from litforge.parallel import launch
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
@@ -107,7 +111,7 @@ def start_record(output_dir: Path, matmul_precision: str | None) -> dict[str, An
     return {"git": provenance.git_state(), "start": provenance.now()}
 
 
-def starting_checkpoint(decided: Any) -> str | None:
+def starting_checkpoint(decided: resume.Resume) -> str | None:
     """The checkpoint `fit` starts from (litforge.checkpointing.resume decided it); None to start fresh."""
     if decided.checkpoint:
         log.info("Resuming from %s", decided.checkpoint)
