@@ -1,7 +1,10 @@
-"""TensorBoard extras: the HParams tab with final metrics, and the model graph.
+"""TensorBoard extras: the HParams tab with final metrics, the model graph, and :class:`TensorBoardExtras`, the one
+callback of the default run that holds them with the epoch throughput and the test-time images.
 
-Both write only through a logger that has TensorBoard's `SummaryWriter` as its experiment, so they are no-ops with
-`logger=csv` or `logger=null`.
+They write only through a logger that has TensorBoard's `SummaryWriter` as its experiment, so they are no-ops with
+`logger=csv` or `logger=null`. One callback instead of four because Lightning calls every hook on every callback,
+each inside a profiler context: each callback fewer saves its six per-step hook calls (~60 Python calls per step,
+tests/test_speed.py) without touching Lightning's dispatch.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from litforge.runtime.compat import tracing_lightning_module
 from litforge.records.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -83,19 +85,22 @@ class ModelGraph(pl.Callback):
         loggers = list(tensorboard_loggers(trainer))
         if not loggers or trainer.world_size > 1 or not trainer.is_global_zero or trainer.sanity_checking:
             return
+        net = getattr(pl_module, "net", None)
+        if not isinstance(net, torch.nn.Module):
+            log.warning("Model graph not logged to TensorBoard: the task has no plain `net` module to trace")
+            return
         example = example_input(trainer, pl_module)
         if example is None:
             return
         was_training = pl_module.training
         pl_module.eval()
         try:
-            with torch.no_grad(), tracing_lightning_module(), warnings.catch_warnings():
+            with torch.no_grad(), warnings.catch_warnings():
                 # TensorBoard's add_graph still traces with torch.jit, which torch now flags as deprecated
                 warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace", category=FutureWarning)
                 for logger in loggers:
-                    # the task's plain net when it has one: the tracer then sees no LightningModule attributes
-                    # (reading every metric's properties raised torchmetrics deprecation warnings), same graph inside
-                    logger.experiment.add_graph(getattr(pl_module, "net", pl_module), example.to(pl_module.device))
+                    # the task's plain net: no LightningModule attribute (trainer, metrics) is read by the tracer
+                    logger.experiment.add_graph(net, example.to(pl_module.device))
         except Exception as exc:  # tracing is best effort: the run must not fail for a picture
             log.warning("Model graph not logged to TensorBoard (tracing failed: %s)", str(exc).splitlines()[0])
         finally:
@@ -109,3 +114,64 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
     shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")
     return torch.zeros(1, *shape) if shape else None
 
+
+
+class TensorBoardExtras(pl.Callback):
+    """Throughput scalars, the HParams entry, the model graph and the test-time images as one callback, each with its
+    switch (conf/callbacks/default.yaml's `tensorboard_extras`); the parts behave exactly as their own classes."""
+
+    def __init__(self, throughput: bool = True, hparams: bool = True, model_graph: bool = True,
+                 test_images: bool = True, after_test: bool = True, max_samples: int = 32,
+                 normalize: str | None = None) -> None:
+        from litforge.callbacks.images import ClassificationImages
+        from litforge.callbacks.throughput import Throughput
+
+        self.throughput = Throughput() if throughput else None
+        self.hparams = HParamsSummary(after_test=after_test) if hparams else None
+        self.model_graph = ModelGraph() if model_graph else None
+        self.test_images = ClassificationImages(max_samples=max_samples, normalize=normalize) if test_images else None
+
+    def _parts(self) -> list[pl.Callback]:
+        return [p for p in (self.throughput, self.hparams, self.model_graph, self.test_images) if p is not None]
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.throughput is not None:
+            self.throughput.on_train_start(trainer, pl_module)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.throughput is not None:
+            self.throughput.on_train_epoch_start(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self.throughput is not None:
+            self.throughput.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.throughput is not None:
+            self.throughput.on_train_epoch_end(trainer, pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.model_graph is not None:
+            self.model_graph.on_train_end(trainer, pl_module)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.hparams is not None:
+            self.hparams.on_fit_end(trainer, pl_module)
+
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.test_images is not None:
+            self.test_images.on_test_epoch_start(trainer, pl_module)
+
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self.test_images is not None:
+            self.test_images.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.test_images is not None:
+            self.test_images.on_test_epoch_end(trainer, pl_module)
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.hparams is not None:
+            self.hparams.on_test_end(trainer, pl_module)
