@@ -30,28 +30,29 @@ def fake_trainer(step: int = 0) -> SimpleNamespace:
     return SimpleNamespace(global_step=step, strategy=SimpleNamespace(broadcast=lambda v: v))
 
 
-def test_checkpoint_every_saves_on_crossing_a_step_multiple_or_the_clock(monkeypatch):
-    from litforge.checkpointing import clock as checkpoint_clock
+def test_checkpoint_every_is_lightnings_unmonitored_model_checkpoint_writing_last_ckpt(tmp_path):
+    """checkpoint_every=N is Lightning's ModelCheckpoint(every_n_train_steps=N), a duration its train_time_interval:
+    unmonitored (no best-checkpoint ranking, no wait for a validation metric), one file named last, rewritten."""
+    from datetime import timedelta
 
-    saved: list[int] = []
-    monkeypatch.setattr(checkpoint_clock, "save_latest", lambda trainer: saved.append(trainer.global_step))
-    now = [1000.0]
-    monkeypatch.setattr(checkpoint_clock.time, "monotonic", lambda: now[0])
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
-    by_steps, trainer = checkpoint_clock.CheckpointEvery(4), fake_trainer(step=2)  # resumed at step 2
-    by_steps.on_train_start(trainer, None)
-    for step in (3, 5, 5, 8, 9, 13):  # 5 twice: an accumulation batch; 9 -> 13: steps_per_call=4
-        trainer.global_step = step
-        by_steps.on_train_batch_end(trainer, None, None, None, 0)
-    assert saved == [5, 8, 13]
+    from litforge.callbacks.time_limit import TimeLimit
+    from litforge.checkpointing.clock import checkpoint_every, clock_callbacks
 
-    saved.clear()
-    by_clock, trainer = checkpoint_clock.CheckpointEvery("1min"), fake_trainer()
-    by_clock.on_train_start(trainer, None)
-    for step, t in ((1, 1030.0), (2, 1061.0), (3, 1100.0), (4, 1121.0)):
-        trainer.global_step, now[0] = step, t
-        by_clock.on_train_batch_end(trainer, None, None, None, 0)
-    assert saved == [2, 4]
+    by_steps = checkpoint_every(500, tmp_path)
+    assert type(by_steps) is ModelCheckpoint, "Lightning's own class, no subclass"
+    assert (by_steps.monitor, by_steps.filename, by_steps.save_top_k) == (None, "last", 1)
+    assert "'every_n_train_steps': 500" in by_steps.state_key and "'train_time_interval': None" in by_steps.state_key
+    assert by_steps.dirpath == str(tmp_path)
+    by_clock = checkpoint_every("30min", tmp_path)
+    assert f"'train_time_interval': {timedelta(minutes=30)!r}" in by_clock.state_key
+    assert "'every_n_train_steps': 0" in by_clock.state_key
+    with pytest.raises(ConfigError, match=r"checkpoint_every='soon' .* checkpoint_every=30min"):
+        checkpoint_every("soon")
+    assert clock_callbacks(None, None) == []
+    callbacks = clock_callbacks(4, "1h", tmp_path)
+    assert [type(cb) for cb in callbacks] == [ModelCheckpoint, TimeLimit]
 
 
 def test_time_limit_reads_a_duration_slurms_end_time_or_the_earlier_of_both():

@@ -85,6 +85,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     """The run itself: build data, task, loggers and Trainer; fit; test the best checkpoint; write metrics.json."""
     from litforge.records import provenance
     from litforge.checkpointing.clock import clock_callbacks
+    from litforge.checkpointing.model_checkpoint import latest_path
     from litforge.callbacks.provenance import ProvenanceRecorder
     from litforge.checkpointing.io import with_async_saves
     from litforge.checkpointing.load import load_checkpoint
@@ -116,7 +117,8 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
     tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
     callbacks = respect_trainer_switches(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers)
-    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")))
+    callbacks += clock_callbacks(to_plain(cfg.get("checkpoint_every")), to_plain(cfg.get("time_limit")),
+                                 output_dir / "checkpoints")
     callbacks.append(ProvenanceRecorder(record))  # every checkpoint names the commit that trained it (eval.py says)
     strategy = build_strategy(cfg.get("strategy"))
     if callable(check_task := getattr(strategy, "check_task", None)):
@@ -133,7 +135,7 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
-    last = _last_checkpoint(checkpoint_cb)  # before test(): restoring the best checkpoint resets the callback's state
+    last = latest_path(trainer)  # before test(): restoring the best checkpoint resets the callback's state
 
     if cfg.get("test_after_training", True) and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
@@ -239,8 +241,3 @@ def _describe(net_cfg: dict[str, Any]) -> str:
     target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
     knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
     return f"{target}({knobs})"
-
-
-def _last_checkpoint(callback: Any) -> str | None:
-    path = getattr(callback, "last_model_path", "") if callback is not None else ""
-    return path or None
