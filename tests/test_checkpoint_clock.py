@@ -121,3 +121,32 @@ def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_an
     for sharded in ("fsdp", ModelParallelStrategy()):
         with pytest.raises(ConfigError, match=r"^checkpoint_async=true .* sharded .* drop checkpoint_async"):
             with_async_saves([AtomicCheckpointIO()], sharded)
+
+
+def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_model_checkpoint(compose_cfg,
+                                                                                                monkeypatch):
+    """checkpoint_every=3 on 5-batch epochs: last.ckpt at step 3 from the clock's ModelCheckpoint, then at the epoch
+    end (step 5) beside the best file; the file's saved state of the clock callback names last.ckpt."""
+    from pathlib import Path
+
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    import litforge.jobs.train as train_job
+
+    saved: list[tuple[int, str]] = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (
+        saved.append((obj["global_step"], Path(getattr(f, "name", str(f))).name))
+        if isinstance(obj, dict) and "global_step" in obj else None) or real_save(obj, f, *a, **k))
+    cfg = compose_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=5", "trainer.limit_val_batches=1",
+                      "test_after_training=false", "print_config=false", "callbacks.progress_bar=null",
+                      "checkpoint_every=3")
+    train_job.train(cfg)
+    assert [step for step, _ in saved] == [3, 5, 5], saved  # clock save; the best file and last.ckpt at the end
+    assert saved[0][1] == ".last.ckpt.partial", "written through the atomic plugin under last.ckpt's name"
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    states = torch.load(last, weights_only=False)["callbacks"]
+    (clock_state,) = (v for k, v in states.items()
+                      if k.startswith(ModelCheckpoint.__name__) and "'every_n_train_steps': 3" in k)
+    assert Path(clock_state["best_model_path"]) == last

@@ -63,7 +63,8 @@ def test_a_default_run_goes_through_lightnings_own_callback_dispatch_with_one_te
 
     import litforge.jobs.train as train_job
     from litforge.callbacks.images import ClassificationImages
-    from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph, TensorBoardExtras
+    from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
+    from litforge.callbacks.tensorboard_extras import TensorBoardExtras
     from litforge.callbacks.throughput import Throughput
 
     lightning_dispatch = call._call_callback_hooks

@@ -393,7 +393,6 @@ RULES: dict[str, Rule] = {
 
     # ---- callbacks (by the entry name each conf/callbacks option gives) ----
     "callbacks.model_checkpoint.save_top_k": integer(-1, example=3, extra=" (-1 = keep all)"),
-    "callbacks.model_checkpoint.save_last": boolean(null=True, example="true"),  # litforge writes last.ckpt itself
     "callbacks.model_checkpoint.filename": text(example="'epoch{epoch:03d}'"),
     "callbacks.model_checkpoint.auto_insert_metric_name": boolean(example="false"),
     "callbacks.*.monitor": text(example="val/loss"),
