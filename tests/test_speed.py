@@ -72,8 +72,8 @@ def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatc
 
 
 # The epoch boundary of the same run (the epoch's last batch end to the next epoch's first batch: validation, the
-# best-checkpoint choice, last.ckpt, epoch-end logging) measures ≈ 21,900 calls on an improving epoch. It was ≈ 14,600
-# while last.ckpt was a hard link to the best file written by litforge's own ModelCheckpoint subclass; with
+# best-checkpoint choice, last.ckpt, epoch-end logging) measures ≈ 21,900 calls on an improving epoch. It was
+# ≈ 14,600 while last.ckpt was a hard link to the best file written by litforge's own ModelCheckpoint subclass; with
 # Lightning's documented pair (a monitored ModelCheckpoint for the best, an unmonitored one for last.ckpt) an
 # improving epoch serialises last.ckpt a second time (≈ 5,500 calls; ~4 ms on the digits checkpoint, its fsync in the
 # background) and every epoch-end hook reaches every callback (no dispatch patch).
