@@ -150,3 +150,23 @@ def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_m
     (clock_state,) = (v for k, v in states.items()
                       if k.startswith(ModelCheckpoint.__name__) and "'every_n_train_steps': 3" in k)
     assert Path(clock_state["best_model_path"]) == last
+
+
+def test_time_limit_keeps_its_margin_for_the_slowest_save_the_atomic_plugin_measured(tmp_path):
+    """With litforge's ModelCheckpoint gone, the save time comes from the checkpoint plugin every save goes through."""
+    import torch
+
+    from litforge.callbacks.time_limit import TimeLimit
+    from litforge.checkpointing.io import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    assert io.last_save_seconds == 0.0
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(1000)}}, tmp_path / "last.ckpt")
+    assert io.last_save_seconds > 0.0
+    limit, trainer = TimeLimit(deadline=1e12), fake_trainer()
+    trainer.strategy.checkpoint_io = io
+    io.last_save_seconds = 7.0
+    limit.note_save_time(trainer)
+    io.last_save_seconds = 2.0
+    limit.note_save_time(trainer)
+    assert limit.slowest_save == 7.0 and limit.margin(None) == limit.floor_s + 2 * 7.0
