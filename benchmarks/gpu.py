@@ -123,7 +123,7 @@ def overrides(workload: str, arm: str, device: str, tiny: bool, out_dir: str) ->
     common = ["print_config=false", "test_after_training=false", "callbacks.progress_bar=null",
               "callbacks.model_checkpoint=null", "callbacks.early_stopping=null", "trainer.limit_val_batches=0",
               "trainer.num_sanity_val_steps=0", f"trainer.max_steps={s['warmup'] + s['steps'] + 8}",
-              "trainer.max_epochs=1000", "callbacks.model_graph=null", "callbacks.model_summary=null", f"paths.output_dir={out_dir}",
+              "trainer.max_epochs=1000", "callbacks.tensorboard_extras.model_graph=false", "callbacks.model_summary=null", f"paths.output_dir={out_dir}",
               f"paths.data_dir={out_dir}/data", f"data.batch_size={s['batch']}"]
     common += ["trainer=gpu"] if device == "cuda" else ["trainer=cpu", "trainer.precision=32-true"]
     if workload == "resnet":

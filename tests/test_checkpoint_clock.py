@@ -30,28 +30,30 @@ def fake_trainer(step: int = 0) -> SimpleNamespace:
     return SimpleNamespace(global_step=step, strategy=SimpleNamespace(broadcast=lambda v: v))
 
 
-def test_checkpoint_every_saves_on_crossing_a_step_multiple_or_the_clock(monkeypatch):
-    from litforge.checkpointing import clock as checkpoint_clock
+def test_checkpoint_every_is_lightnings_unmonitored_model_checkpoint_writing_last_ckpt(tmp_path):
+    """checkpoint_every=N is Lightning's ModelCheckpoint(every_n_train_steps=N), a duration its train_time_interval:
+    unmonitored (no best-checkpoint ranking, no wait for a validation metric), one file named last, rewritten."""
+    from datetime import timedelta
 
-    saved: list[int] = []
-    monkeypatch.setattr(checkpoint_clock, "save_latest", lambda trainer: saved.append(trainer.global_step))
-    now = [1000.0]
-    monkeypatch.setattr(checkpoint_clock.time, "monotonic", lambda: now[0])
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
-    by_steps, trainer = checkpoint_clock.CheckpointEvery(4), fake_trainer(step=2)  # resumed at step 2
-    by_steps.on_train_start(trainer, None)
-    for step in (3, 5, 5, 8, 9, 13):  # 5 twice: an accumulation batch; 9 -> 13: steps_per_call=4
-        trainer.global_step = step
-        by_steps.on_train_batch_end(trainer, None, None, None, 0)
-    assert saved == [5, 8, 13]
+    from litforge.callbacks.time_limit import TimeLimit
+    from litforge.checkpointing.clock import checkpoint_every, clock_callbacks
 
-    saved.clear()
-    by_clock, trainer = checkpoint_clock.CheckpointEvery("1min"), fake_trainer()
-    by_clock.on_train_start(trainer, None)
-    for step, t in ((1, 1030.0), (2, 1061.0), (3, 1100.0), (4, 1121.0)):
-        trainer.global_step, now[0] = step, t
-        by_clock.on_train_batch_end(trainer, None, None, None, 0)
-    assert saved == [2, 4]
+    by_steps = checkpoint_every(500, tmp_path)
+    assert type(by_steps) is ModelCheckpoint, "Lightning's own class, no subclass"
+    assert (by_steps.monitor, by_steps.filename, by_steps.save_top_k) == (None, "last", 1)
+    assert "'every_n_train_steps': 500" in by_steps.state_key and "'train_time_interval': None" in by_steps.state_key
+    assert by_steps.dirpath == str(tmp_path)
+    by_clock = checkpoint_every("30min", tmp_path)
+    assert isinstance(by_clock, ModelCheckpoint) and (by_clock.monitor, by_clock.filename) == (None, "last")
+    assert f"'train_time_interval': {timedelta(minutes=30)!r}" in by_clock.state_key
+    assert "'every_n_train_steps': 0" in by_clock.state_key
+    with pytest.raises(ConfigError, match=r"checkpoint_every='soon' .* checkpoint_every=30min"):
+        checkpoint_every("soon")
+    assert clock_callbacks(None, None) == []
+    callbacks = clock_callbacks(4, "1h", tmp_path)
+    assert [type(cb) for cb in callbacks] == [ModelCheckpoint, TimeLimit]
 
 
 def test_time_limit_reads_a_duration_slurms_end_time_or_the_earlier_of_both():
@@ -120,3 +122,71 @@ def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_an
     for sharded in ("fsdp", ModelParallelStrategy()):
         with pytest.raises(ConfigError, match=r"^checkpoint_async=true .* sharded .* drop checkpoint_async"):
             with_async_saves([AtomicCheckpointIO()], sharded)
+
+
+def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_model_checkpoint(compose_cfg,
+                                                                                                monkeypatch):
+    """checkpoint_every=3 on 5-batch epochs: last.ckpt at step 3 from the clock's ModelCheckpoint, then at the epoch
+    end (step 5) beside the best file; the file's saved state of the clock callback names last.ckpt."""
+    from pathlib import Path
+
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    import litforge.jobs.train as train_job
+
+    saved: list[tuple[int, str]] = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (
+        saved.append((obj["global_step"], Path(getattr(f, "name", str(f))).name))
+        if isinstance(obj, dict) and "global_step" in obj else None) or real_save(obj, f, *a, **k))
+    cfg = compose_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=5", "trainer.limit_val_batches=1",
+                      "test_after_training=false", "print_config=false", "callbacks.progress_bar=null",
+                      "checkpoint_every=3")
+    train_job.train(cfg)
+    assert [step for step, _ in saved] == [3, 5, 5], saved  # clock save; the best file and last.ckpt at the end
+    assert saved[0][1] == ".last.ckpt.partial", "written through the atomic plugin under last.ckpt's name"
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    states = torch.load(last, weights_only=False)["callbacks"]
+    (clock_state,) = (v for k, v in states.items()
+                      if k.startswith(ModelCheckpoint.__name__) and "'every_n_train_steps': 3" in k)
+    assert Path(clock_state["best_model_path"]) == last
+
+
+def test_time_limit_keeps_its_margin_for_the_slowest_save_the_atomic_plugin_measured(tmp_path):
+    """With litforge's ModelCheckpoint gone, the save time comes from the checkpoint plugin every save goes through."""
+    import torch
+
+    from litforge.callbacks.time_limit import TimeLimit
+    from litforge.checkpointing.io import AtomicCheckpointIO
+
+    io = AtomicCheckpointIO()
+    assert io.last_save_seconds == 0.0
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(1000)}}, tmp_path / "last.ckpt")
+    assert io.last_save_seconds > 0.0
+    limit, trainer = TimeLimit(deadline=1e12), fake_trainer()
+    trainer.strategy.checkpoint_io = io
+    io.last_save_seconds = 7.0
+    limit.note_save_time(trainer)
+    io.last_save_seconds = 2.0
+    limit.note_save_time(trainer)
+    assert limit.slowest_save == 7.0 and limit.margin(None) == limit.floor_s + 2 * 7.0
+
+
+def test_the_wall_clock_checkpoint_asks_the_ranks_only_when_hogwild_lets_them_meet(tmp_path):
+    """Lightning broadcasts its clock decision every step; under hogwild (decide_every=100) only steps 100, 200, ..."""
+    from litforge.checkpointing.clock import checkpoint_every
+
+    asked: list[int] = []
+    trainer = fake_trainer()
+    trainer.strategy = SimpleNamespace(decide_every=100,
+                                       broadcast=lambda v: (asked.append(trainer.global_step), True)[1])
+    trainer.fast_dev_run, trainer.sanity_checking = False, False
+    trainer.state = SimpleNamespace(fn="fit")
+    module = SimpleNamespace(automatic_optimization=True)
+    callback = checkpoint_every("1h", tmp_path)
+    callback.on_train_start(trainer, module)  # Lightning's: the clock starts
+    for step in range(1, 301):
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, module, None, None, 0)
+    assert asked == [100, 200, 300]

@@ -115,13 +115,11 @@ def test_lightning_pruning_targets():
         _renamed("set_pruning_targets", "ModelPruning._parameters_to_prune")
 
 
-def test_lightning_tracing_context_and_mesh_sizes():
-    from pytorch_lightning.core import module
+def test_lightning_mesh_sizes():
     from pytorch_lightning.strategies import ModelParallelStrategy
 
     from litforge.runtime import compat
 
-    assert callable(getattr(module, "_jit_is_scripting", None)), _renamed("tracing_lightning_module", "_jit_is_scripting")
     strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=2)
     assert hasattr(strategy, "_data_parallel_size") and hasattr(strategy, "_tensor_parallel_size"), \
         _renamed("fill_auto_mesh_sizes", "ModelParallelStrategy._data_parallel_size/_tensor_parallel_size")
@@ -175,43 +173,6 @@ def test_lightning_restart_mid_evaluation_shape():
     val_loop.restarting = True
     val_loop.update_restart_stage()
     assert val_loop.restarted_mid_evaluation, _renamed(entry, "_EvaluationLoop.update_restart_stage's conditions")
-
-
-
-def test_lightning_top_k_save_hook_choice(monkeypatch):
-    """top_k_saves_at_train_epoch_end answers as Lightning's ModelCheckpoint decides: at the epoch's end when every
-    epoch validates once at its end, at the validation's end otherwise (litforge writes last.ckpt in the same hook)."""
-    from pytorch_lightning import Trainer
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
-    from litforge.runtime import compat
-
-    assert callable(getattr(ModelCheckpoint, "_should_save_on_train_epoch_end", None)), \
-        _renamed("top_k_saves_at_train_epoch_end", "ModelCheckpoint._should_save_on_train_epoch_end")
-
-    monkeypatch.setattr(Trainer, "num_val_batches", property(lambda self: [2]))  # as in fit, once validation is set up
-
-    def choice(callback: ModelCheckpoint, **trainer_kwargs: Any) -> bool:
-        trainer = Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], **trainer_kwargs)
-        return compat.top_k_saves_at_train_epoch_end(callback, trainer)
-
-    assert choice(ModelCheckpoint()) is True
-    assert choice(ModelCheckpoint(), val_check_interval=0.5) is False
-    assert choice(ModelCheckpoint(), check_val_every_n_epoch=2) is False
-    assert choice(ModelCheckpoint(save_on_train_epoch_end=False)) is False
-
-def test_hydra_override_value_text():
-    from hydra.core.override_parser.types import Override
-
-    from litforge.runtime import compat
-
-    assert callable(getattr(Override, "_get_value_element_as_str", None)), \
-        _renamed("override_value_text", "Override._get_value_element_as_str")
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for value in ([1, "a b"], "abc", None, 0.5, {"k": [1, 2]}):
-        text = compat.override_value_text(value)  # written as override text, it parses back to the same value
-        assert OverridesParser.create().parse_override(f"key={text}").value() == value, (value, text)
 
 
 def test_gymnasium_time_limit_step_count():
@@ -324,46 +285,3 @@ def test_litdata_replays_a_restored_epoch_left_early_which_the_streaming_loader_
 
 def _identity_item(index: int) -> int:
     return index
-
-
-def test_lightning_callback_hook_dispatch():
-    """skip_no_op_callback_hooks replaces `pytorch_lightning.trainer.call._call_callback_hooks` with a copy that
-    skips `Callback`'s own no-ops: the copy must match Lightning's function (fx name, the monitoring filter, the
-    loop), and the loops must still look the function up on the module at call time."""
-    from pytorch_lightning import Callback, Trainer
-    from pytorch_lightning.loops import training_epoch_loop
-    from pytorch_lightning.trainer import call
-
-    from litforge.runtime import compat
-
-    entry = "skip_no_op_callback_hooks"
-    source = inspect.getsource(getattr(call._call_callback_hooks, "__wrapped__", call._call_callback_hooks))
-    for needle in ("pl_module._current_fx_name = hook_name", "monitoring_callbacks is True",
-                   "fn = getattr(callback, hook_name)", "fn(trainer, trainer.lightning_module, *args, **kwargs)"):
-        assert needle in source, _renamed(entry, f"_call_callback_hooks ({needle!r})")
-    assert "call._call_callback_hooks(" in inspect.getsource(training_epoch_loop), \
-        _renamed(entry, "training_epoch_loop's call._call_callback_hooks lookup")
-
-    seen: list[str] = []
-
-    class Seen(Callback):
-        def on_train_batch_end(self, *args: Any) -> None:
-            seen.append("batch_end")
-
-    class Noop(Callback):
-        pass
-
-    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen(), Noop()])
-    compat.skip_no_op_callback_hooks(trainer)
-    assert call._call_callback_hooks._litforge
-    noop = trainer.callbacks[1]
-    noop.on_train_start = lambda *args: seen.append("instance hook")  # set on the instance: still called
-    call._call_callback_hooks(trainer, "on_train_batch_end", None, None, 0)
-    call._call_callback_hooks(trainer, "on_train_start")
-    call._call_callback_hooks(trainer, "on_train_batch_end", None, None, 0, monitoring_callbacks=True)
-    assert seen == ["batch_end", "instance hook"]
-    plain = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen()])
-    call._call_callback_hooks(plain, "on_train_batch_end", None, None, 0)  # another Trainer: Lightning's own path
-    assert seen[-1] == "batch_end" and len(seen) == 3

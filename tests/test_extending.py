@@ -117,7 +117,7 @@ def test_the_guide_trains_its_dataset_net_task_strategy_and_callback(tmp_path: P
         "strategy=ddp_bf16", "trainer.devices=2", "callbacks=[default,grad_norm]",
         "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1", "print_config=false", "callbacks.progress_bar=null",
-        "callbacks.model_graph=null", log_dir=tmp_path / "logs", env=with_project_on_path(root))
+        "callbacks.tensorboard_extras.model_graph=false", log_dir=tmp_path / "logs", env=with_project_on_path(root))
     assert result.returncode == 0, result.output[-4000:]
     run = single_run(tmp_path / "logs", task_name="diabetes")  # the recipe's task_name
     metrics = read_metrics(run)

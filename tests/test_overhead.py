@@ -1,6 +1,6 @@
 """Per-step work litforge cut from the default run (issue 17 goal 2), each shown to keep what it replaced: the
-callback hooks Lightning calls, the progress bar's redraws, the batched train/acc updates. The call budget itself is
-pinned in tests/test_speed.py."""
+number of callbacks Lightning calls hooks on, the progress bar's redraws, the batched train/acc updates. The call
+budget itself is pinned in tests/test_speed.py."""
 
 from __future__ import annotations
 
@@ -54,19 +54,29 @@ def test_progress_bar_does_its_per_batch_work_only_when_a_redraw_is_due(monkeypa
     assert drawn == [0, 4, 8, 9]  # every 0.25 s, and the epoch's last batch (the count the epoch ends on)
 
 
-def test_no_op_callback_hooks_are_skipped_in_a_run(compose_cfg, monkeypatch):
-    """In a default run each hook reaches only the callbacks that override it, and every override is still
-    called as often as Lightning calls it."""
+def test_a_default_run_goes_through_lightnings_own_callback_dispatch_with_one_tensorboard_callback(compose_cfg,
+                                                                                                  monkeypatch):
+    """No litforge replacement of Lightning's `_call_callback_hooks`: the saving comes from fewer callbacks (the
+    TensorBoard extras are one), and every hook a callback overrides is called as often as Lightning calls it."""
     import pytorch_lightning as pl
+    from pytorch_lightning.trainer import call
 
     import litforge.jobs.train as train_job
-    from litforge.runtime.compat import _OVERRIDES
+    from litforge.callbacks.images import ClassificationImages
+    from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
+    from litforge.callbacks.tensorboard_extras import TensorBoardExtras
+    from litforge.callbacks.throughput import Throughput
 
+    lightning_dispatch = call._call_callback_hooks
     calls: list[str] = []
+    seen: list[Any] = []
 
     class Counts(pl.Callback):
         def on_train_batch_end(self, *args: Any) -> None:
             calls.append("batch_end")
+
+        def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            seen.extend(trainer.callbacks)
 
     real = train_job.instantiate_named
     monkeypatch.setattr(train_job, "instantiate_named",
@@ -75,7 +85,10 @@ def test_no_op_callback_hooks_are_skipped_in_a_run(compose_cfg, monkeypatch):
                       "test_after_training=false", "print_config=false")
     train_job.train(cfg)
     assert calls == ["batch_end"] * 3
-    assert _OVERRIDES[(Counts, "on_train_batch_end")] and not _OVERRIDES[(Counts, "on_before_backward")]
+    assert call._call_callback_hooks is lightning_dispatch
+    assert call._call_callback_hooks.__module__ == "pytorch_lightning.trainer.call"
+    assert sum(isinstance(cb, TensorBoardExtras) for cb in seen) == 1
+    assert not [cb for cb in seen if isinstance(cb, (Throughput, HParamsSummary, ModelGraph, ClassificationImages))]
 
 
 def test_background_checkpoint_write_is_ordered_durable_and_waited_for(tmp_path, monkeypatch):
@@ -176,49 +189,26 @@ def _fit_counting_saves(compose_cfg, monkeypatch, *overrides: str) -> tuple[Any,
     return cfg, saved
 
 
-def test_an_improving_epoch_serialises_one_checkpoint_and_last_is_its_second_name(compose_cfg, monkeypatch):
-    import os
+def test_best_and_last_are_two_lightning_model_checkpoints_and_last_follows_the_latest_step(compose_cfg,
+                                                                                             monkeypatch):
+    """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it. The monitored
+    ModelCheckpoint keeps that file; the unmonitored one rewrites last.ckpt at every epoch end, so resume=auto and
+    metrics.json's last_checkpoint get the latest step, not the best one (Lightning's save_last would stay there)."""
+    import json
     from pathlib import Path
 
-    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=1")
-    folder = Path(cfg.paths.output_dir) / "checkpoints"
-    best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
-    assert saved == [4], "one serialisation for the best file and last.ckpt together"
-    assert os.path.samefile(best, last)
-    record = torch.load(last, weights_only=False)["callbacks"]
-    (state,) = (v for k, v in record.items() if k.startswith("ModelCheckpoint"))
-    assert Path(state["last_model_path"]) == last and Path(state["best_model_path"]) == best
-
-
-def test_epochs_that_do_not_improve_write_last_in_full_and_leave_the_best_file_alone(compose_cfg, monkeypatch):
-    """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it; last.ckpt is then replaced (a new file), never
-    written through the name it shared with the best file."""
-    import os
-    from pathlib import Path
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
     cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=3", "optimizer.lr=1e-12",
                                      "scheduler=none")
     folder = Path(cfg.paths.output_dir) / "checkpoints"
     best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
-    assert saved == [4, 8, 12], "epoch 0: best + its link; epochs 1, 2: last.ckpt alone"
-    assert not os.path.samefile(best, last)
+    assert saved == [4, 4, 8, 12], "epoch 0: the best file and last.ckpt; epochs 1, 2: last.ckpt alone"
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == [best.name, last.name]
     assert torch.load(best, weights_only=False)["global_step"] == 4
-    assert torch.load(last, weights_only=False)["global_step"] == 12
-
-
-def test_without_hard_links_last_is_a_durable_copy(compose_cfg, monkeypatch):
-    import os
-    from pathlib import Path
-
-    from litforge.checkpointing import io as checkpoint_io
-
-    def no_links(source: Any, target: Any) -> None:
-        raise OSError(95, "Operation not supported")  # e.g. a FUSE mount
-
-    monkeypatch.setattr(checkpoint_io.os, "link", no_links)
-    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=1")
-    folder = Path(cfg.paths.output_dir) / "checkpoints"
-    best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
-    assert saved == [4] and not os.path.samefile(best, last)
-    assert best.read_bytes() == last.read_bytes()
-    assert not list(folder.glob(".*partial"))
+    record = torch.load(last, weights_only=False)
+    assert record["global_step"] == 12
+    states = {k: v for k, v in record["callbacks"].items() if k.startswith(ModelCheckpoint.__name__)}
+    assert sorted(Path(v["best_model_path"]).name for v in states.values()) == [best.name, last.name]
+    metrics = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+    assert Path(metrics["best_checkpoint"]) == best and Path(metrics["last_checkpoint"]) == last

@@ -25,7 +25,7 @@ def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
     from litforge.jobs.train import train
 
     cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "logger=csv",
-                      "callbacks.progress_bar=null", "callbacks.model_summary=null", "callbacks.model_graph=null",
+                      "callbacks.progress_bar=null", "callbacks.model_summary=null", "callbacks.tensorboard_extras.model_graph=false",
                       *overrides)
     with open_dict(cfg):
         cfg.paths.output_dir = str(out)

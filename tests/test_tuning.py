@@ -22,7 +22,7 @@ from litforge.config.validation import check_run
 # one short epoch; the finder's 20 steps are about as many as the run's own
 SHORT = ["print_config=false", "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
          "test_after_training=false", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-         "scheduler=none", "callbacks.model_graph=null", "callbacks.test_images=null", "callbacks.early_stopping=null"]
+         "scheduler=none", "callbacks.tensorboard_extras.model_graph=false", "callbacks.tensorboard_extras.test_images=false", "callbacks.early_stopping=null"]
 LR_FIND = ["tune=lr_find", "tune.num_training=20"]
 
 

@@ -155,7 +155,7 @@ BAD_VALUES = [
     ("callbacks.ema.decay", 1.0, "in (0, 1)"),
     ("callbacks.finetune.backbone_initial_ratio_lr", 0, "in (0, 1]"),
     ("callbacks.text_samples.temperature", 0, "> 0"),
-    ("callbacks.test_images.normalize", "rows", "one of true, pred, all"),
+    ("callbacks.tensorboard_extras.normalize", "rows", "one of true, pred, all"),
     # strategy
     ("strategy.period", 0, ">= 1"),
     ("strategy.warmup_steps", -1, ">= 0"),
@@ -200,7 +200,7 @@ def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, 
     ("trainer.precision", 16), ("trainer.precision", "bf16-mixed"), ("trainer.limit_val_batches", 0),
     ("trainer.limit_train_batches", 1.0), ("trainer.limit_train_batches", 3), ("trainer.fast_dev_run", 5),
     ("data.image_size", 64), ("data.image_size", [32, 48]), ("data.classes", None), ("model.hidden_dims", []),
-    ("callbacks.model_checkpoint.save_top_k", -1), ("callbacks.test_images.normalize", True),
+    ("callbacks.model_checkpoint.save_top_k", -1), ("callbacks.tensorboard_extras.normalize", True),
     ("compile", {"mode": "max-autotune"}), ("loss.alpha", [1.0, 2.0]), ("strategy.data_parallel_size", "auto"),
     ("some.key.without.a.rule", object()),
 ])

@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
+from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.host_reads import StepLosses, Where
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
@@ -194,19 +195,19 @@ class CheckpointOnSignal(Callback):
             return  # nothing trained yet: keep whatever checkpoint the run started from
         if self._validating:  # stopped mid-validation: the resumed run validates again, from the first batch
             restart_validation_on_resume(trainer)
-        checkpoint_cb = trainer.checkpoint_callback
-        folder = Path(checkpoint_cb.dirpath) if isinstance(checkpoint_cb, ModelCheckpoint) and checkpoint_cb.dirpath \
-            else Path(trainer.default_root_dir) / "checkpoints"
-        path = str(folder / f"{self.filename}.ckpt")
-        if isinstance(checkpoint_cb, ModelCheckpoint):
-            checkpoint_cb.last_model_path = path  # part of the saved state, like ModelCheckpoint's own last.ckpt
-        trainer.save_checkpoint(path)
+        if self.filename == LAST:
+            path, _ = save_latest(trainer)  # the run's last.ckpt, its checkpoint callbacks' state naming it
+        else:
+            checkpoint_cb = trainer.checkpoint_callback
+            folder = Path(checkpoint_cb.dirpath) if isinstance(checkpoint_cb, ModelCheckpoint) \
+                and checkpoint_cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+            path = str(folder / f"{self.filename}.ckpt")
+            trainer.save_checkpoint(path)
         self.saved_path = path
 
 
 def _last_good(trainer: pl.Trainer) -> str:
-    checkpoint_cb = trainer.checkpoint_callback
-    last = getattr(checkpoint_cb, "last_model_path", "") or getattr(checkpoint_cb, "best_model_path", "")
+    last = latest_path(trainer) or getattr(trainer.checkpoint_callback, "best_model_path", "")
     if last and Path(last).exists():
         return f"The last good checkpoint is {last}."
     return "No checkpoint had been written yet."

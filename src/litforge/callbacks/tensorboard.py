@@ -1,7 +1,7 @@
 """TensorBoard extras: the HParams tab with final metrics, and the model graph.
 
 Both write only through a logger that has TensorBoard's `SummaryWriter` as its experiment, so they are no-ops with
-`logger=csv` or `logger=null`.
+`logger=csv` or `logger=null`. The default run holds them in litforge.callbacks.tensorboard_extras.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from litforge.runtime.compat import tracing_lightning_module
 from litforge.records.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -83,19 +82,22 @@ class ModelGraph(pl.Callback):
         loggers = list(tensorboard_loggers(trainer))
         if not loggers or trainer.world_size > 1 or not trainer.is_global_zero or trainer.sanity_checking:
             return
+        net = getattr(pl_module, "net", None)
+        if not isinstance(net, torch.nn.Module):
+            log.warning("Model graph not logged to TensorBoard: the task has no plain `net` module to trace")
+            return
         example = example_input(trainer, pl_module)
         if example is None:
             return
         was_training = pl_module.training
         pl_module.eval()
         try:
-            with torch.no_grad(), tracing_lightning_module(), warnings.catch_warnings():
+            with torch.no_grad(), warnings.catch_warnings():
                 # TensorBoard's add_graph still traces with torch.jit, which torch now flags as deprecated
                 warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace", category=FutureWarning)
                 for logger in loggers:
-                    # the task's plain net when it has one: the tracer then sees no LightningModule attributes
-                    # (reading every metric's properties raised torchmetrics deprecation warnings), same graph inside
-                    logger.experiment.add_graph(getattr(pl_module, "net", pl_module), example.to(pl_module.device))
+                    # the task's plain net: no LightningModule attribute (trainer, metrics) is read by the tracer
+                    logger.experiment.add_graph(net, example.to(pl_module.device))
         except Exception as exc:  # tracing is best effort: the run must not fail for a picture
             log.warning("Model graph not logged to TensorBoard (tracing failed: %s)", str(exc).splitlines()[0])
         finally:
@@ -108,4 +110,5 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
         return example
     shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")
     return torch.zeros(1, *shape) if shape else None
+
 

@@ -42,8 +42,10 @@ SLURM_END = "SLURM_JOB_END_TIME"
 def process_start_time() -> float:
     """Unix time this process started (Linux /proc); the current time where that cannot be read."""
     try:
-        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as system:
+            boot = next(float(line.split()[1]) for line in system if line.startswith("btime"))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return time.time()
@@ -115,6 +117,6 @@ class TimeLimit(Callback):
         )
 
     def note_save_time(self, trainer: pl.Trainer) -> None:
-        """The slowest `last.ckpt` write so far, as litforge's ModelCheckpoint measured it."""
-        seconds = getattr(trainer.checkpoint_callback, "last_write_seconds", 0.0) or 0.0
+        """The slowest checkpoint write so far, as litforge's atomic checkpoint plugin measured it."""
+        seconds = getattr(getattr(trainer.strategy, "checkpoint_io", None), "last_save_seconds", 0.0) or 0.0
         self.slowest_save = max(self.slowest_save, float(seconds))

@@ -1,72 +1,67 @@
 """`checkpoint_every=<steps or duration>`: a resumable `last.ckpt` mid-epoch, so a SIGKILL loses at most that much.
 
 Schedulers that pre-empt without warning (spot instances, a node failure, `kill -9`) leave only what is on disk.
-`checkpoint_every=500` writes `last.ckpt` after every 500th optimizer step; `checkpoint_every=30min` after the
-first step boundary 30 minutes after the previous one (rank 0's clock decides, broadcast to every rank, so all ranks
-save together). The file is the same `last.ckpt` as at epoch ends (litforge.checkpointing.model_checkpoint), written
-through the atomic checkpoint plugin, and it resumes exactly mid-epoch: the loop position comes from Lightning and
-the loader's position from its `state_dict` (tests/test_reliability.py::test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly).
-
-Lightning's `ModelCheckpoint(every_n_train_steps=..., train_time_interval=...)` is not used for this: with a monitored
-validation metric it defers those saves to the next validation ("defer the save until validation has produced the
-metric"), and it would mix clock saves into the best-checkpoint ranking.
+`checkpoint_every=500` is Lightning's `ModelCheckpoint(every_n_train_steps=500)` (saves at multiples of 500; with
+`steps_per_call=N` pick a multiple of N), `checkpoint_every=30min` its `train_time_interval` (rank 0's clock
+decides, broadcast by Lightning, so all ranks save together; under hogwild only every `strategy.decide_every`
+steps): an unmonitored ModelCheckpoint writing the same `last.ckpt` as the epoch-end one
+(litforge.checkpointing.model_checkpoint), through the atomic checkpoint plugin, so it never enters the
+best-checkpoint ranking and no validation metric defers it. It resumes exactly mid-epoch: the loop position comes
+from Lightning and the loader's position from its `state_dict`
+(tests/test_reliability.py::test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly).
 """
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
-from litforge.checkpointing.model_checkpoint import save_latest
+from litforge.checkpointing.model_checkpoint import LAST, last_checkpoint
 from litforge.config.durations import parse_every
-from litforge.runtime.ranks import meets_now
 from litforge.core.errors import ConfigError
+from litforge.runtime.ranks import meets_now
 
 
-class CheckpointEvery(Callback):
-    """Save `last.ckpt` every `every` optimizer steps (an int) or every `every` of wall time (`30min`, `2h`)."""
+def checkpoint_every(every: int | str, dirpath: str | Path | None = None) -> ModelCheckpoint:
+    """Lightning's ModelCheckpoint writing `last.ckpt` every `every` optimizer steps (an int) or every `every` of
+    wall time (`30min`, `2h`)."""
+    parsed = parse_every(every)
+    if parsed is None:
+        raise ConfigError(f"checkpoint_every={every!r} is neither a step count nor a duration: pass e.g. "
+                          "checkpoint_every=500 or checkpoint_every=30min")
+    unit, interval = parsed
+    if unit == "steps":
+        return last_checkpoint(dirpath, every_n_train_steps=int(interval))
+    return ClockCheckpoint(dirpath=dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False,
+                           train_time_interval=timedelta(seconds=float(interval)))
 
-    def __init__(self, every: int | str) -> None:
-        super().__init__()
-        parsed = parse_every(every)
-        if parsed is None:
-            raise ConfigError(f"checkpoint_every={every!r} is neither a step count nor a duration: pass e.g. "
-                              "checkpoint_every=500 or checkpoint_every=30min")
-        self.unit, self.interval = parsed
-        self._last_save = time.monotonic()
-        self._last_step = 0
-        self.saves = 0
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._last_save = time.monotonic()
-        self._last_step = trainer.global_step  # a resumed run counts from its checkpoint's step
+class ClockCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint(train_time_interval=...), asking the clock only on the steps where the ranks may
+    meet. Why not the plain class: Lightning broadcasts rank 0's clock decision on every training step, a
+    collective that makes every rank wait for the slowest; under strategy=hogwild that defeats asynchronous training,
+    so there the clock is read every `strategy.decide_every` steps (litforge.runtime.ranks.meets_now, as the NaN stop
+    and time_limit do). Synchronous strategies meet every step: nothing changes for them."""
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        step, previous = trainer.global_step, self._last_step
-        self._last_step = step
-        if step == previous:  # no optimizer step in this batch (gradient accumulation)
-            return
-        if self.unit == "steps":  # crossing a multiple, not hitting it: steps_per_call > 1 advances N at a time
-            due = step // int(self.interval) > previous // int(self.interval)
-        elif not meets_now(trainer):  # hogwild: the ranks decide together only every strategy.decide_every steps
-            return
-        else:
-            due = trainer.strategy.broadcast(time.monotonic() - self._last_save >= self.interval)
-        if due:
-            save_latest(trainer)
-            self._last_save = time.monotonic()
-            self.saves += 1
+        if meets_now(trainer):
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
-def clock_callbacks(checkpoint_every: Any, time_limit: Any) -> list[Callback]:
-    """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off)."""
+def clock_callbacks(checkpoint_every_: Any, time_limit: Any,
+                    checkpoint_dir: str | Path | None = None) -> list[Callback]:
+    """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off);
+    `checkpoint_dir`: the run's checkpoint folder."""
     from litforge.callbacks.time_limit import TimeLimit, resolve_deadline
 
-    callbacks: list[Callback] = [] if checkpoint_every is None else [CheckpointEvery(checkpoint_every)]
+    callbacks: list[Callback] = []
+    if checkpoint_every_ is not None:
+        callbacks.append(checkpoint_every(checkpoint_every_, checkpoint_dir))
     deadline = resolve_deadline(time_limit)
     if deadline is not None:
         callbacks.append(TimeLimit(deadline))

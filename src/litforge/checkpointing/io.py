@@ -20,21 +20,13 @@ empty file after a power loss) and a kill at any point leaves the previous file 
 new file appears (milliseconds later): so every next save, Lightning's removal of an old top-k file, a load through
 this plugin or `litforge.checkpointing.load.load_checkpoint`, the plugin's teardown (end of fit/test) and the interpreter's
 exit (the thread is not a daemon) wait for the pending write first.
-
-:meth:`AtomicCheckpointIO.link_checkpoint` publishes a file this plugin just wrote under a second name (a hard link,
-atomically swapped in; a copy where the filesystem has no hard links): litforge's ModelCheckpoint uses it when
-`last.ckpt` would hold exactly the bytes of the best checkpoint it saved at the same step, which makes an improving
-epoch cost one serialisation and one fsync instead of two. Safe because this plugin never writes into an existing
-file: every save replaces the name with a new file, so rewriting `last.ckpt` later leaves the best file as it was,
-and Lightning deleting an old best file only removes one of the two names. Lightning's own `save_last="link"`
-(a symlink) is no substitute: it points at the newest top-k file even in epochs that saved none.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +50,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __init__(self, durable_in_background: bool = False) -> None:
         super().__init__()
         self.durable_in_background = durable_in_background
+        self.last_save_seconds = 0.0  # the training thread's time in the latest local save
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
                         storage_options: Any | None = None) -> None:
@@ -66,6 +59,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options")
+        start = time.perf_counter()
         wait_for_checkpoint_writes()  # writes stay in order, one at a time
         target.parent.mkdir(parents=True, exist_ok=True)
         # a fixed name (not a random one): a crash leaves at most one partial file per checkpoint name
@@ -80,16 +74,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             _in_background(lambda: _make_durable(partial, target))
         else:
             _make_durable(partial, target)
-
-    def link_checkpoint(self, source: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-        """Make `path` a second name of the checkpoint file `source` that this plugin wrote (see the module
-        docstring); after `source`'s own pending write when that runs in the background, in order with the others."""
-        source, target = Path(source), Path(path)
-        if self.durable_in_background:
-            _in_background(lambda: _publish_link(source, target))
-        else:
-            wait_for_checkpoint_writes()
-            _publish_link(source, target)
+        self.last_save_seconds = time.perf_counter() - start  # litforge.callbacks.time_limit keeps a margin for it
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         wait_for_checkpoint_writes()
@@ -122,23 +107,6 @@ def _make_durable(partial: Path, target: Path) -> None:
         partial.unlink(missing_ok=True)
         raise
     fsync_directory(target.parent)
-
-
-def _publish_link(source: Path, target: Path) -> None:
-    """`target` becomes a hard link to `source` (a copy where the filesystem has none), made durable and swapped in
-    as a save is: a kill at any point leaves the previous `target` whole. (The fsync of a link is near free: its
-    data is `source`'s, already on disk.)"""
-    partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
-    partial.unlink(missing_ok=True)
-    try:
-        os.link(source, partial)
-    except OSError:  # no hard links here (some network and FUSE filesystems): copy the bytes instead
-        try:
-            shutil.copyfile(source, partial)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-    _make_durable(partial, target)
 
 
 def _in_background(work: Callable[[], None]) -> None:

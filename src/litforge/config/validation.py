@@ -393,7 +393,6 @@ RULES: dict[str, Rule] = {
 
     # ---- callbacks (by the entry name each conf/callbacks option gives) ----
     "callbacks.model_checkpoint.save_top_k": integer(-1, example=3, extra=" (-1 = keep all)"),
-    "callbacks.model_checkpoint.save_last": boolean(null=True, example="true"),  # litforge writes last.ckpt itself
     "callbacks.model_checkpoint.filename": text(example="'epoch{epoch:03d}'"),
     "callbacks.model_checkpoint.auto_insert_metric_name": boolean(example="false"),
     "callbacks.*.monitor": text(example="val/loss"),
@@ -409,10 +408,10 @@ RULES: dict[str, Rule] = {
     "callbacks.checkpoint_on_signal.hang_grace": number(gt=0, example=60, null=True),
     "callbacks.checkpoint_on_signal.check_every_n_steps": integer(1, example=50, null=True),
     "callbacks.model_summary.max_depth": integer(-1, example=2, extra=" (-1 = all layers)"),
-    "callbacks.hparams.after_test": boolean(example="true"),
-    "callbacks.test_images.max_samples": integer(1, example=32),
-    "callbacks.test_images.normalize": Rule("one of true, pred, all", lambda v: v is True or v in ("true", "pred", "all"),
-                                            "true", null=True),
+    "callbacks.tensorboard_extras.after_test": boolean(example="true"),
+    "callbacks.tensorboard_extras.max_samples": integer(1, example=32),
+    "callbacks.tensorboard_extras.normalize": Rule("one of true, pred, all",
+                                                   lambda v: v is True or v in ("true", "pred", "all"), "true", null=True),
     "callbacks.ema.decay": number(gt=0, lt=1, example=0.999),
     "callbacks.ema.update_every_n_steps": integer(1, example=1),
     "callbacks.ema.update_starting_at_step": integer(0, example=100, null=True),

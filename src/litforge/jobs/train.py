@@ -83,7 +83,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
         callbacks = training_callbacks(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers,
                                        record, checkpoint_every=to_plain(cfg.get("checkpoint_every")),
-                                       time_limit=to_plain(cfg.get("time_limit")))
+                                       time_limit=to_plain(cfg.get("time_limit")),
+                                       checkpoint_dir=output_dir / "checkpoints")
         trainer = build_fit_trainer(trainer_kwargs, build_strategy(cfg.get("strategy")), task, datamodule, callbacks,
                                     loggers, checkpoint_async=bool(cfg.get("checkpoint_async", False)),
                                     steps_per_call=to_plain(cfg.get("steps_per_call", 1)))
@@ -132,10 +133,12 @@ def check_resumable_file(ckpt_path: str, task_cls: type, cfg: DictConfig) -> dic
 
 def test_best_checkpoint(trainer: Any, task: Any, datamodule: Any, *, run: bool) -> dict[str, Any]:
     """Test the best checkpoint after a fit that was not interrupted; the metrics and the checkpoints it left."""
+    from litforge.checkpointing.model_checkpoint import latest_path
+
     metrics = scalar_metrics(trainer.callback_metrics)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
-    last = _last_checkpoint(checkpoint_cb)  # before test(): restoring the best checkpoint resets the callback's state
+    last = latest_path(trainer)  # before test(): restoring the best checkpoint resets the callback's state
     if run and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
         metrics.update(scalar_metrics(trainer.callback_metrics))
@@ -227,7 +230,3 @@ def _describe(net_cfg: dict[str, Any]) -> str:
     knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
     return f"{target}({knobs})"
 
-
-def _last_checkpoint(callback: Any) -> str | None:
-    path = getattr(callback, "last_model_path", "") if callback is not None else ""
-    return path or None

@@ -95,20 +95,6 @@ def route_hydra_relaunch(command: Callable[[int], tuple[Sequence[str], str]]) ->
     trainer_launcher._hydra_subprocess_cmd = command  # the Trainer's launcher imported its own reference
 
 
-@contextmanager
-def tracing_lightning_module() -> Iterator[None]:
-    """Let `torch.jit.trace` (TensorBoard's graph) run a LightningModule's forward outside the loop.
-
-    Lightning's own `to_torchscript` enters the private `_jit_is_scripting` context for this (properties such as
-    `trainer` then do not raise while the tracer inspects the module). Upstream: pytorch/pytorch#67146, named in
-    Lightning's source as the reason for the workaround.
-    """
-    from pytorch_lightning.core.module import _jit_is_scripting
-
-    with _jit_is_scripting():
-        yield
-
-
 def fill_auto_mesh_sizes(strategy: Any, world_size: int) -> None:
     """Resolve `auto` in a ModelParallelStrategy's sizes from the world size, before its device mesh is built.
 
@@ -147,73 +133,6 @@ def skip_sigterm_broadcast(trainer: Any) -> None:
             raise SIGTERMException()
 
     epoch_loop._broadcast_sigterm_tensor = local_sigterm_check
-
-
-_OVERRIDES: dict[tuple[type, str], bool] = {}  # (callback class, hook name) -> overrides Callback's no-op
-
-
-def _overrides_hook(callback: Any, hook_name: str, base: Any) -> bool:
-    key = (type(callback), hook_name)
-    found = _OVERRIDES.get(key)
-    if found is None:
-        found = _OVERRIDES[key] = getattr(type(callback), hook_name, None) is not getattr(base, hook_name, None)
-    return found or hook_name in vars(callback)  # a hook set on the instance counts too
-
-
-def skip_no_op_callback_hooks(trainer: Any) -> None:
-    """Have `trainer` call each callback hook only on the callbacks that override it, while profiling is off.
-
-    Lightning calls every hook on every callback, no-ops included, each inside `trainer.profiler.profile(...)` with
-    a profiler name formatted from `callback.state_key`: about 10 Python calls per callback per hook, whether
-    profiling is on or not. A training step fires 6 callback hooks, so the default run's 13 callbacks cost ~800
-    Python calls per step before any of them does work (benchmarks/README.md, "Where the time goes"); most of them
-    override one of the six. Skipping a hook that is `Callback`'s own `pass` changes nothing but the profiler's
-    report, so it is done only under Lightning's no-op `PassThroughProfiler` (`trainer.profiler=null`): a real
-    profiler still sees every hook. Lightning's `_call_callback_hooks` is replaced once, module-wide, by a version
-    that acts only on trainers passed here; every other Trainer goes through Lightning's own function.
-    Upstream: Lightning has no switch for it (no upstream issue found).
-    """
-    from pytorch_lightning.callbacks import Callback, Checkpoint, EarlyStopping
-    from pytorch_lightning.profilers import PassThroughProfiler
-    from pytorch_lightning.trainer import call
-
-    if not isinstance(trainer.profiler, PassThroughProfiler):
-        return
-    trainer._litforge_overridden_hooks_only = True
-    if getattr(call._call_callback_hooks, "_litforge", False):
-        return
-    lightning_call = call._call_callback_hooks
-    base = {name: getattr(Callback, name) for name in dir(Callback) if name.startswith("on_")}
-    base_ns = type("CallbackBase", (), base)  # Callback's hooks as imported: a later patch of Callback counts
-
-    def call_overridden_hooks(trainer: Any, hook_name: str, *args: Any, monitoring_callbacks: bool | None = None,
-                              **kwargs: Any) -> None:
-        if not getattr(trainer, "_litforge_overridden_hooks_only", False) or \
-                not isinstance(trainer.profiler, PassThroughProfiler):
-            return lightning_call(trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs)
-        pl_module = trainer.lightning_module
-        if pl_module:
-            prev_fx_name = pl_module._current_fx_name
-            pl_module._current_fx_name = hook_name
-        callbacks = trainer.callbacks
-        if monitoring_callbacks is True:  # Lightning's two hard-coded "monitoring callbacks"
-            callbacks = [cb for cb in callbacks if isinstance(cb, (EarlyStopping, Checkpoint))]
-        elif monitoring_callbacks is False:
-            callbacks = [cb for cb in callbacks if not isinstance(cb, (EarlyStopping, Checkpoint))]
-        for callback in callbacks:  # the check inlined: a helper function would cost a Python call per callback
-            overrides = _OVERRIDES.get((type(callback), hook_name))
-            if overrides is None:
-                overrides = _overrides_hook(callback, hook_name, base_ns)
-            if overrides or hook_name in vars(callback):
-                fn = getattr(callback, hook_name)
-                if callable(fn):
-                    fn(trainer, trainer.lightning_module, *args, **kwargs)
-        if pl_module:
-            pl_module._current_fx_name = prev_fx_name
-
-    call_overridden_hooks._litforge = True  # type: ignore[attr-defined]
-    call_overridden_hooks.__wrapped__ = lightning_call  # type: ignore[attr-defined]
-    call._call_callback_hooks = call_overridden_hooks
 
 
 def detached_copy(module: Any) -> Any:
@@ -329,20 +248,6 @@ def restart_validation_on_resume(trainer: Any) -> None:
         tracker.processed = tracker.completed = done
     progress.is_last_batch = False
 
-
-
-def top_k_saves_at_train_epoch_end(callback: Any, trainer: Any) -> bool:
-    """Whether Lightning's `ModelCheckpoint` saves its top-k file at the training epoch's end (True) or at the end of
-    each validation (False), for this run.
-
-    litforge's ModelCheckpoint writes `last.ckpt` in the same hook as the top-k file, so that on an improving epoch
-    `last.ckpt` can be a second name of those very bytes (one serialisation and one fsync instead of two). Lightning
-    decides the hook in the private `_should_save_on_train_epoch_end` (the `save_on_train_epoch_end` argument, else
-    validation frequency, time-based validation and the number of validation batches); copying that logic would
-    drift from it. Upstream: no public accessor; the rule is documented since Lightning-AI/pytorch-lightning#20931
-    (for #20781), the method stays private.
-    """
-    return bool(callback._should_save_on_train_epoch_end(trainer))
 
 # ---- gymnasium -----------------------------------------------------------------------------------------------------
 
