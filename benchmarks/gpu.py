@@ -327,7 +327,7 @@ def flex_check(device: str) -> str:
         outs[a] = out
     logits = (outs["flex"] - outs["mask"]).abs().max().item()
     grads = max((p.grad - q.grad).abs().max().item() for p, q in zip(nets["flex"].parameters(),
-                                                                       nets["mask"].parameters()))
+                                                                       nets["mask"].parameters(), strict=True))
     return f"flex vs mask: max |Δ logits| {logits:.1e}, max |Δ grad| {grads:.1e}"
 
 

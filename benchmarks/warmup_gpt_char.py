@@ -53,7 +53,7 @@ def main() -> None:
         print(f"{name:22s} {statistics.median(r['val/loss'] for r in rows):18.4f} "
               f"{statistics.median(r['test/loss'] for r in rows):19.4f} {statistics.median(r['wall_s'] for r in rows):16.1f}")
     base, new = results.values()
-    diffs = [b["test/loss"] - n["test/loss"] for b, n in zip(base, new)]
+    diffs = [b["test/loss"] - n["test/loss"] for b, n in zip(base, new, strict=True)]
     print(f"test/loss cosine - warmup_cosine per seed: {', '.join(f'{d:+.4f}' for d in diffs)} "
           f"(positive: warmup_cosine is better); OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 

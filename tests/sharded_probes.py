@@ -71,7 +71,7 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
             apply_fsdp(net, mesh, **kwargs)
             batch = local
         seen: dict[str, Any] = {}
-        def note_dtype(module: torch.nn.Module, args: Any) -> None:
+        def note_dtype(module: torch.nn.Module, args: Any, seen: dict[str, Any] = seen) -> None:
             seen.setdefault("compute_dtype", str(module.weight.dtype))
 
         net.blocks[0].attn.q.register_forward_pre_hook(note_dtype)

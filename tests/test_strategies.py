@@ -268,7 +268,7 @@ def test_local_sgd_ranks_drift_between_averages_and_meet_at_each(tmp_path: Path)
     assert result.returncode == 0, result.output[-3000:]
     a, b = (rank["fingerprints"] for rank in _ranks(tmp_path / "probe", 2))
     assert len(a) == 7
-    for step, (x, y) in enumerate(zip(a, b)):
+    for step, (x, y) in enumerate(zip(a, b, strict=True)):
         averaged = step % period == 0  # torch's PeriodicModelAverager averages at its steps 0, period, 2*period, ...
         assert (abs(x - y) < 1e-6 * max(1.0, abs(x))) == averaged, (step, x, y)
 

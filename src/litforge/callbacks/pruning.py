@@ -122,7 +122,7 @@ class Pruning(ModelPruning):
     # ---- when ------------------------------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._restored_masks:  # resumed: put the checkpoint's masks back before any step
-            for (module, name), key in zip(self._resolve(pl_module), self._names):
+            for (module, name), key in zip(self._resolve(pl_module), self._names, strict=True):
                 mask = self._restored_masks.get(key)
                 if mask is not None and not prune.is_pruned(module):
                     prune.custom_from_mask(module, name, mask.to(module.weight.device))
@@ -171,7 +171,7 @@ class Pruning(ModelPruning):
     def state_dict(self) -> dict[str, Any]:
         masks = {}
         modules = self._resolve(self._module) if self._names else []
-        for name, (module, _) in zip(self._names, modules):
+        for name, (module, _) in zip(self._names, modules, strict=True):
             mask = getattr(module, "weight_mask", None)
             if mask is not None:
                 masks[name] = mask.detach().to("cpu", torch.bool)

@@ -624,7 +624,7 @@ def _check_relation(relation: Relation, lookup: Callable[[str], Any]) -> None:
     values = [lookup(key) for key in relation.keys]
     if any(v is _MISSING for v in values):
         return
-    for key, value in zip(relation.keys, values):
+    for key, value in zip(relation.keys, values, strict=True):
         check_value(key, value)  # the single-key rules first: a relation may assume well-typed values
     if not relation.holds(*values):
         raise ConfigError(relation.message.format(*(shown(v, quote=False) for v in values)))

@@ -207,7 +207,7 @@ class ImageFolderDataModule(ImageDataModule):
         if len(dataset) == 0:  # type: ignore[arg-type]
             return torch.empty((0, *self.input_shape), dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
         loader = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=self.num_workers)
-        images, labels = zip(*loader)
+        images, labels = zip(*loader, strict=True)
         return torch.cat(images), torch.cat(labels).to(torch.int64)
 
     def load_arrays(self, split: str) -> tuple[Tensor, Tensor]:

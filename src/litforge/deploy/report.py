@@ -82,7 +82,7 @@ def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, re
     for name, v in variants.items():
         run = factories[name](0 if v.runtime == "ort" else torch.get_num_threads())
         with torch.inference_mode():
-            out = batched(lambda b: _first(run(b)), x)
+            out = batched(lambda b, run=run: _first(run(b)), x)
         data = file_bytes(v)
         row: dict[str, Any] = {
             "variant": name,

@@ -147,7 +147,7 @@ class PipelineLoop:
         output = self._broadcast(schedule.step(arg_mbs=arg_mbs, target_mbs=target_mbs, losses=losses))
         if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
             with torch.no_grad():
-                for part, out in zip(micro, output.tensor_split(n)):
+                for part, out in zip(micro, output.tensor_split(n), strict=True):
                     with given_output(self.task, out):
                         losses.append(self.task.step_loss(part))
         return output, micro, losses
@@ -208,7 +208,7 @@ class PipelineLoop:
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.dp_group)  # SUM, then divide: gloo has no ReduceOp.AVG
         flat /= self.replicas
-        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
             g.copy_(part.view_as(g))
 
     def sum_tied_gradients(self) -> None:

@@ -57,7 +57,7 @@ class GroupedBatches:
     def __iter__(self) -> Iterator[Any]:
         batches = iter(self.loader)
         while group := list(itertools.islice(batches, self.steps)):
-            yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group))
+            yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group, strict=True))
 
     @property
     def sampler(self) -> Any:
@@ -124,7 +124,7 @@ class StepsPerCall:
         step_schedulers = [c for c in trainer.lr_scheduler_configs if c.interval == "step"]
         params = [p for group in optimizer.param_groups for p in group["params"]] if self.clip_val else []
         losses = []
-        for micro in zip(*(t.split(self.micro_batch_size) for t in batch)):
+        for micro in zip(*(t.split(self.micro_batch_size) for t in batch), strict=True):
             if 0 < trainer.max_steps <= trainer.global_step:
                 break  # the step budget ends inside this batch
             loss = step_loss(micro)
