@@ -1,5 +1,6 @@
 """K-fold cross-validation (`data.num_folds`, `data.fold`): disjoint stratified folds of the train+val pool, the test
-split untouched, the bad values refused in one line, and `litforge.records.aggregate` giving mean ± std over the folds."""
+split untouched, the bad values refused in one line, and `litforge.records.aggregate` giving mean ± std over the
+folds."""
 
 from __future__ import annotations
 

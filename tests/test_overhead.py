@@ -191,8 +191,8 @@ def test_an_improving_epoch_serialises_one_checkpoint_and_last_is_its_second_nam
 
 
 def test_epochs_that_do_not_improve_write_last_in_full_and_leave_the_best_file_alone(compose_cfg, monkeypatch):
-    """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it; last.ckpt is then replaced (a new file), never
-    written through the name it shared with the best file."""
+    """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it; last.ckpt is then
+    replaced (a new file), never written through the name it shared with the best file."""
     import os
     from pathlib import Path
 

@@ -127,8 +127,8 @@ class CheckpointOnSignal(Callback):
     the loop position and our in-memory loader skips the batches already trained on.
 
     `hang_grace` (seconds, null = off): a rank that never reaches the next step boundary (blocked in a collective)
-    would ignore SIGTERM; from setup to teardown a litforge.runtime.watchdog.HangWatchdog ends such a process that long after
-    SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
+    would ignore SIGTERM; from setup to teardown a litforge.runtime.watchdog.HangWatchdog ends such a process that long
+    after SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
 
     Under DDP no collective runs per step for this (Lightning broadcasts a SIGTERM flag before every step): each
     rank's handler only notes the signal, and the ranks agree on it with one tiny all-reduce every
@@ -139,8 +139,9 @@ class CheckpointOnSignal(Callback):
     SIGTERM during `fit`'s validation stops it after the current validation batch (under DDP the ranks agree every
     `check_every_n_steps` validation batches, which all ranks count alike), not after the whole validation: a long
     one would outlast the grace a scheduler gives before SIGKILL (SLURM's KillWait, 30 s). The checkpoint then
-    resumes by running that validation again from its first batch (litforge.runtime.compat.restart_validation_on_resume):
-    Lightning would otherwise skip it on resume, and its metrics, checkpoint choice and early stopping with it.
+    resumes by running that validation again from its first batch
+    (litforge.runtime.compat.restart_validation_on_resume): Lightning would otherwise skip it on resume, and its
+    metrics, checkpoint choice and early stopping with it.
     """
 
     def __init__(self, filename: str = "last", hang_grace: float | None = 60,

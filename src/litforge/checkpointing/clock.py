@@ -5,7 +5,8 @@ Schedulers that pre-empt without warning (spot instances, a node failure, `kill 
 first step boundary 30 minutes after the previous one (rank 0's clock decides, broadcast to every rank, so all ranks
 save together). The file is the same `last.ckpt` as at epoch ends (litforge.checkpointing.model_checkpoint), written
 through the atomic checkpoint plugin, and it resumes exactly mid-epoch: the loop position comes from Lightning and
-the loader's position from its `state_dict` (tests/test_reliability.py::test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly).
+the loader's position from its `state_dict`
+(tests/test_reliability.py::test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly).
 
 Lightning's `ModelCheckpoint(every_n_train_steps=..., train_time_interval=...)` is not used for this: with a monitored
 validation metric it defers those saves to the next validation ("defer the save until validation has produced the

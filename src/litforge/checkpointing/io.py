@@ -18,8 +18,8 @@ training thread serialises into the temporary file and returns, and one backgrou
 into place and fsyncs the folder. The guarantees stay: the rename comes after the file's fsync (never an
 empty file after a power loss) and a kill at any point leaves the previous file whole. What changes is *when* the
 new file appears (milliseconds later): so every next save, Lightning's removal of an old top-k file, a load through
-this plugin or `litforge.checkpointing.load.load_checkpoint`, the plugin's teardown (end of fit/test) and the interpreter's
-exit (the thread is not a daemon) wait for the pending write first.
+this plugin or `litforge.checkpointing.load.load_checkpoint`, the plugin's teardown (end of fit/test) and the
+interpreter's exit (the thread is not a daemon) wait for the pending write first.
 
 :meth:`AtomicCheckpointIO.link_checkpoint` publishes a file this plugin just wrote under a second name (a hard link,
 atomically swapped in; a copy where the filesystem has no hard links): litforge's ModelCheckpoint uses it when
@@ -189,7 +189,8 @@ def fsync_directory(folder: Path) -> None:
 
 
 def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
-    """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO` (`checkpoint_async=true`).
+    """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO`
+    (`checkpoint_async=true`).
 
     The write then runs in one background thread while training continues; the checkpoint's tensors are cloned on
     the training thread first (a point-in-time copy), and the wrapped plugin is still :class:`AtomicCheckpointIO`, so

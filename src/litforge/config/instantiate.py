@@ -2,8 +2,8 @@
 
 The bottom layer of litforge's config handling: the jobs build data, callbacks, loggers and the trainer with
 :func:`instantiate_group` / :func:`instantiate_named`, which first check the group's values against the rule table
-(litforge.config.validation.check_group); tasks build their net, optimizer and scheduler with :func:`call_partial`. A bad
-`_target_`, an argument the target does not take or a value the table cannot judge never reaches the user as a
+(litforge.config.validation.check_group); tasks build their net, optimizer and scheduler with :func:`call_partial`. A
+bad `_target_`, an argument the target does not take or a value the table cannot judge never reaches the user as a
 traceback from inside Hydra.
 """
 

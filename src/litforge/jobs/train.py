@@ -35,8 +35,8 @@ def apply_matmul_precision(precision: str | None, accelerator: Any = "auto") -> 
 
     "high" lets float32 matmuls and convolutions use TF32 tensor cores (Ampere and newer; an A100's dense TF32 peak is
     8x its fp32 one) at a 10-bit mantissa, PyTorch's and Lightning's advice for training (Lightning warns on every
-    CUDA run that leaves it at "highest"). It is a process-wide switch that no config shows, hence the provenance record.
-    A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
+    CUDA run that leaves it at "highest"). It is a process-wide switch that no config shows, hence the provenance
+    record. A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
     """
     import torch
 
@@ -155,7 +155,8 @@ def _fit_and_test(cfg: DictConfig, output_dir: Path, record: dict[str, Any]) -> 
 
 
 def starting_checkpoint(cfg: DictConfig) -> str | None:
-    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh (litforge.checkpointing.resume)."""
+    """`ckpt_path`, or the checkpoint `resume=` (or `ckpt_path=last`) finds; None to start fresh
+    (litforge.checkpointing.resume)."""
     from litforge.checkpointing import resume
     from litforge.runtime.ranks import in_multirun
 
@@ -193,8 +194,8 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
 def check_compatible(task_cls: type, datamodule: Any) -> None:
     """Refuse a task × data pair that cannot work before any data is read or any step runs.
 
-    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (litforge.core.contracts), so a
-    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
+    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (litforge.core.contracts), so
+    a datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
     """
     missing = missing_members(datamodule, DataModule)
     if missing:

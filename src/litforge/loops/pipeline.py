@@ -16,8 +16,9 @@ end-of-epoch syncs then meet on every rank). That broadcast costs one output ten
 B x T x vocab for a language model).
 
 Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
-the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held by two stages (the GPT's embedding tied to its
-head, on the first and last stage) gets its two partial gradients summed between those ranks before the step.
+the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held
+by two stages (the GPT's embedding tied to its head, on the first and last stage) gets its two partial gradients summed
+between those ranks before the step.
 
 Pipeline x data parallel (`dp_group`, strategy.data_parallel > 1): after the schedule, the stage's accumulated
 gradients are averaged over the ranks that hold the same stage in the other replicas, in one flat all-reduce

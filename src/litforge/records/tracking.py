@@ -4,8 +4,9 @@
 - an offline store by default: a SQLite database `<paths.log_dir>/mlflow.db` with artifacts in
   `<paths.log_dir>/mlartifacts` (Lightning's default is a `./mlruns` file store, which MLflow 3 deprecates), or a
   team server with `logger.mlflow.tracking_uri=http://host:5000`;
-- params = the flattened run config (:func:`give_run_config`) (`data.batch_size`, `optimizer.lr`, ... as typed on the command line), not the
-  task's constructor arguments, and values up to MLflow's limit (Lightning cuts them at 250 characters);
+- params = the flattened run config (:func:`give_run_config`) (`data.batch_size`, `optimizer.lr`, ... as typed on the
+  command line), not the task's constructor arguments, and values up to MLflow's limit (Lightning cuts them at 250
+  characters);
 - a resumed run (`resume=auto`) continues the same MLflow run: the run id travels in every checkpoint
   (litforge.callbacks.provenance), params already logged are not logged again (MLflow refuses a changed value);
 - at the end the run receives the config, the provenance file (and diff), and the best checkpoint's path as

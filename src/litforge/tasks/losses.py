@@ -27,7 +27,8 @@ class FocalLoss(nn.Module):
       FL = -sum_c alpha_c q_c (1 - p_c)^gamma log p_c, which reduces to smoothed cross-entropy at gamma=0.
 
     Inputs: logits (N, C) and integer targets (N,) or class probabilities (N, C) (soft targets, e.g. from
-    `task.mix=mixup|cutmix`; label smoothing then smooths them like `F.cross_entropy` does). Computed in float32 via log_softmax, so extreme logits stay finite.
+    `task.mix=mixup|cutmix`; label smoothing then smooths them like `F.cross_entropy` does). Computed in float32 via
+    log_softmax, so extreme logits stay finite.
     """
 
     def __init__(

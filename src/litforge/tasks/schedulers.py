@@ -31,8 +31,8 @@ class WarmupCosine(LRScheduler):
     """lr(t) = base·(t+1)/W for the first W steps, then eta_min + (base − eta_min)·½(1 + cos(π·(t−W)/(T−W))).
 
     `t` counts `scheduler.step()` calls (optimizer steps with `interval: step`). The first step already trains at
-    base/W, not at 0 (nothing is learnt at lr 0); the peak `base` is reached on step W−1 (and step W, where the decay starts), and the last of the T
-    steps runs just above `eta_min`. W=0 is a plain cosine decay.
+    base/W, not at 0 (nothing is learnt at lr 0); the peak `base` is reached on step W−1 (and step W, where the decay
+    starts), and the last of the T steps runs just above `eta_min`. W=0 is a plain cosine decay.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int | None = None,
