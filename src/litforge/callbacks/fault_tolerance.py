@@ -157,7 +157,8 @@ class CheckpointOnSignal(Callback):
         self._validating = False  # inside fit's validation (not the sanity check)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        # Lightning's connectors set it; Trainer does not declare it
+        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))  # type: ignore[attr-defined]
         decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
         every = max(every, int(decide_every or 1))
         self._every = every

@@ -155,7 +155,8 @@ class Pruning(ModelPruning):
         out: dict[str, float] = {}
         zeros = total = 0
         for name in self._names:
-            weight = pl_module.get_submodule(name).weight.detach()
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            weight = pl_module.get_submodule(name).weight.detach()  # type: ignore[operator]
             if self.structured:
                 units = weight.flatten(1).abs().sum(1) == 0
                 layer_zeros, layer_total = int(units.sum()), units.numel()

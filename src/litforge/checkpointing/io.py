@@ -63,7 +63,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                         storage_options: Any | None = None) -> None:
         target = Path(path)
         if "://" in str(path):  # remote URLs (s3://, gs://): object stores are atomic per object already
-            return super().save_checkpoint(checkpoint, path, storage_options)
+            return super().save_checkpoint(checkpoint, str(path), storage_options)
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options")
         wait_for_checkpoint_writes()  # writes stay in order, one at a time

@@ -63,8 +63,9 @@ class ModelCheckpoint(LightningModelCheckpoint):
         if not self.keep_last or self.dirpath is None:
             return None
         step = trainer.global_step
+        fast_dev_run = trainer.fast_dev_run  # type: ignore[attr-defined]  # set by a connector, undeclared on Trainer
         if step == 0 or (step == self._last_written_step and not again) or trainer.sanity_checking \
-                or trainer.fast_dev_run or trainer.state.fn != "fit":
+                or fast_dev_run or trainer.state.fn != "fit":
             return self.last_model_path or None
         path = self.format_checkpoint_name({}, self.CHECKPOINT_NAME_LAST)
         self.last_model_path = path  # part of the saved state: set it before the write

@@ -102,7 +102,7 @@ def accepted_arguments(target: str | Any) -> list[str]:
         obj = get_object(target) if isinstance(target, str) else target
     except Exception:
         return []
-    functions = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
+    functions = [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
     names: list[str] = []
     for function in functions:
         try:

@@ -110,9 +110,11 @@ class StepsPerCall:
         self.clip_algorithm = clip_algorithm
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        where = self.task.step_position(batch_idx)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        where = self.task.step_position(batch_idx)  # type: ignore[operator]
         losses = self.run_steps(batch, self.task.step_loss)
-        self.task.log_training_loss(losses, batch, where)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        self.task.log_training_loss(losses, batch, where)  # type: ignore[operator]
         return losses  # one loss per optimizer step: the NaN guard names the exact step
 
     def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:

@@ -146,7 +146,8 @@ class GPT(nn.Module):
 
     def check_tensor_parallel(self, tp_size: int) -> None:
         for block in self.blocks:
-            block.check_tensor_parallel(tp_size)
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            block.check_tensor_parallel(tp_size)  # type: ignore[operator]
 
     def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
         """Next-token logits (B, T, vocab) for token ids `idx` (B, T); see the module docstring for `doc_ids`."""

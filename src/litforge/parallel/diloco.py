@@ -73,7 +73,8 @@ class DiLoCo(DDPStrategy):
     def configure_ddp(self) -> None:
         """Wrap in DDP (which broadcasts rank 0's weights), silence its gradient all-reduce, then take the anchor."""
         super().configure_ddp()
-        self.model.register_comm_hook(None, _local_gradients)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        self.model.register_comm_hook(None, _local_gradients)  # type: ignore[operator,union-attr]
         params = list(self.lightning_module.parameters())
         self.anchors = [p.detach().clone() for p in params]
         # Nesterov needs momentum > 0 in torch.optim.SGD; without momentum the outer step is plain SGD.

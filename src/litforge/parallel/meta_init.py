@@ -99,7 +99,8 @@ def _run(module: nn.Module, steps: list[tuple[Tensor, Init]]) -> dict[str, Tenso
 
 
 def _reset(module: nn.Module) -> None:
-    module.reset_parameters()
+    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+    module.reset_parameters()  # type: ignore[operator]
 
 
 def materialize(net: nn.Module, device: torch.device | str) -> None:

@@ -70,7 +70,8 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = tensor_parallel_plan(net)
-    net.check_tensor_parallel(mesh.size())
+    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+    net.check_tensor_parallel(mesh.size())  # type: ignore[operator]
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     parallelize_module(net, mesh, {name: styles[style]() for name, style in plan.items()})
     return len(plan)

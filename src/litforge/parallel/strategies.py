@@ -167,4 +167,5 @@ class LocalSGD(DDPStrategy):
         if self.root_device.type != "cuda":
             from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
 
-            self.model.register_comm_hook(self.comm_state, post_localSGD_hook)
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            self.model.register_comm_hook(self.comm_state, post_localSGD_hook)  # type: ignore[operator,union-attr]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
@@ -134,8 +134,9 @@ class WandbLogger(LightningWandbLogger):
     tracker = "wandb"  # the key of this tracker's run id in a checkpoint, and its `logger=` option's name
 
     def __init__(self, save_dir: str = ".", project: str = "train", offline: bool = True, run_id: str | None = None,
-                 run_name: str | None = None, log_model: bool | str = False, **kwargs: Any) -> None:
+                 run_name: str | None = None, log_model: bool | Literal["all"] = False, **kwargs: Any) -> None:
         super().__init__(name=run_name, save_dir=save_dir, project=project, offline=offline, id=run_id,
+                         # validated config string; WandbLogger wants Literal['all']
                          log_model=log_model, **kwargs)  # Lightning passes id= with resume="allow" to wandb.init
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
 

@@ -173,7 +173,8 @@ class LitforgeTask(pl.LightningModule):
         training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
         that cannot be stepped that way (DQN acts in its environment) overrides `training_step` instead."""
         where = self.step_position(batch_idx)
-        loss = self.step_loss(batch)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        loss = self.step_loss(batch)  # type: ignore[operator]
         self.log_training_loss(loss, batch, where)
         return loss
 
