@@ -163,7 +163,7 @@ class GPT(nn.Module):
     def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
         """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the embeddings with the
         first, the final norm and the (tied) head with the last. The stages share this net's modules (no copies)."""
-        runs = split_runs(self.blocks, num_stages, "model.depth")
+        runs = split_runs(list(self.blocks), num_stages, "model.depth")
         return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
     @torch.no_grad()

@@ -87,7 +87,7 @@ class VisionTransformer(nn.Module):
     def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
         """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the patch embedding,
         cls token and positions with the first, the final norm and head with the last. Shares this net's modules."""
-        runs = split_runs(self.blocks, num_stages, "model.depth")
+        runs = split_runs(list(self.blocks), num_stages, "model.depth")
         return [ViTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
 

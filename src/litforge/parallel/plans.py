@@ -117,4 +117,4 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     if dp_mesh.size() > 1 or tp_mesh.size() == 1:  # one rank: FSDP2 over a 1-rank mesh (DTensor weights, so
         # Lightning's sharded save/load of the checkpoint, and trainer.test from it, work as with more ranks)
         apply_fsdp(net, hsdp_mesh(dp_mesh, replicate_size) if replicate_size > 1 else dp_mesh, **fsdp_kwargs)
-    net._litforge_sharded = True
+    net._litforge_sharded = True  # type: ignore[assignment]  # a flag on the module, not a submodule

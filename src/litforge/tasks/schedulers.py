@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
 from litforge.core.errors import ConfigError
@@ -56,7 +57,7 @@ class WarmupCosine(LRScheduler):
             return self.factor(step)
         return (self.eta_min + (base - self.eta_min) * self.factor(step)) / base if base else 0.0
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | Tensor]:
         step = self.last_epoch
         for group in self.optimizer.param_groups[len(self.base_lrs):]:
             # a group added mid-run (callbacks=finetune unfreezes the backbone): it joins the curve where it is now,
