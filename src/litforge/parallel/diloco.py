@@ -34,7 +34,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from litforge.core.errors import ConfigError
 
 
-def _local_gradients(_state, bucket):  # type: ignore[no-untyped-def]
+def _local_gradients(_state, bucket):
     """A DDP communication hook that communicates nothing: each replica keeps its own gradients.
 
     Unannotated on purpose: DDP checks the hook's annotations and, under `from __future__ import annotations`,
@@ -74,7 +74,7 @@ class DiLoCo(DDPStrategy):
         """Wrap in DDP (which broadcasts rank 0's weights), silence its gradient all-reduce, then take the anchor."""
         super().configure_ddp()
         # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-        self.model.register_comm_hook(None, _local_gradients)  # type: ignore[operator,union-attr]
+        self.model.register_comm_hook(None, _local_gradients)  # type: ignore[operator]
         params = list(self.lightning_module.parameters())
         self.anchors = [p.detach().clone() for p in params]
         # Nesterov needs momentum > 0 in torch.optim.SGD; without momentum the outer step is plain SGD.

@@ -96,8 +96,7 @@ class DQNTask(LitforgeTask):
         action = self.act(self.obs, epsilon)
         next_obs, reward, terminated, truncated, _ = self.env.step(action)
         # a time-limit truncation is not a terminal state: keep bootstrapping from next_obs
-        # Lightning's connectors set it; Trainer does not declare it
-        self.trainer.datamodule.buffer.add(self.obs, action, float(reward), next_obs, terminated)  # type: ignore[attr-defined]
+        self.trainer.datamodule.buffer.add(self.obs, action, float(reward), next_obs, terminated)
         self.env_steps += 1
         self.episode_return += float(reward)
         self.obs = next_obs
@@ -108,8 +107,7 @@ class DQNTask(LitforgeTask):
         return None
 
     def on_fit_start(self) -> None:
-        # Lightning's connectors set it; Trainer does not declare it
-        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        datamodule = self.trainer.datamodule
         self.env = datamodule.make_env()
         self.obs, _ = self.env.reset(seed=datamodule.seed)
         self.env.action_space.seed(datamodule.seed)
@@ -203,8 +201,7 @@ class DQNTask(LitforgeTask):
 
     # ---- evaluation: greedy episodes ------------------------------------------------------------------------------
     def play_episode(self, seed: int) -> float:
-        # Lightning's connectors set it; Trainer does not declare it
-        env = self.trainer.datamodule.make_env()  # type: ignore[attr-defined]
+        env = self.trainer.datamodule.make_env()
         obs, _ = env.reset(seed=seed)
         total, done = 0.0, False
         while not done:
