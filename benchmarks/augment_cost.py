@@ -58,11 +58,12 @@ def main() -> None:
         floats = images.float() / 255
         for name in AUGMENTS[1:]:
             fn = build_augment(name)
-            rows.setdefault(f"data.augment={name}", []).append(f"{time_ms(lambda: fn(images), args.repeats, device):.2f}")
+            ms = time_ms(lambda fn=fn, images=images: fn(images), args.repeats, device)
+            rows.setdefault(f"data.augment={name}", []).append(f"{ms:.2f}")
         for name, cls in (("mixup", v2.MixUp), ("cutmix", v2.CutMix)):
             mix = cls(alpha=0.2, num_classes=10)
-            rows.setdefault(f"task.mix={name}", []).append(
-                f"{time_ms(lambda: mix(floats, labels), args.repeats, device):.2f}")
+            ms = time_ms(lambda mix=mix, floats=floats, labels=labels: mix(floats, labels), args.repeats, device)
+            rows.setdefault(f"task.mix={name}", []).append(f"{ms:.2f}")
     for name, cells in rows.items():
         print(f"| {name} | {' | '.join(cells)} |")
 

@@ -121,7 +121,7 @@ class StepRecorder:
         """Mean seconds per optimizer step inside epochs (batch start → next batch start, over the optimizer steps
         between them), after `skip_epochs` warm-up epochs."""
         pairs = [(b[0] - a[0], b[1] - a[1]) for e, ts in self.starts.items() if e >= skip_epochs
-                 for a, b in zip(ts, ts[1:])]
+                 for a, b in zip(ts, ts[1:], strict=False)]
         if not pairs:  # one batch per epoch (steps_per_call >= steps per epoch): no step inside an epoch to time
             return float("nan")
         return sum(t for t, _ in pairs) / sum(n for _, n in pairs)

@@ -211,7 +211,7 @@ def step_only(rounds: int = 16, steps: int = 4) -> list[list[Any]]:
     times = interleave({name: (lambda name=name: run(name)) for name in nets}, rounds)
     times = {name: values[2:] for name, values in times.items()}  # the first rounds warm up
     base = times["nanoGPT net"]
-    rows = [[name, f"{median(values) * 1e3:.2f}", f"{median([v / b for v, b in zip(values, base)]):.3f}"]
+    rows = [[name, f"{median(values) * 1e3:.2f}", f"{median([v / b for v, b in zip(values, base, strict=True)]):.3f}"]
             for name, values in times.items()]
     print_table(f"gpt_char's step, {rounds - 2} interleaved rounds of {steps} steps (torch threads "
                 f"{torch.get_num_threads()})", ["net", "ms per step (median)", "× nanoGPT net"], rows)
@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> list[list[Any]]:
     base = results["hand-written loop"]
     rows = []
     for name, runs in results.items():
-        ratios = [r["wall_s"] / b["wall_s"] for r, b in zip(runs, base)]
-        cpu_ratios = [r["cpu_s"] / b["cpu_s"] for r, b in zip(runs, base)]
+        ratios = [r["wall_s"] / b["wall_s"] for r, b in zip(runs, base, strict=True)]
+        cpu_ratios = [r["cpu_s"] / b["cpu_s"] for r, b in zip(runs, base, strict=True)]
         rows.append([name, runs[0]["steps"], f"{median([r['wall_s'] for r in runs]):.1f}",
                      f"{median(ratios):.2f}", f"{median([r['cpu_s'] for r in runs]):.1f}", f"{median(cpu_ratios):.2f}",
                      f"{median([r['val_loss'] for r in runs]):.4f}", ", ".join(f"{r['wall_s']:.1f}" for r in runs)])

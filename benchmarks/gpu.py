@@ -4,9 +4,9 @@
     PYTHONPATH=src python3 benchmarks/gpu.py --device cpu --tiny   # dry run: every arm a few steps on CPU (the test)
 
 Workloads: ResNet-18 (`model=resnet`) on CIFAR-shaped random images held on the device (3×32×32, 10 classes), and
-a GPT (`experiment=gpt_char` at nanoGPT's char-level size: dim 384, 6 blocks, 6 heads, 256 tokens) on `data=python_docs`,
-packed documents on. Arms, each timed over the same window of steady-state optimizer steps after a warm-up (the
-first compile, cudnn autotuning and allocations are outside it):
+a GPT (`experiment=gpt_char` at nanoGPT's char-level size: dim 384, 6 blocks, 6 heads, 256 tokens) on
+`data=python_docs`, packed documents on. Arms, each timed over the same window of steady-state optimizer steps after a
+warm-up (the first compile, cudnn autotuning and allocations are outside it):
 
 - **plain loop**: a hand-written PyTorch loop on the same net, batch and AdamW, data already on the device, fp32
   (for the GPT: `gpt_speed.NanoGPT`, fused causal SDPA, as benchmarks/gpt_speed.py's reference arm);
@@ -327,7 +327,7 @@ def flex_check(device: str) -> str:
         outs[a] = out
     logits = (outs["flex"] - outs["mask"]).abs().max().item()
     grads = max((p.grad - q.grad).abs().max().item() for p, q in zip(nets["flex"].parameters(),
-                                                                       nets["mask"].parameters()))
+                                                                       nets["mask"].parameters(), strict=True))
     return f"flex vs mask: max |Δ logits| {logits:.1e}, max |Δ grad| {grads:.1e}"
 
 

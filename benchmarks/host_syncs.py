@@ -6,8 +6,8 @@
 Patches `Tensor.item/tolist/__float__/__bool__/__int__/cpu/numpy` and counts the calls between training batches 1
 and 20 of the second epoch (steady state: no validation or epoch end inside), with where each came from. Not
 counted, because they never wait for a device: the optimizers' step counters (torch/optim keeps them on the host) and
-0-d CPU float64 tensors (litforge's host values, litforge.runtime.host_reads). tests/test_speed.py pins the same count; on a
-GPU `torch.cuda.set_sync_debug_mode("warn")` reports the real syncs.
+0-d CPU float64 tensors (litforge's host values, litforge.runtime.host_reads). tests/test_speed.py pins the same count;
+on a GPU `torch.cuda.set_sync_debug_mode("warn")` reports the real syncs.
 """
 
 from __future__ import annotations

@@ -207,19 +207,19 @@ def main() -> None:
             in_memory.setup()
             decode_once = time.perf_counter() - t0
             assert in_memory.in_memory
-            arms: dict[str, Any] = {"in-memory (decoded once)": lambda: in_memory_arm(in_memory)}
+            arms: dict[str, Any] = {"in-memory (decoded once)": lambda in_memory=in_memory: in_memory_arm(in_memory)}
             for decoder in ("pil", "torchvision"):
                 for w in args.workers:
                     arms[f"streamed folder, {decoder}, workers {w}"] = (
-                        lambda w=w, decoder=decoder: streamed_arm(root, w, decoder))
+                        lambda w=w, decoder=decoder, root=root: streamed_arm(root, w, decoder))
             pack_s = None
             if not args.no_litdata:
                 shards = tmp / f"shards{px}"
                 pack_s = optimize_shards(root, shards)
                 for w in args.workers:
-                    arms[f"LitData streaming, workers {w}"] = lambda w=w: litdata_arm(shards, w)
+                    arms[f"LitData streaming, workers {w}"] = lambda w=w, shards=shards: litdata_arm(shards, w)
             resnet = ResNetStep(px, args.step_batch)
-            arms["ResNet-18 training step"] = lambda: (resnet.samples_per_s(args.steps, args.threads),)
+            arms["ResNet-18 training step"] = lambda resnet=resnet: (resnet.samples_per_s(args.steps, args.threads),)
             results = interleave(arms, args.repeats)
 
             appetite = median([r[0] for r in results.pop("ResNet-18 training step")])

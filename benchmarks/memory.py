@@ -259,13 +259,13 @@ def run_arm(arm: str, depth: int, args: argparse.Namespace, env: dict[str, str])
             with log.open("w") as handle:
                 procs.append(subprocess.Popen([*common, "--rank", str(r)], env=env, stdout=handle,
                                               stderr=subprocess.STDOUT))
-        for proc, log in zip(procs, logs):
+        for proc, log in zip(procs, logs, strict=True):
             try:
                 proc.wait(timeout=600)
             except subprocess.TimeoutExpired:  # a hung collective: stop every rank of this arm, say which
                 for other in procs:
                     other.kill()
-                raise RuntimeError(f"{arm} depth {depth}: a rank ran past 600 s:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"{arm} depth {depth}: a rank ran past 600 s:\n{log.read_text()[-3000:]}") from None
             text = log.read_text()
             if proc.returncode:
                 raise RuntimeError(f"{arm} depth {depth} rank failed:\n{text[-3000:]}")
@@ -284,7 +284,7 @@ def largest_depth(depths: list[int], totals: list[float], budget: float) -> tupl
     the measured points (memory is linear in depth at fixed dim/block/batch); and whether that lies beyond them."""
     n = len(depths)
     mean_d, mean_t = sum(depths) / n, sum(totals) / n
-    slope = sum((d - mean_d) * (t - mean_t) for d, t in zip(depths, totals)) / sum((d - mean_d) ** 2 for d in depths)
+    slope = sum((d - mean_d) * (t - mean_t) for d, t in zip(depths, totals, strict=True)) / sum((d - mean_d) ** 2 for d in depths)
     intercept = mean_t - slope * mean_d
     fit = int((budget - intercept) // slope) if slope > 0 else 10**9
     return max(fit, 0), fit > max(depths)
@@ -394,8 +394,8 @@ def main() -> None:
         base_act = [r["peak_step_mb"] - r["grad_mb"] for r in results["none"]]
         steps = [r["step_s"] for r in results[mode]]
         base_steps = [r["step_s"] for r in results["none"]]
-        act_ratio = statistics.median(a / b for a, b in zip(act, base_act))
-        step_ratio = statistics.median(s / b for s, b in zip(steps, base_steps))
+        act_ratio = statistics.median(a / b for a, b in zip(act, base_act, strict=True))
+        step_ratio = statistics.median(s / b for s, b in zip(steps, base_steps, strict=True))
         print(f"| {mode} | {statistics.median(act):.0f} | {act_ratio:.2f} | {statistics.median(steps):.3f} | "
               f"{step_ratio:.2f} |")
     saved = statistics.median(r["saved_mb"] for r in results["none"])

@@ -19,7 +19,8 @@ from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
 
 def hooks_us_per_step(device: str, every: int, steps: int = 3000) -> float:
     guard = StopOnNonFiniteLoss(check_every_n_steps=every)
-    # not a logging step: only `check_every_n_steps` makes the guard read (litforge.runtime.host_reads reads on logging steps)
+    # not a logging step: only `check_every_n_steps` makes the guard read (litforge.runtime.host_reads reads on logging
+    # steps)
     trainer = SimpleNamespace(current_epoch=0, global_step=0, checkpoint_callback=None,
                               _logger_connector=SimpleNamespace(should_update_logs=False))
     loss = torch.tensor(1.0, device=device)

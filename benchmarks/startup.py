@@ -62,7 +62,7 @@ def main() -> None:
     print("| command | seconds | × bare import |")
     print("|---|---|---|")
     for name, values in times.items():
-        ratio = statistics.median(v / b for v, b in zip(values, base))
+        ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
         print(f"| `{name}` | {statistics.median(values):.2f} | {ratio:.2f} |")
 
 

@@ -119,10 +119,10 @@ def measure(case: str, repeats: int, threads: int, variants: bool,
         steps = [r.step_time() for r in recs]
         epochs = [r.epoch_time() for r in recs]
         rows.append([case, name, f"{median(steps) * 1e3:.2f}",
-                     f"{median([s / p for s, p in zip(steps, plain_steps)]):.3f}",
-                     f"{median([s / d for s, d in zip(steps, default_steps)]):.3f}",
-                     f"{median(epochs) * 1e3:.0f}", f"{median([e / p for e, p in zip(epochs, plain_epochs)]):.3f}",
-                     f"{median([e / p for e, p in zip(epochs, recorded_epochs)]):.3f}", f"{calls[name]:.0f}"])
+                     f"{median([s / p for s, p in zip(steps, plain_steps, strict=True)]):.3f}",
+                     f"{median([s / d for s, d in zip(steps, default_steps, strict=True)]):.3f}",
+                     f"{median(epochs) * 1e3:.0f}", f"{median([e / p for e, p in zip(epochs, plain_epochs, strict=True)]):.3f}",
+                     f"{median([e / p for e, p in zip(epochs, recorded_epochs, strict=True)]):.3f}", f"{calls[name]:.0f}"])
     return rows
 
 

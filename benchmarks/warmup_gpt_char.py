@@ -50,10 +50,10 @@ def main() -> None:
                       flush=True)
     print(f"\n{'schedule':22s} {'val/loss (median)':>18s} {'test/loss (median)':>19s} {'wall s (median)':>16s}")
     for name, rows in results.items():
-        print(f"{name:22s} {statistics.median(r['val/loss'] for r in rows):18.4f} "
-              f"{statistics.median(r['test/loss'] for r in rows):19.4f} {statistics.median(r['wall_s'] for r in rows):16.1f}")
+        val, test, wall = (statistics.median(r[key] for r in rows) for key in ("val/loss", "test/loss", "wall_s"))
+        print(f"{name:22s} {val:18.4f} {test:19.4f} {wall:16.1f}")
     base, new = results.values()
-    diffs = [b["test/loss"] - n["test/loss"] for b, n in zip(base, new)]
+    diffs = [b["test/loss"] - n["test/loss"] for b, n in zip(base, new, strict=True)]
     print(f"test/loss cosine - warmup_cosine per seed: {', '.join(f'{d:+.4f}' for d in diffs)} "
           f"(positive: warmup_cosine is better); OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 

@@ -71,7 +71,7 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
             apply_fsdp(net, mesh, **kwargs)
             batch = local
         seen: dict[str, Any] = {}
-        def note_dtype(module: torch.nn.Module, args: Any) -> None:
+        def note_dtype(module: torch.nn.Module, args: Any, seen: dict[str, Any] = seen) -> None:
             seen.setdefault("compute_dtype", str(module.weight.dtype))
 
         net.blocks[0].attn.q.register_forward_pre_hook(note_dtype)
@@ -90,9 +90,9 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
 
 
 def hsdp(rank: int, world: int, port: int, out: str) -> None:
-    """HSDP over (2 replicas x 2 shards) through litforge's own `shard`: three SGD-momentum steps, each rank on its quarter of
-    the batch, must end where one process ends on the whole batch (which is DDP's result); each rank holds half of
-    every sharded parameter, and the two replicas of a shard hold the same values."""
+    """HSDP over (2 replicas x 2 shards) through litforge's own `shard`: three SGD-momentum steps, each rank on its
+    quarter of the batch, must end where one process ends on the whole batch (which is DDP's result); each rank holds
+    half of every sharded parameter, and the two replicas of a shard hold the same values."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 

@@ -1,5 +1,5 @@
-"""litforge.runtime.compat holds every private Lightning/Hydra name litforge uses; these tests fail, naming the entry, when a
-new release renames one, and keep private names from creeping into the rest of src/."""
+"""litforge.runtime.compat holds every private Lightning/Hydra name litforge uses; these tests fail, naming the entry,
+when a new release renames one, and keep private names from creeping into the rest of src/."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ def assert_resumes_exactly(make_loader, k: int) -> None:
     resumed.load_state_dict(state)
     rest = list(resumed)
     assert len(rest) == len(whole) - k > 0
-    for expected, got in zip(whole[k:], rest):
-        for a, b in zip(expected, got):
+    for expected, got in zip(whole[k:], rest, strict=True):
+        for a, b in zip(expected, got, strict=True):
             assert torch.equal(a, b)
 
 

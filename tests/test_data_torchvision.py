@@ -127,7 +127,7 @@ def check_roundtrip(dm: TorchvisionImageDataModule, arrays: dict[str, tuple[Tens
         images, labels = dm.split_arrays(split)
         assert images.dtype == torch.uint8 and labels.dtype == torch.int64
         assert tuple(images.shape[1:]) == dm.input_shape
-        for image, label in zip(images, labels):
+        for image, label in zip(images, labels, strict=True):
             index = int(image.flatten()[0])
             assert torch.equal(image, written_images[index])
             assert int(label) == int(written_labels[index])

@@ -196,7 +196,8 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
         "[ok](docs/there.md) [ok anchor](docs/there.md#a-title-with_codepy) [web](https://example.com) [top](#x)\n"
         "[gone](docs/gone.md) [bad anchor](docs/there.md#nope) `[not a link](docs/in_code.md)`\n"
         "```\n[in a fence](docs/fenced.md)\n```\n"
-        "`litforge.checkpointing.restore.load_for_inference` `litforge.tasks.classification.ClassificationTask.step_loss`\n"
+        "`litforge.checkpointing.restore.load_for_inference` "
+        "`litforge.tasks.classification.ClassificationTask.step_loss`\n"
         "`litforge.jobs.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.main.CONF_DIR.parent`\n"
         "python train.py, python benchmarks/gone.py\n")
     (tmp_path / "train.py").write_text("")

@@ -1,4 +1,5 @@
-"""Elastic restarts: `torchrun --max-restarts=1 ... train.py resume=auto`, one rank killed, ends like an uninterrupted run.
+"""Elastic restarts: `torchrun --max-restarts=1 ... train.py resume=auto`, one rank killed, ends like an uninterrupted
+run.
 
 torchrun restarts the whole worker group when a rank dies; `resume=auto` on every rank continues from the newest
 checkpoint (`checkpoint_every`). The reference is one process on the same global batch (2 x 16 = 32), which DDP

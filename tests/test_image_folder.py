@@ -63,7 +63,7 @@ def check_splits_match_files(dm: ImageFolderDataModule, written: dict[str, tuple
         images, labels = dm.split_arrays(split)
         samples = dm.split_samples(split)
         assert len(images) == len(labels) == len(samples)
-        for image, label, (path, sample_label) in zip(images, labels, samples):
+        for image, label, (path, sample_label) in zip(images, labels, samples, strict=True):
             pixels, written_label = written[path]
             assert int(label) == sample_label == written_label
             assert torch.equal(image, as_chw(pixels))
@@ -165,7 +165,7 @@ def test_load_image_tensor_matches_training(tmp_path: Path) -> None:
     written = write_folder(tmp_path, per_class=2, size_hw=(6, 10))
     dm = ImageFolderDataModule(root=str(tmp_path), val_fraction=0.0, test_fraction=0.0)
     images, _ = dm.split_arrays("train")
-    for image, (path, _) in zip(images, dm.split_samples("train")):
+    for image, (path, _) in zip(images, dm.split_samples("train"), strict=True):
         assert torch.equal(load_image_tensor(path, 3), image)
         # what predict.py does: the datamodule's own shape (here the native size, so no resampling)
         assert torch.equal(load_image_tensor(path, dm.input_shape[0], dm.input_shape[1:]), image)
@@ -385,7 +385,7 @@ def test_torchvision_and_pil_decoders_give_the_same_tensors(tmp_path: Path, monk
     write_jpegs(tmp_path / "rgb", per_class=3, size_hw=(20, 24))
     write_jpegs(tmp_path / "grey", per_class=2, size_hw=(20, 24), mode="L")
     for folder, image_size, tolerance in (("rgb", None, 0), ("grey", None, 0), ("rgb", [11, 9], 1)):
-        def arrays(decoder: str) -> Tensor:
+        def arrays(decoder: str, folder: str = folder, image_size: list[int] | None = image_size) -> Tensor:
             dm = ImageFolderDataModule(root=str(tmp_path / folder), image_size=image_size, decoder=decoder,
                                        max_in_memory_mb=max_in_memory_mb, val_fraction=0.0, test_fraction=0.0)
             return dm.split_arrays("train")[0]

@@ -1,5 +1,6 @@
 """K-fold cross-validation (`data.num_folds`, `data.fold`): disjoint stratified folds of the train+val pool, the test
-split untouched, the bad values refused in one line, and `litforge.records.aggregate` giving mean ± std over the folds."""
+split untouched, the bad values refused in one line, and `litforge.records.aggregate` giving mean ± std over the
+folds."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_fold_indices_are_disjoint_cover_the_pool_stratified_and_seeded():
         for c in range(4):  # each fold holds 1/K of every class, within one sample
             share = int((labels == c).sum()) / k
             assert abs(int((labels[val] == c).sum()) - share) < 1
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(folds, [fold_indices(labels, k, i, 3) for i in range(k)]))
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(folds, [fold_indices(labels, k, i, 3) for i in range(k)], strict=True))
     assert not torch.equal(fold_indices(labels, k, 0, seed=4)[1], folds[0][1]), "another split_seed, other folds"
 
 

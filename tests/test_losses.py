@@ -24,7 +24,7 @@ def softmax(row: list[float]) -> list[float]:
 def hand_focal(gamma: float, alpha: list[float] | None = None) -> list[float]:
     """-alpha_t (1 - p_t)^gamma log p_t per sample."""
     out = []
-    for row, t in zip(LOGITS, TARGETS):
+    for row, t in zip(LOGITS, TARGETS, strict=True):
         p_t = softmax(row)[t]
         a_t = 1.0 if alpha is None else alpha[t]
         out.append(-a_t * (1 - p_t) ** gamma * math.log(p_t))
@@ -34,10 +34,10 @@ def hand_focal(gamma: float, alpha: list[float] | None = None) -> list[float]:
 def hand_smoothed_ce(eps: float) -> list[float]:
     """-sum_c q_c log p_c with q = (1 - eps) one-hot + eps / C, PyTorch's definition of label smoothing."""
     out = []
-    for row, t in zip(LOGITS, TARGETS):
+    for row, t in zip(LOGITS, TARGETS, strict=True):
         p = softmax(row)
         q = [(1 - eps) * (c == t) + eps / len(row) for c in range(len(row))]
-        out.append(-sum(qc * math.log(pc) for qc, pc in zip(q, p)))
+        out.append(-sum(qc * math.log(pc) for qc, pc in zip(q, p, strict=True)))
     return out
 
 
@@ -80,10 +80,10 @@ def test_alpha_per_class_and_scalar() -> None:
 def test_focal_with_label_smoothing_hand_computed() -> None:
     eps, gamma = 0.1, 2.0
     expected = []
-    for row, t in zip(LOGITS, TARGETS):
+    for row, t in zip(LOGITS, TARGETS, strict=True):
         p = softmax(row)
         q = [(1 - eps) * (c == t) + eps / 3 for c in range(3)]
-        expected.append(-sum(qc * (1 - pc) ** gamma * math.log(pc) for qc, pc in zip(q, p)))
+        expected.append(-sum(qc * (1 - pc) ** gamma * math.log(pc) for qc, pc in zip(q, p, strict=True)))
     logits, targets = inputs()
     loss = FocalLoss(gamma=gamma, label_smoothing=eps, reduction="none")(logits, targets)
     torch.testing.assert_close(loss, torch.tensor(expected, dtype=torch.float32))

@@ -71,13 +71,13 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
         materialize(net, "cpu")
     local = {t.to_local().untyped_storage().data_ptr(): t.to_local().untyped_storage().nbytes()
              for t in net.parameters()}
-    equal_init = all(torch.equal(p.full_tensor(), q) for p, q in zip(net.parameters(), reference.parameters()))
+    equal_init = all(torch.equal(p.full_tensor(), q) for p, q in zip(net.parameters(), reference.parameters(), strict=True))
     torch.manual_seed(1)  # starting weights (task.init_from) load into another seed's sharded net after meta init
     other = build_on_meta(lambda: GPT(**GPT_KW))
     shard(other, mesh)
     materialize(other, "cpu")
     other.load_state_dict(shard_like(other, reference.state_dict()))
-    loaded = all(torch.equal(p.full_tensor(), q) for p, q in zip(other.parameters(), reference.parameters()))
+    loaded = all(torch.equal(p.full_tensor(), q) for p, q in zip(other.parameters(), reference.parameters(), strict=True))
     idx = torch.randint(0, 17, (4, 17), generator=torch.Generator().manual_seed(1))
     opt = torch.optim.SGD(net.parameters(), lr=0.3)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.3)
@@ -89,7 +89,7 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
         losses.append(float(_loss(reference, idx).detach()))
-    max_diff = max(float((p.full_tensor() - q).detach().abs().max()) for p, q in zip(net.parameters(), reference.parameters()))
+    max_diff = max(float((p.full_tensor() - q).detach().abs().max()) for p, q in zip(net.parameters(), reference.parameters(), strict=True))
     return {"whole": whole, "largest_module": largest_module, "peak": counter.peak,
             "local": sum(local.values()), "equal_init": equal_init, "loaded": loaded, "max_diff": max_diff, "losses": losses}
 

@@ -90,9 +90,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     predict(cfg("predict", f"ckpt_path={checkpoint}", f"input={files[0].parent}", f"output={out_csv}"))
     with out_csv.open() as handle:
         predicted = {Path(row["input"]).name: row["class_name"] for row in csv.DictReader(handle)}
-    export_float = lambda: export(cfg("export", f"ckpt_path={checkpoint}", "input_dtype=float32",  # noqa: E731
-                                      "quantize=[]", "report.batch_sizes=[1]", "report.threads=[1]",
-                                      "report.rounds=1", out="export_float"))
+    def export_float():  # called by the test that needs it: the export takes a while
+        return export(cfg("export", f"ckpt_path={checkpoint}", "input_dtype=float32", "quantize=[]",
+                          "report.batch_sizes=[1]", "report.threads=[1]", "report.rounds=1", out="export_float"))
     GlobalHydra.instance().clear()
     return {"checkpoint": Path(checkpoint), "out": tmp / "export", "tmp": tmp, "files": files,
             "predicted": predicted, "export_float": export_float}

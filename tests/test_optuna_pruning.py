@@ -18,8 +18,9 @@ MAX_EPOCHS = 2
 
 @pytest.mark.slow
 def test_median_pruner_stops_a_hopeless_trial_early_and_the_summary_ranks_only_completed_ones(tmp_path: Path):
-    """Trials 0-1 (lr 0.05) complete and start the pruner; trial 2 (lr 1e-7, enqueued as Hydra prints it, 1e-07: no sampler luck) scores
-    below their median at its first validation, so it is pruned after 1 of 2 epochs, its run folder kept."""
+    """Trials 0-1 (lr 0.05) complete and start the pruner; trial 2 (lr 1e-7, enqueued as Hydra prints it, 1e-07: no
+    sampler luck) scores below their median at its first validation, so it is pruned after 1 of 2 epochs, its run folder
+    kept."""
     import optuna
     from optuna.trial import TrialState
 

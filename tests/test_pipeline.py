@@ -94,7 +94,7 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     for step, size in enumerate((8, 8, 6, 8)):  # 6: a partial batch, 3 micro-batches
         if step == 3:  # a checkpoint and an exact resume: the full net and optimizer on every rank, a fresh start
             sync_full_net(task, held)
-            out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters()))
+            out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters(), strict=True))
             saved = {"state_dict": task.state_dict(), "optimizer": merged_optimizer_state(opt.state_dict(), world_size)}
             ref_state = ref_opt.state_dict()["state"]
             out["optimizer"] = max((saved["optimizer"]["state"][k]["momentum_buffer"] - v["momentum_buffer"]).abs()

@@ -59,7 +59,7 @@ def _pipeline_dp_equals_one_process(rank: int, world_size: int, kind: str, sched
         out["metric"] = abs(task.train_acc.compute().item() - reference.train_acc.compute().item())
     # a checkpoint: the whole net and the merged optimizer state on every rank, as rank 0 writes them
     sync_full_net(task, held, layout.stage_ranks, layout.pp_group)
-    out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters()))
+    out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters(), strict=True))
     merged = merged_optimizer_state(opt.state_dict(), len(stages), layout.pp_group)["state"]
     ref_state = ref_opt.state_dict()["state"]
     assert sorted(merged) == sorted(ref_state)

@@ -1,4 +1,5 @@
-"""The command line is checked before Hydra starts a job (litforge.cli.preflight): one line, the fix, a fraction of a second.
+"""The command line is checked before Hydra starts a job (litforge.cli.preflight): one line, the fix, a fraction of a
+second.
 
 In-process, through the functions the entry scripts call; tests/test_bad_input.py runs some of the same command
 lines through the real CLI. The values themselves are judged by the rule table (tests/test_validation.py).

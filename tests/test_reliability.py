@@ -536,7 +536,8 @@ def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resum
 
 def test_resume_auto_takes_the_previous_sharded_folder_when_a_kill_fell_between_the_swap_renames(tmp_path):
     """ModelParallel.save_checkpoint swaps folders with two renames (old -> .last.ckpt.previous, new -> last.ckpt);
-    a kill between them leaves no last.ckpt: the previous folder is resumed. An incomplete folder (no .metadata) never is."""
+    a kill between them leaves no last.ckpt: the previous folder is resumed. An incomplete folder (no .metadata) never
+    is."""
     from litforge.checkpointing.resume import resolve
 
     checkpoints = tmp_path / "train" / "runs" / "run" / "checkpoints"

@@ -27,7 +27,7 @@ def test_linear_warmup_to_the_peak_then_cosine_to_eta_min():
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])  # linear, never 0, peak on step W-1
     decay = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / 6)) for k in range(6)]
     assert lrs[4:] == pytest.approx(decay)  # cosine over the remaining T-W steps
-    assert lrs[3] == lrs[4] == 1.0 and all(a > b for a, b in zip(lrs[4:], lrs[5:])) and lrs[-1] > 0.1
+    assert lrs[3] == lrs[4] == 1.0 and all(a > b for a, b in zip(lrs[4:], lrs[5:], strict=False)) and lrs[-1] > 0.1
 
 
 def test_the_warmup_can_be_a_fraction_of_the_run_and_zero_is_plain_cosine():

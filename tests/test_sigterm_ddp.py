@@ -93,7 +93,8 @@ GLOO_PRELOAD = ("pytorch_lightning", "litforge.jobs.train")  # what the shared `
 
 
 def test_lightning_alone_broadcasts_before_every_step(ranks: GlooRanks, tmp_path):
-    """The control arm: the counter sees Lightning's per-step SIGTERM broadcast (Lightning-AI/pytorch-lightning#21487)."""
+    """The control arm: the counter sees Lightning's per-step SIGTERM broadcast
+    (Lightning-AI/pytorch-lightning#21487)."""
     for seen in ranks.run(_fit_on_ranks, str(tmp_path), (), False, timeout=120):
         assert seen["per_batch"] == [["broadcast"]] * 10 and seen["exit_code"] == 0
 

@@ -145,7 +145,8 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
 def test_single_rank_fsdp_tests_from_its_best_checkpoint(tmp_path: Path):
     """`strategy=fsdp trainer.devices=1` (one GPU): FSDP2 runs over a 1-rank mesh, so the sharded checkpoint holds
     DTensor weights and the final trainer.test(ckpt_path=best) loads it. Before, the net stayed unsharded on one rank
-    and Lightning's loader refused ("Could not find a distributed model"): found by benchmarks/gpu_smoke.py on an H200."""
+    and Lightning's loader refused ("Could not find a distributed model"): found by benchmarks/gpu_smoke.py on an
+    H200."""
     result = run_cli("train.py", *TINY, *QUIET, *TINY_VIT, "trainer.max_epochs=1", "strategy=fsdp", "trainer.devices=1",
                      log_dir=tmp_path, timeout=300)
     assert result.returncode == 0, result.output[-3000:]
@@ -157,7 +158,8 @@ def test_single_rank_fsdp_tests_from_its_best_checkpoint(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_spawn_trains_two_ranks_into_one_run_folder(tmp_path: Path):
-    """`strategy=ddp_spawn`: ranks spawned from the running process; one folder, one set of checkpoints, a test metric."""
+    """`strategy=ddp_spawn`: ranks spawned from the running process; one folder, one set of checkpoints, a test
+    metric."""
     result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp_spawn", "trainer.devices=2",
                      log_dir=tmp_path, timeout=300)
     assert result.returncode == 0, result.output[-3000:]
@@ -268,7 +270,7 @@ def test_local_sgd_ranks_drift_between_averages_and_meet_at_each(tmp_path: Path)
     assert result.returncode == 0, result.output[-3000:]
     a, b = (rank["fingerprints"] for rank in _ranks(tmp_path / "probe", 2))
     assert len(a) == 7
-    for step, (x, y) in enumerate(zip(a, b)):
+    for step, (x, y) in enumerate(zip(a, b, strict=True)):
         averaged = step % period == 0  # torch's PeriodicModelAverager averages at its steps 0, period, 2*period, ...
         assert (abs(x - y) < 1e-6 * max(1.0, abs(x))) == averaged, (step, x, y)
 
@@ -380,8 +382,8 @@ def _fsdp_options_rank(rank: int, *args: object) -> None:
 @pytest.mark.distributed
 def test_hsdp_on_four_ranks_shards_in_pairs_and_matches_one_process(tmp_path: Path):
     """strategy=hsdp's sharding (litforge.parallel.plans.shard with replicate_size=2) on 4 gloo ranks: a 2 x 2
-    (replicate, shard) mesh, half of each weight per rank, replicas identical, and after three SGD-momentum steps the same
-    parameters as one process on the whole batch (= DDP's result) within 1e-5."""
+    (replicate, shard) mesh, half of each weight per rank, replicas identical, and after three SGD-momentum steps the
+    same parameters as one process on the whole batch (= DDP's result) within 1e-5."""
     import torch.multiprocessing as mp
 
     mp.spawn(_hsdp_rank, args=(4, _free_port(), str(tmp_path)), nprocs=4, join=True)

@@ -48,7 +48,7 @@ def test_prepare_writes_every_split_and_the_shape_facts(shards: Path):
     assert streamed.describe() == source.describe()
     assert streamed.state_dict() == source.state_dict()  # the normalisation the checkpoint carries
     for split in ("val", "test"):  # the very samples, in stored order
-        for got, expected in zip(streamed.split_arrays(split), source.split_arrays(split)):
+        for got, expected in zip(streamed.split_arrays(split), source.split_arrays(split), strict=True):
             assert torch.equal(got, expected)
 
 
@@ -83,7 +83,7 @@ def test_prepare_reads_an_image_folder_file_by_file(tmp_path: Path, monkeypatch:
     streamed = StreamingImageDataModule(input_dir=str(tmp_path / "shards"))
     assert streamed.describe() == source.describe()
     for split, arrays in expected.items():
-        for got, want in zip(streamed.split_arrays(split), arrays):
+        for got, want in zip(streamed.split_arrays(split), arrays, strict=True):
             assert torch.equal(got, want)
 
 
@@ -133,8 +133,8 @@ def test_the_streaming_loader_resumes_mid_epoch_exactly(shards: Path, num_worker
     resumed.load_state_dict(state)
     rest = _batches(resumed)
     assert len(rest) == len(whole) - 4 > 0
-    assert all(torch.equal(a, b["index"]) for a, b in zip(seen, whole))
-    for expected, got in zip(whole[4:], rest):
+    assert all(torch.equal(a, b["index"]) for a, b in zip(seen, whole, strict=False))
+    for expected, got in zip(whole[4:], rest, strict=True):
         assert all(torch.equal(expected[k], got[k]) for k in ("index", "image", "label"))
 
 

@@ -21,7 +21,7 @@ from litforge.config.validation import RELATIONS, RULES, check_config, check_gro
 JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
 
 
-# ---- the table itself --------------------------------------------------------------------------------------------------
+# ---- the table itself ------------------------------------------------------------------------------------------------
 def conf_keys() -> set[str]:
     """Every full key some conf/ option sets, read from the YAML files (`@package _global_` ones at the root)."""
     keys: set[str] = set()

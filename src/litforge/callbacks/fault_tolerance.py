@@ -128,8 +128,8 @@ class CheckpointOnSignal(Callback):
     the loop position and our in-memory loader skips the batches already trained on.
 
     `hang_grace` (seconds, null = off): a rank that never reaches the next step boundary (blocked in a collective)
-    would ignore SIGTERM; from setup to teardown a litforge.runtime.watchdog.HangWatchdog ends such a process that long after
-    SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
+    would ignore SIGTERM; from setup to teardown a litforge.runtime.watchdog.HangWatchdog ends such a process that long
+    after SIGTERM, with every thread's stack on stderr and in the run's log, exit code 143.
 
     Under DDP no collective runs per step for this (Lightning broadcasts a SIGTERM flag before every step): each
     rank's handler only notes the signal, and the ranks agree on it with one tiny all-reduce every
@@ -140,8 +140,9 @@ class CheckpointOnSignal(Callback):
     SIGTERM during `fit`'s validation stops it after the current validation batch (under DDP the ranks agree every
     `check_every_n_steps` validation batches, which all ranks count alike), not after the whole validation: a long
     one would outlast the grace a scheduler gives before SIGKILL (SLURM's KillWait, 30 s). The checkpoint then
-    resumes by running that validation again from its first batch (litforge.runtime.compat.restart_validation_on_resume):
-    Lightning would otherwise skip it on resume, and its metrics, checkpoint choice and early stopping with it.
+    resumes by running that validation again from its first batch
+    (litforge.runtime.compat.restart_validation_on_resume): Lightning would otherwise skip it on resume, and its
+    metrics, checkpoint choice and early stopping with it.
     """
 
     def __init__(self, filename: str = "last", hang_grace: float | None = 60,
@@ -157,7 +158,8 @@ class CheckpointOnSignal(Callback):
         self._validating = False  # inside fit's validation (not the sanity check)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        # Lightning's connectors set it; Trainer does not declare it
+        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))  # type: ignore[attr-defined]
         decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
         every = max(every, int(decide_every or 1))
         self._every = every

@@ -61,7 +61,7 @@ class ClassificationImages(pl.Callback):
         fig.set_size_inches(max(4.0, 0.5 * len(names) + 2), max(4.0, 0.5 * len(names) + 2))
         figures = {"test/confusion_matrix": fig}
         if self._samples:
-            figures["test/predictions"] = prediction_grid(*map(torch.cat, zip(*self._samples)), names)
+            figures["test/predictions"] = prediction_grid(*map(torch.cat, zip(*self._samples, strict=True)), names)
         for logger in tensorboard_loggers(trainer):
             for tag, figure in figures.items():
                 logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)

@@ -1,7 +1,7 @@
 """Store which code trained the weights, and which tracker runs record them, in every checkpoint.
 
-litforge.records.provenance writes the full record to the run folder; a checkpoint carries the summary (commit, dirty flag,
-start) and the tracker run ids (`{"mlflow": <run id>}`), so `eval.py` can name the commit and `resume=auto` can
+litforge.records.provenance writes the full record to the run folder; a checkpoint carries the summary (commit, dirty
+flag, start) and the tracker run ids (`{"mlflow": <run id>}`), so `eval.py` can name the commit and `resume=auto` can
 continue the same MLflow run (litforge.records.tracking.continue_runs).
 """
 

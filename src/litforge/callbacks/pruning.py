@@ -122,7 +122,7 @@ class Pruning(ModelPruning):
     # ---- when ------------------------------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._restored_masks:  # resumed: put the checkpoint's masks back before any step
-            for (module, name), key in zip(self._resolve(pl_module), self._names):
+            for (module, name), key in zip(self._resolve(pl_module), self._names, strict=True):
                 mask = self._restored_masks.get(key)
                 if mask is not None and not prune.is_pruned(module):
                     prune.custom_from_mask(module, name, mask.to(module.weight.device))
@@ -155,7 +155,8 @@ class Pruning(ModelPruning):
         out: dict[str, float] = {}
         zeros = total = 0
         for name in self._names:
-            weight = pl_module.get_submodule(name).weight.detach()
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            weight = pl_module.get_submodule(name).weight.detach()  # type: ignore[operator]
             if self.structured:
                 units = weight.flatten(1).abs().sum(1) == 0
                 layer_zeros, layer_total = int(units.sum()), units.numel()
@@ -171,7 +172,7 @@ class Pruning(ModelPruning):
     def state_dict(self) -> dict[str, Any]:
         masks = {}
         modules = self._resolve(self._module) if self._names else []
-        for name, (module, _) in zip(self._names, modules):
+        for name, (module, _) in zip(self._names, modules, strict=True):
             mask = getattr(module, "weight_mask", None)
             if mask is not None:
                 masks[name] = mask.detach().to("cpu", torch.bool)

@@ -18,7 +18,8 @@ def restart_selection(trainer: pl.Trainer, reason: str) -> None:
     """Forget the best score of ModelCheckpoint / EarlyStopping: only epochs from now on compete."""
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
-    for callback in trainer.callbacks:
+    # Lightning's connectors set it; Trainer does not declare it
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
         if isinstance(callback, ModelCheckpoint) and callback.monitor:
             worst = torch.tensor(float("inf") if callback.mode == "min" else -float("inf"))
             callback.best_k_models = {}

@@ -108,7 +108,8 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
     example = getattr(pl_module, "example_input_array", None)
     if isinstance(example, torch.Tensor):
         return example
-    shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")
+    # Lightning's connectors set it; Trainer does not declare it
+    shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")  # type: ignore[attr-defined]
     return torch.zeros(1, *shape) if shape else None
 
 

@@ -61,7 +61,9 @@ def resolve_deadline(value: Any, env: Mapping[str, str] = os.environ,
                           "or time_limit=auto (SLURM's job end time)")
     limits = []
     if value != "auto":
-        limits.append(started() + float(parse_duration(value)))
+        seconds = parse_duration(value)
+        assert seconds is not None  # is_time_limit accepted it
+        limits.append(started() + seconds)
     slurm = env.get(SLURM_END, "").strip()
     if slurm.isdigit() and int(slurm) > 0:
         limits.append(float(slurm))

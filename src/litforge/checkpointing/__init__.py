@@ -1,1 +1,2 @@
-"""Everything about checkpoints: atomic writes, safe loading and trust, resume rules, run folders, the callbacks that save."""
+"""Everything about checkpoints: atomic writes, safe loading and trust, resume rules, run folders, the callbacks that
+save."""

@@ -69,7 +69,8 @@ def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Pat
         return None
     if value in ("auto", "last"):
         runs = interrupted_runs(Path(log_dir), task_name)
-        return (runs[0].resolve(), run_checkpoint(runs[0]).resolve()) if runs else None
+        checkpoint = run_checkpoint(runs[0]) if runs else None
+        return (runs[0].resolve(), checkpoint.resolve()) if checkpoint is not None else None  # listed runs hold one
     path = Path(value).expanduser()
     if path.is_file() or is_sharded_checkpoint(path):
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent

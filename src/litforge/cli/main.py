@@ -127,7 +127,7 @@ def print_config(cfg: DictConfig) -> None:
     tree = Tree("config", guide_style="dim")
     for key, value in cfg.items():
         text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
-        tree.add(f"[bold]{key}[/]").add(Syntax(text.rstrip(), "yaml", background_color="default"))
+        tree.add(f"[bold]{key!s}[/]").add(Syntax(text.rstrip(), "yaml", background_color="default"))
     Console().print(tree)
 
 

@@ -6,8 +6,8 @@
    (`optimizer.lr=0.1,0.01`) or `hparams_search=...` without `-m` (Hydra would run one job, or none), an option
    that does not exist (`model=resnt`), a key the config does not have (`trainer.max_epoch=3`);
 2. it composes the config the way Hydra will (torch-free, about a tenth of a second) and checks every value in it
-   against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved), and
-   the type of each `key=value` override against that key's default where the table has no rule;
+   against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved),
+   and the type of each `key=value` override against that key's default where the table has no rule;
 3. it checks that `paths.log_dir` is a writable folder with at least `paths.min_free_mb` free: Hydra would otherwise
    fail with a traceback when it creates the run folder, or the run would die at its first checkpoint;
 4. for `resume=...` (train only) it finds the run folder to continue and rewrites the command line so Hydra reuses
@@ -15,8 +15,9 @@
    checkpoints of the resumed run continue in one place.
 
 With `-m` it refuses only what would fail every job alike (an unknown option, `resume=`); each job checks its own
-values, so a sweep records a failed job and goes on. Anything it cannot judge (`--cfg`, `--help`, other config paths, a config that does not compose) is left to Hydra,
-whose own error messages then apply. Every failure is one `litforge: error: ...` line and exit code 1.
+values, so a sweep records a failed job and goes on. Anything it cannot judge (`--cfg`, `--help`, other config paths, a
+config that does not compose) is left to Hydra, whose own error messages then apply. Every failure is one
+`litforge: error: ...` line and exit code 1.
 """
 
 from __future__ import annotations

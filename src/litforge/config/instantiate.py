@@ -2,8 +2,8 @@
 
 The bottom layer of litforge's config handling: the jobs build data, callbacks, loggers and the trainer with
 :func:`instantiate_group` / :func:`instantiate_named`, which first check the group's values against the rule table
-(litforge.config.validation.check_group); tasks build their net, optimizer and scheduler with :func:`call_partial`. A bad
-`_target_`, an argument the target does not take or a value the table cannot judge never reaches the user as a
+(litforge.config.validation.check_group); tasks build their net, optimizer and scheduler with :func:`call_partial`. A
+bad `_target_`, an argument the target does not take or a value the table cannot judge never reaches the user as a
 traceback from inside Hydra.
 """
 
@@ -102,7 +102,7 @@ def accepted_arguments(target: str | Any) -> list[str]:
         obj = get_object(target) if isinstance(target, str) else target
     except Exception:
         return []
-    functions = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
+    functions = [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
     names: list[str] = []
     for function in functions:
         try:

@@ -10,8 +10,8 @@ Where the checks run, once for each way a config reaches litforge:
 - the command line: :func:`check_config` on the whole composed config, in litforge.cli.preflight before Hydra starts a
   job (a typo costs a fraction of a second);
 - every config, also one composed in code (notebooks, tests): :func:`check_group` where a group is built
-  (litforge.config.instantiate.instantiate_group, litforge.jobs.build.build_task / build_strategy), and :func:`check_run`
-  for the keys a job reads itself (top level, `paths`) and the relations across groups.
+  (litforge.config.instantiate.instantiate_group, litforge.jobs.build.build_task / build_strategy), and
+  :func:`check_run` for the keys a job reads itself (top level, `paths`) and the relations across groups.
 
 Torch-free, like everything the CLI runs before a job. Checks that need built objects (an image size against the
 patch size, a GPU for sync_batchnorm) stay where those objects are made.
@@ -528,7 +528,7 @@ RELATIONS: tuple[Relation, ...] = (
 )
 
 
-# ---- checking ----------------------------------------------------------------------------------------------------------
+# ---- checking --------------------------------------------------------------------------------------------------------
 _EXACT = {k: r for k, r in RULES.items() if not any(c in k for c in "*?[")}
 _PATTERNS = [(re.compile(fnmatch.translate(k)), r) for k, r in RULES.items() if k not in _EXACT]
 _MISSING = object()
@@ -623,7 +623,7 @@ def _check_relation(relation: Relation, lookup: Callable[[str], Any]) -> None:
     values = [lookup(key) for key in relation.keys]
     if any(v is _MISSING for v in values):
         return
-    for key, value in zip(relation.keys, values):
+    for key, value in zip(relation.keys, values, strict=True):
         check_value(key, value)  # the single-key rules first: a relation may assume well-typed values
     if not relation.holds(*values):
         raise ConfigError(relation.message.format(*(shown(v, quote=False) for v in values)))
@@ -671,7 +671,7 @@ def leaves(prefix: str, node: Any, skip: Sequence[str] = ()) -> Iterator[tuple[s
             yield full, value
 
 
-# ---- useless runs: allowed, but said clearly --------------------------------------------------------------------------
+# ---- useless runs: allowed, but said clearly -------------------------------------------------------------------------
 def run_notes(cfg: Any) -> list[str]:
     """What a valid training config will not do although a user may expect it (e.g. no validation at all)."""
     trainer = cfg.get("trainer") or {}
@@ -692,7 +692,7 @@ def run_notes(cfg: Any) -> list[str]:
     return notes
 
 
-# ---- moved keys ----------------------------------------------------------------------------------------------------------
+# ---- moved keys ------------------------------------------------------------------------------------------------------
 def moved_key_message(old: str, value: Any = "<value>") -> str:
     new = MOVED_KEYS[old]
     return f"{old} has moved to {new}: pass {new}={value} instead"

@@ -9,8 +9,8 @@ values, not on standardised ones. The output keeps the input's shape, dtype and 
 - `flip_crop`: a random shift (reflect-pad by max(1, side // 8) pixels and crop back) and a horizontal flip with
   probability 1/2, per image. Vectorised here instead of torchvision's `RandomCrop` + `RandomHorizontalFlip`:
   those draw one offset and one flip per call, so on a batch every image would move alike, and a call per image
-  would cost a v2 call per image. Handwritten digits are not flip-invariant (a flipped 2 or 7 is no digit): prefer `none` or a policy
-  there.
+  would cost a v2 call per image. Handwritten digits are not flip-invariant (a flipped 2 or 7 is no digit): prefer
+  `none` or a policy there.
 - `randaugment`, `trivialaugment`, `autoaugment`: torchvision.transforms.v2's `RandAugment`, `TrivialAugmentWide`
   and `AutoAugment` (ImageNet policy) with their defaults, applied image by image. A v2 transform draws its random
   operation once per call, so a batched call would give the whole batch the same operation; the per-image loop is

@@ -196,7 +196,9 @@ class GymDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         # episode seeds far from the training seeds; one episode per item
-        return DataLoader(np.arange(self.val_episodes) + 10_000 + self.seed, batch_size=None)
+        # an array is a map-style dataset (len, getitem)
+        return DataLoader(np.arange(self.val_episodes) + 10_000 + self.seed, batch_size=None)  # type: ignore[arg-type]
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(np.arange(self.test_episodes) + 20_000 + self.seed, batch_size=None)
+        # an array is a map-style dataset (len, getitem)
+        return DataLoader(np.arange(self.test_episodes) + 20_000 + self.seed, batch_size=None)  # type: ignore[arg-type]

@@ -170,9 +170,9 @@ class ImageFolderDataModule(ImageDataModule):
         self.channels = channels if channels is not None else mode_channels(ref_mode)
         height, width = self.image_size or ref_hw
         self.input_shape = (self.channels, height, width)
-        for name, value in (("mean", mean), ("std", std)):
-            if value is not None and len(value) != self.channels:
-                raise ConfigError(f"data.{name} has {len(value)} values but the images have {self.channels} "
+        for name, stats in (("mean", mean), ("std", std)):
+            if stats is not None and len(stats) != self.channels:
+                raise ConfigError(f"data.{name} has {len(stats)} values but the images have {self.channels} "
                                   f"channel(s); give {self.channels} values or null (computed from the data)")
 
         self.in_memory: bool | None = None  # decided in setup
@@ -207,7 +207,7 @@ class ImageFolderDataModule(ImageDataModule):
         if len(dataset) == 0:  # type: ignore[arg-type]
             return torch.empty((0, *self.input_shape), dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
         loader = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=self.num_workers)
-        images, labels = zip(*loader)
+        images, labels = zip(*loader, strict=True)
         return torch.cat(images), torch.cat(labels).to(torch.int64)
 
     def load_arrays(self, split: str) -> tuple[Tensor, Tensor]:

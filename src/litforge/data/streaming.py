@@ -184,6 +184,7 @@ def resumable_loader_class() -> type:
 
     class ResumableStreamingDataLoader(StreamingDataLoader):
         _resumed_epoch_pending = False
+        restore: bool  # litdata's StreamingDataLoader sets it in __init__ and load_state_dict
 
         def load_state_dict(self, obj: dict[str, Any]) -> None:
             super().load_state_dict(obj)
@@ -238,7 +239,7 @@ class StreamingImageDataModule(ImageDataModule):
         self.num_workers = num_workers
         self.cache_dir = cache_dir
         self.max_cache_size = max_cache_size
-        self.input_shape = tuple(self.facts["input_shape"])  # type: ignore[assignment]
+        self.input_shape = tuple(self.facts["input_shape"])
         self.num_classes = int(self.facts["num_classes"])
         self.class_names = list(self.facts["class_names"])
 
@@ -273,16 +274,16 @@ class StreamingImageDataModule(ImageDataModule):
                                         persistent_workers=self.num_workers > 0,
                                         generator=torch.Generator().manual_seed(self.shuffle_seed))
 
-    def train_dataloader(self) -> Any:  # type: ignore[override]
+    def train_dataloader(self) -> Any:
         return self._streaming_loader("train", train=True)
 
-    def val_dataloader(self) -> Any:  # type: ignore[override]
+    def val_dataloader(self) -> Any:
         return self._streaming_loader("val", train=False)
 
-    def test_dataloader(self) -> Any:  # type: ignore[override]
+    def test_dataloader(self) -> Any:
         return self._streaming_loader("test", train=False)
 
-    def predict_dataloader(self) -> Any:  # type: ignore[override]
+    def predict_dataloader(self) -> Any:
         return self._streaming_loader("test", train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

@@ -23,6 +23,9 @@ class Preprocessed(nn.Module):
     `input_dtype="float32"`: pixels in [0, 1] (uint8 / 255); `"uint8"`: raw 0..255, divided by 255 in the graph.
     """
 
+    mean: Tensor  # buffers (registered in __init__)
+    std: Tensor
+
     def __init__(self, net: nn.Module, mean: Sequence[float], std: Sequence[float],
                  input_dtype: str = "float32") -> None:
         super().__init__()

@@ -14,6 +14,7 @@ import io
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from functools import partial
 from typing import Any
 
 from litforge.deploy.net import batched
@@ -82,7 +83,7 @@ def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, re
     for name, v in variants.items():
         run = factories[name](0 if v.runtime == "ort" else torch.get_num_threads())
         with torch.inference_mode():
-            out = batched(lambda b: _first(run(b)), x)
+            out = batched(partial(_run_first, run), x)
         data = file_bytes(v)
         row: dict[str, Any] = {
             "variant": name,
@@ -95,10 +96,16 @@ def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, re
             for b in batch_sizes:
                 ms = timing.get(name, b, t)
                 base = timing.get(baseline, b, t)
+                assert ms is not None and base is not None  # measure() timed every variant at every (b, t)
                 row[f"ms_b{b}_t{t}"] = round(ms, 4)
                 row[f"x_b{b}_t{t}"] = round(base / ms, 2)
         rows.append(row)
     return rows
+
+
+def _run_first(run: Any, batch: Any) -> Any:
+    """`_first(run(batch))` with `run` bound when the loop builds it, not when `batched` calls it."""
+    return _first(run(batch))
 
 
 def _first(out: Any) -> Any:

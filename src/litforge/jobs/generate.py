@@ -22,7 +22,8 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
     if not hasattr(task, "generate_text"):
         raise ConfigError(f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
                           "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)")
-    samples = [task.generate_text(str(cfg.prompt), int(cfg.max_new_tokens), float(cfg.temperature),
+    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+    samples = [task.generate_text(str(cfg.prompt), int(cfg.max_new_tokens), float(cfg.temperature),  # type: ignore[operator]
                                   cfg.get("top_k"), seed=int(cfg.seed) + i) for i in range(int(cfg.num_samples))]
     output_dir = Path(cfg.paths.output_dir)
     for i, text in enumerate(samples):

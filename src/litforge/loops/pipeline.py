@@ -16,8 +16,9 @@ end-of-epoch syncs then meet on every rank). That broadcast costs one output ten
 B x T x vocab for a language model).
 
 Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
-the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held by two stages (the GPT's embedding tied to its
-head, on the first and last stage) gets its two partial gradients summed between those ranks before the step.
+the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held
+by two stages (the GPT's embedding tied to its head, on the first and last stage) gets its two partial gradients summed
+between those ranks before the step.
 
 Pipeline x data parallel (`dp_group`, strategy.data_parallel > 1): after the schedule, the stage's accumulated
 gradients are averaged over the ranks that hold the same stage in the other replicas, in one flat all-reduce
@@ -47,7 +48,7 @@ SCHEDULES = ("gpipe", "1f1b")  # strategy.schedule
 @contextmanager
 def given_output(task: nn.Module, output: Tensor) -> Iterator[None]:
     """Inside, `task(...)` returns `output` (the pipeline's result) instead of running the net."""
-    task.forward = lambda *args, **kwargs: output  # type: ignore[method-assign]
+    task.forward = lambda *args, **kwargs: output
     try:
         yield
     finally:
@@ -147,7 +148,7 @@ class PipelineLoop:
         output = self._broadcast(schedule.step(arg_mbs=arg_mbs, target_mbs=target_mbs, losses=losses))
         if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
             with torch.no_grad():
-                for part, out in zip(micro, output.tensor_split(n)):
+                for part, out in zip(micro, output.tensor_split(n), strict=True):
                     with given_output(self.task, out):
                         losses.append(self.task.step_loss(part))
         return output, micro, losses
@@ -208,7 +209,7 @@ class PipelineLoop:
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.dp_group)  # SUM, then divide: gloo has no ReduceOp.AVG
         flat /= self.replicas
-        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
             g.copy_(part.view_as(g))
 
     def sum_tied_gradients(self) -> None:

@@ -57,7 +57,7 @@ class GroupedBatches:
     def __iter__(self) -> Iterator[Any]:
         batches = iter(self.loader)
         while group := list(itertools.islice(batches, self.steps)):
-            yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group))
+            yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group, strict=True))
 
     @property
     def sampler(self) -> Any:
@@ -110,9 +110,11 @@ class StepsPerCall:
         self.clip_algorithm = clip_algorithm
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        where = self.task.step_position(batch_idx)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        where = self.task.step_position(batch_idx)  # type: ignore[operator]
         losses = self.run_steps(batch, self.task.step_loss)
-        self.task.log_training_loss(losses, batch, where)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        self.task.log_training_loss(losses, batch, where)  # type: ignore[operator]
         return losses  # one loss per optimizer step: the NaN guard names the exact step
 
     def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:
@@ -124,7 +126,7 @@ class StepsPerCall:
         step_schedulers = [c for c in trainer.lr_scheduler_configs if c.interval == "step"]
         params = [p for group in optimizer.param_groups for p in group["params"]] if self.clip_val else []
         losses = []
-        for micro in zip(*(t.split(self.micro_batch_size) for t in batch)):
+        for micro in zip(*(t.split(self.micro_batch_size) for t in batch), strict=True):
             if 0 < trainer.max_steps <= trainer.global_step:
                 break  # the step budget ends inside this batch
             loss = step_loss(micro)

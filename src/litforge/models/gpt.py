@@ -146,7 +146,8 @@ class GPT(nn.Module):
 
     def check_tensor_parallel(self, tp_size: int) -> None:
         for block in self.blocks:
-            block.check_tensor_parallel(tp_size)
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            block.check_tensor_parallel(tp_size)  # type: ignore[operator]
 
     def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
         """Next-token logits (B, T, vocab) for token ids `idx` (B, T); see the module docstring for `doc_ids`."""
@@ -162,7 +163,7 @@ class GPT(nn.Module):
     def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
         """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the embeddings with the
         first, the final norm and the (tied) head with the last. The stages share this net's modules (no copies)."""
-        runs = split_runs(self.blocks, num_stages, "model.depth")
+        runs = split_runs(list(self.blocks), num_stages, "model.depth")
         return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
     @torch.no_grad()

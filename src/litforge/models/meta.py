@@ -37,7 +37,8 @@ def building_on_meta() -> bool:
 
 
 def build_on_meta(build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()` under `torch.device("meta")`, remembering the RNG state it started from (for litforge.parallel.meta_init.materialize)."""
+    """`build()` under `torch.device("meta")`, remembering the RNG state it started from (for
+    litforge.parallel.meta_init.materialize)."""
     before = torch.random.get_rng_state()
     with torch.device("meta"):
         net = build()

@@ -18,7 +18,8 @@ from litforge.core.errors import CheckpointError
 def head_name(net: nn.Module) -> str:
     """Dotted name of the classifier head module inside `net`."""
     if hasattr(net, "head_parameters"):
-        head = {id(p) for p in net.head_parameters()}
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        head = {id(p) for p in net.head_parameters()}  # type: ignore[operator]
         for name, module in net.named_modules():
             own = {id(p) for p in module.parameters()}
             if own == head:

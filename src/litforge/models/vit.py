@@ -73,7 +73,8 @@ class VisionTransformer(nn.Module):
 
     def check_tensor_parallel(self, tp_size: int) -> None:
         for block in self.blocks:
-            block.check_tensor_parallel(tp_size)
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            block.check_tensor_parallel(tp_size)  # type: ignore[operator]
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, num_patches, dim)
@@ -86,7 +87,7 @@ class VisionTransformer(nn.Module):
     def pipeline_stages(self, num_stages: int) -> list[nn.Module]:
         """The net as `num_stages` consecutive stages (strategy=pipeline): runs of blocks, the patch embedding,
         cls token and positions with the first, the final norm and head with the last. Shares this net's modules."""
-        runs = split_runs(self.blocks, num_stages, "model.depth")
+        runs = split_runs(list(self.blocks), num_stages, "model.depth")
         return [ViTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
 

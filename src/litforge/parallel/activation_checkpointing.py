@@ -16,8 +16,8 @@ DDP, FSDP2 and DTensors). torch's `checkpoint_wrapper` lives in the private
 `torch.distributed.algorithms._checkpoint` and wraps each unit in a new module, adding
 `_checkpoint_wrapped_module.` to every parameter name: checkpoints would then differ from a run without it. Here
 parameter names, state dicts and checkpoints are exactly those of an unwrapped net, so a run may switch the mode on
-resume. Apply it before sharding (litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks then
-sit outside the recomputed region, as in torchtitan.
+resume. Apply it before sharding (litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks
+then sit outside the recomputed region, as in torchtitan.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     norm = global_grad_norm(params)
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
     for p in params:
-        local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        grad = p.grad
+        assert grad is not None  # params holds only the parameters with a gradient
+        local = grad.to_local() if isinstance(grad, DTensor) else grad
         local.detach().mul_(coef.to(local.device, local.dtype))
     return norm
 

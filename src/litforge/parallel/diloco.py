@@ -34,7 +34,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from litforge.core.errors import ConfigError
 
 
-def _local_gradients(_state, bucket):  # type: ignore[no-untyped-def]
+def _local_gradients(_state, bucket):
     """A DDP communication hook that communicates nothing: each replica keeps its own gradients.
 
     Unannotated on purpose: DDP checks the hook's annotations and, under `from __future__ import annotations`,
@@ -73,7 +73,8 @@ class DiLoCo(DDPStrategy):
     def configure_ddp(self) -> None:
         """Wrap in DDP (which broadcasts rank 0's weights), silence its gradient all-reduce, then take the anchor."""
         super().configure_ddp()
-        self.model.register_comm_hook(None, _local_gradients)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        self.model.register_comm_hook(None, _local_gradients)  # type: ignore[operator]
         params = list(self.lightning_module.parameters())
         self.anchors = [p.detach().clone() for p in params]
         # Nesterov needs momentum > 0 in torch.optim.SGD; without momentum the outer step is plain SGD.
@@ -107,20 +108,20 @@ class DiLoCo(DDPStrategy):
         params = list(self.lightning_module.parameters())
         buffers = [b for b in self.lightning_module.buffers() if b.is_floating_point()]
         # One flat all-reduce (one collective per sync, whatever the number of tensors); gloo has no AVG: SUM / n.
-        flat = torch.cat([(a - p).reshape(-1) for a, p in zip(self.anchors, params)]
+        flat = torch.cat([(a - p).reshape(-1) for a, p in zip(self.anchors, params, strict=True)]
                          + [b.reshape(-1).to(self.anchors[0].dtype) for b in buffers])
         if self.world_size > 1:
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             flat /= self.world_size
             self.bytes_sent += flat.numel() * flat.element_size()
         pieces = flat.split([t.numel() for t in (*self.anchors, *buffers)])
-        for anchor, delta in zip(self.anchors, pieces):
+        for anchor, delta in zip(self.anchors, pieces, strict=False):  # pieces: the anchors, then the buffers
             anchor.grad = delta.view_as(anchor).clone()
         self.outer_optimizer.step()
         self.outer_optimizer.zero_grad(set_to_none=True)
-        for p, anchor in zip(params, self.anchors):
+        for p, anchor in zip(params, self.anchors, strict=True):
             p.copy_(anchor)
-        for b, mean in zip(buffers, pieces[len(self.anchors):]):
+        for b, mean in zip(buffers, pieces[len(self.anchors):], strict=True):
             b.copy_(mean.view_as(b))
         self.steps_since_sync = 0
         self.syncs += 1
@@ -153,7 +154,7 @@ class DiLoCo(DDPStrategy):
         if len(state["anchors"]) != len(self.anchors):
             raise ConfigError(f"the checkpoint's DiLoCo state has {len(state['anchors'])} parameter tensors, the "
                               f"model {len(self.anchors)}: resume with the model the checkpoint was trained with")
-        for anchor, saved in zip(self.anchors, state["anchors"]):
+        for anchor, saved in zip(self.anchors, state["anchors"], strict=True):
             anchor.copy_(saved.to(anchor.device))
         assert self.outer_optimizer is not None
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])

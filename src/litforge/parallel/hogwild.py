@@ -14,7 +14,8 @@ no such strategy, so this one keeps Lightning's launching, sampler, rank-0 loggi
   parameters become private copies again (a later `trainer.test` is an ordinary one).
 - No per-step collective: Lightning's per-batch SIGTERM broadcast is replaced by a local check
   (`litforge.runtime.compat.skip_sigterm_broadcast`), and litforge's callbacks that decide together (time_limit, the
-  wall-clock `checkpoint_every`, the NaN-loss stop) do so only every `decide_every` steps (`litforge.runtime.ranks.meets_now`).
+  wall-clock `checkpoint_every`, the NaN-loss stop) do so only every `decide_every` steps
+  (`litforge.runtime.ranks.meets_now`).
 - Ranks do meet where a consistent view matters: before and after validation (every rank validates the same
   weights, nobody writes meanwhile) and around a checkpoint's state dict (one consistent snapshot, copied out of
   shared memory while every rank waits). Ranks take the same number of batches per epoch (the sampler), so they

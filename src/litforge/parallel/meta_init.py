@@ -9,7 +9,8 @@ then materialised on each rank's device (`to_empty`) and initialised *shard by s
   (children before the root, as constructors build them), pass 2 the net's own `init_weights(module)` over
   `net.modules()` (what `self.apply(self.init_weights)` did at the end of its constructor). Each module's full
   tensors exist only while its init runs, each rank keeps its own slice (the stated overhead: 1.5 x the largest
-  module's own parameter bytes, its full stand-ins plus the copy of the slice; tests/test_meta_init.py). The RNG state is put back afterwards, so no later draw shifts.
+  module's own parameter bytes, its full stand-ins plus the copy of the slice; tests/test_meta_init.py). The RNG state
+  is put back afterwards, so no later draw shifts.
 - Why not Lightning's own path (`trainer.init_module(empty_init=True)`, then `_materialize_distributed_module` in
   `ModelParallelStrategy.setup`): it calls `reset_parameters()` on the local shards, so a net's own init (the
   GPT's N(0, 0.02)) is lost, values depend on the mesh, and with CPU meshes DTensor's random ops draw the *same*
@@ -98,7 +99,8 @@ def _run(module: nn.Module, steps: list[tuple[Tensor, Init]]) -> dict[str, Tenso
 
 
 def _reset(module: nn.Module) -> None:
-    module.reset_parameters()
+    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+    module.reset_parameters()  # type: ignore[operator]
 
 
 def materialize(net: nn.Module, device: torch.device | str) -> None:

@@ -70,7 +70,8 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = tensor_parallel_plan(net)
-    net.check_tensor_parallel(mesh.size())
+    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+    net.check_tensor_parallel(mesh.size())  # type: ignore[operator]
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     parallelize_module(net, mesh, {name: styles[style]() for name, style in plan.items()})
     return len(plan)
@@ -116,4 +117,4 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     if dp_mesh.size() > 1 or tp_mesh.size() == 1:  # one rank: FSDP2 over a 1-rank mesh (DTensor weights, so
         # Lightning's sharded save/load of the checkpoint, and trainer.test from it, work as with more ranks)
         apply_fsdp(net, hsdp_mesh(dp_mesh, replicate_size) if replicate_size > 1 else dp_mesh, **fsdp_kwargs)
-    net._litforge_sharded = True
+    net._litforge_sharded = True  # type: ignore[assignment]  # a flag on the module, not a submodule

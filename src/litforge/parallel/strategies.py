@@ -161,9 +161,11 @@ class LocalSGD(DDPStrategy):
         self.warmup_steps = warmup_steps
 
     def configure_ddp(self) -> None:
-        """Wrap the model in DDP; on CPU (gloo) register the post-local SGD hook that Lightning registers on CUDA only."""
+        """Wrap the model in DDP; on CPU (gloo) register the post-local SGD hook that Lightning registers on CUDA
+        only."""
         super().configure_ddp()
         if self.root_device.type != "cuda":
             from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
 
-            self.model.register_comm_hook(self.comm_state, post_localSGD_hook)
+            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+            self.model.register_comm_hook(self.comm_state, post_localSGD_hook)  # type: ignore[operator,union-attr]

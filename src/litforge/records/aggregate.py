@@ -3,8 +3,8 @@
 Give it a sweep folder (`python train.py -m seed=1,2,3 optimizer.lr=0.01,0.001`), several run folders, or a
 folder above them: every run below that has a `metrics.json` counts. Runs whose command-line overrides differ only
 by `seed` or by the cross-validation fold `data.fold` (and by where they write: `paths.*`, `hydra.*`) form one
-configuration: `python train.py -m data.num_folds=5 data.fold='range(5)'` gives one row, mean ± std over the folds. The table is printed and saved as
-`aggregate.csv` and `aggregate.md` (in the one folder given, or in `--out`).
+configuration: `python train.py -m data.num_folds=5 data.fold='range(5)'` gives one row, mean ± std over the folds. The
+table is printed and saved as `aggregate.csv` and `aggregate.md` (in the one folder given, or in `--out`).
 
 Reads only JSON/YAML files: no torch import, so it answers in well under a second.
 """
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = find_runs(args.paths)
     if not runs:
-        print(f"litforge.records.aggregate: error: no run folders (with metrics.json) under {' '.join(map(str, args.paths))}",
-              file=sys.stderr)
+        paths = " ".join(map(str, args.paths))
+        print(f"litforge.records.aggregate: error: no run folders (with metrics.json) under {paths}", file=sys.stderr)
         return 1
     groups, common = aggregate(runs)
     if args.metrics:

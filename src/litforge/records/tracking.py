@@ -4,8 +4,9 @@
 - an offline store by default: a SQLite database `<paths.log_dir>/mlflow.db` with artifacts in
   `<paths.log_dir>/mlartifacts` (Lightning's default is a `./mlruns` file store, which MLflow 3 deprecates), or a
   team server with `logger.mlflow.tracking_uri=http://host:5000`;
-- params = the flattened run config (:func:`give_run_config`) (`data.batch_size`, `optimizer.lr`, ... as typed on the command line), not the
-  task's constructor arguments, and values up to MLflow's limit (Lightning cuts them at 250 characters);
+- params = the flattened run config (:func:`give_run_config`) (`data.batch_size`, `optimizer.lr`, ... as typed on the
+  command line), not the task's constructor arguments, and values up to MLflow's limit (Lightning cuts them at 250
+  characters);
 - a resumed run (`resume=auto`) continues the same MLflow run: the run id travels in every checkpoint
   (litforge.callbacks.provenance), params already logged are not logged again (MLflow refuses a changed value);
 - at the end the run receives the config, the provenance file (and diff), and the best checkpoint's path as
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
@@ -133,8 +134,9 @@ class WandbLogger(LightningWandbLogger):
     tracker = "wandb"  # the key of this tracker's run id in a checkpoint, and its `logger=` option's name
 
     def __init__(self, save_dir: str = ".", project: str = "train", offline: bool = True, run_id: str | None = None,
-                 run_name: str | None = None, log_model: bool | str = False, **kwargs: Any) -> None:
+                 run_name: str | None = None, log_model: bool | Literal["all"] = False, **kwargs: Any) -> None:
         super().__init__(name=run_name, save_dir=save_dir, project=project, offline=offline, id=run_id,
+                         # validated config string; WandbLogger wants Literal['all']
                          log_model=log_model, **kwargs)  # Lightning passes id= with resume="allow" to wandb.init
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -48,7 +49,7 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
 
 
-def meets_now(trainer: object) -> bool:
+def meets_now(trainer: Any) -> bool:
     """Whether the ranks may take a collective decision at this training step (callbacks ask before they do).
 
     Always True for synchronous strategies; under hogwild only every `strategy.decide_every` optimizer steps, the

@@ -40,8 +40,8 @@ def scale_learning_rate(optimizer: torch.optim.Optimizer, scaling: str, replicas
     """Multiply every group's lr by the number of data-parallel replicas (`linear`) or its square root (`sqrt`).
 
     N replicas average gradients over an N-times larger global batch; the linear rule (Goyal et al. 2017, and
-    Horovod's `lr * hvd.size()`) keeps the per-sample step size. `sqrt` keeps the gradient noise scale (Krizhevsky 2014);
-    it suits adaptive optimizers better.
+    Horovod's `lr * hvd.size()`) keeps the per-sample step size. `sqrt` keeps the gradient noise scale (Krizhevsky
+    2014); it suits adaptive optimizers better.
     """
     if scaling not in LR_SCALING:
         raise ConfigError(f"task.lr_scaling={scaling!r} is not one of {', '.join(LR_SCALING)}")
@@ -173,7 +173,8 @@ class LitforgeTask(pl.LightningModule):
         training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
         that cannot be stepped that way (DQN acts in its environment) overrides `training_step` instead."""
         where = self.step_position(batch_idx)
-        loss = self.step_loss(batch)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        loss = self.step_loss(batch)  # type: ignore[operator]
         self.log_training_loss(loss, batch, where)
         return loss
 
@@ -187,7 +188,8 @@ class LitforgeTask(pl.LightningModule):
         and log `train/loss` (the mean, when a training step ran several optimizer steps) from it.
 
         Why only then: each `self.log` costs ~600 Python calls, more than a small net's whole step
-        (benchmarks/step_overhead.py), and each read of a device value is a host sync on a GPU (litforge.runtime.host_reads).
+        (benchmarks/step_overhead.py), and each read of a device value is a host sync on a GPU
+        (litforge.runtime.host_reads).
         """
         self.step_losses.keep(loss, where)
         if self.logs_this_step():
@@ -201,7 +203,8 @@ class LitforgeTask(pl.LightningModule):
 
         True every `trainer.log_every_n_steps` steps (and in `fast_dev_run`): step metrics logged on other steps
         are never written anywhere, yet each `self.log` call costs hundreds of Python calls. Outside a trainer, or
-        if Lightning's internals change (litforge.runtime.compat), it answers True (log every step: correct, only slower).
+        if Lightning's internals change (litforge.runtime.compat), it answers True (log every step: correct, only
+        slower).
         """
         trainer = attached_trainer(self)
         if trainer is None or trainer.fast_dev_run:

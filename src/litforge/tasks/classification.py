@@ -124,7 +124,7 @@ class ClassificationTask(LitforgeTask):
     def flush_train_predictions(self) -> None:
         """Update train/acc with the predictions kept so far (done at every epoch end)."""
         if self._train_preds:
-            preds, labels = zip(*self._train_preds)
+            preds, labels = zip(*self._train_preds, strict=True)
             self._train_preds = []
             self.train_acc.update(torch.cat(preds), torch.cat(labels))
 

@@ -104,6 +104,7 @@ class LanguageModelTask(LitforgeTask):
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         was_training = self.training
         self.eval()
-        out = self.net.generate(start.to(self.device).unsqueeze(0), max_new_tokens, temperature, top_k, generator)
+        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
+        out = self.net.generate(start.to(self.device).unsqueeze(0), max_new_tokens, temperature, top_k, generator)  # type: ignore[operator]
         self.train(was_training)
         return prompt + self.decode(out[0, len(start):].tolist())

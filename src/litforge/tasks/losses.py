@@ -27,8 +27,11 @@ class FocalLoss(nn.Module):
       FL = -sum_c alpha_c q_c (1 - p_c)^gamma log p_c, which reduces to smoothed cross-entropy at gamma=0.
 
     Inputs: logits (N, C) and integer targets (N,) or class probabilities (N, C) (soft targets, e.g. from
-    `task.mix=mixup|cutmix`; label smoothing then smooths them like `F.cross_entropy` does). Computed in float32 via log_softmax, so extreme logits stay finite.
+    `task.mix=mixup|cutmix`; label smoothing then smooths them like `F.cross_entropy` does). Computed in float32 via
+    log_softmax, so extreme logits stay finite.
     """
+
+    alpha: Tensor | None  # buffer: per-class weights, or None
 
     def __init__(
         self,
@@ -49,8 +52,8 @@ class FocalLoss(nn.Module):
         self.reduction = reduction
         self.scale = float(alpha) if isinstance(alpha, (int, float)) else 1.0
         # not persistent: the weights come from the config, so checkpoints must not pin (or clash with) them
-        per_class = alpha is not None and not isinstance(alpha, (int, float))
-        class_alpha = torch.tensor([float(a) for a in alpha]) if per_class else None  # Hydra may pass a ListConfig
+        # a sequence of per-class weights (Hydra may pass a ListConfig) becomes the buffer; a number is `scale`
+        class_alpha = None if alpha is None or isinstance(alpha, (int, float)) else torch.tensor([float(a) for a in alpha])
         self.register_buffer("alpha", class_alpha, persistent=False)
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:

@@ -4,8 +4,8 @@ Applied in the training step only, to the normalised batch: `v2.MixUp` blends ea
 batch by a factor drawn from Beta(alpha, alpha); `v2.CutMix` pastes a box of it, its area drawn the same way. Both
 return the labels as class probabilities (N, C) summing to 1, which the loss takes as soft targets:
 `torch.nn.CrossEntropyLoss` accepts probabilities (cross_entropy, label_smoothing), and
-:class:`litforge.tasks.losses.FocalLoss` does too. Any other loss is refused here, in one line, instead of failing in the
-first step.
+:class:`litforge.tasks.losses.FocalLoss` does too. Any other loss is refused here, in one line, instead of failing in
+the first step.
 """
 
 from __future__ import annotations

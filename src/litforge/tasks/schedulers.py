@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
 from litforge.core.errors import ConfigError
@@ -31,8 +32,8 @@ class WarmupCosine(LRScheduler):
     """lr(t) = base·(t+1)/W for the first W steps, then eta_min + (base − eta_min)·½(1 + cos(π·(t−W)/(T−W))).
 
     `t` counts `scheduler.step()` calls (optimizer steps with `interval: step`). The first step already trains at
-    base/W, not at 0 (nothing is learnt at lr 0); the peak `base` is reached on step W−1 (and step W, where the decay starts), and the last of the T
-    steps runs just above `eta_min`. W=0 is a plain cosine decay.
+    base/W, not at 0 (nothing is learnt at lr 0); the peak `base` is reached on step W−1 (and step W, where the decay
+    starts), and the last of the T steps runs just above `eta_min`. W=0 is a plain cosine decay.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int | None = None,
@@ -56,7 +57,7 @@ class WarmupCosine(LRScheduler):
             return self.factor(step)
         return (self.eta_min + (base - self.eta_min) * self.factor(step)) / base if base else 0.0
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | Tensor]:
         step = self.last_epoch
         for group in self.optimizer.param_groups[len(self.base_lrs):]:
             # a group added mid-run (callbacks=finetune unfreezes the backbone): it joins the curve where it is now,
