@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from litforge.config.durations import is_time_limit, parse_every
 from litforge.core.errors import ConfigError
+from litforge.config.signatures import check_target
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {
@@ -555,9 +556,12 @@ def check_group(scope: str, node: Any) -> None:
     """Check one group as it is built: `scope` is `data`, `trainer`, ... or `callbacks.<name>` for one entry."""
     if node is None:
         return
+    check_reachable(scope, node)
     check_package(scope, node)
     for key, value in leaves(scope, node):
         check_value(key, value)
+    for key, sub in targets(scope, node):
+        check_target(key, sub)
     prefix = scope + "."
     for relation in RELATIONS:
         if _scope_of(relation) == scope:
@@ -579,6 +583,36 @@ def check_package(scope: str, node: Any) -> None:
     if not found:
         raise ConfigError(f"{scope} needs the {module} package, which is not installed: pip install {install}, "
                           f"or choose another logger (e.g. logger=tensorboard)")
+
+
+def check_reachable(scope: str, node: Any) -> None:
+    """A tracking server that does not answer: MLflow would retry for minutes, then fail inside fit."""
+    import socket
+    from urllib.parse import urlsplit
+
+    uri = _lookup(node, "tracking_uri")
+    if not isinstance(uri, str) or not uri.startswith(("http://", "https://")):
+        return
+    url = urlsplit(uri)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
+    except OSError as exc:
+        raise ConfigError(f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
+                          f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the "
+                          "local store") from None
+
+
+def targets(prefix: str, node: Any) -> Iterator[tuple[str, Any]]:
+    """(key, node) of every mapping with a `_target_` at or under `node`."""
+    if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)):
+        return
+    if "_target_" in node:
+        yield prefix, node
+    for key in node.keys():
+        try:
+            yield from targets(f"{prefix}.{key}", node[key])
+        except Exception:  # an interpolation that resolves only inside a Hydra job
+            continue
 
 
 def check_run(cfg: Any) -> None:
