@@ -81,6 +81,8 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides  # something only Hydra can judge: its message names it
     check_value_types(baseline, cfg, values)
     check_config(cfg)
+    check_run_folder(parsed, cfg)
+    check_data_folder(cfg)
     paths = cfg.get("paths") or {}
     if paths.get("log_dir"):
         check_folder(Path(str(paths.log_dir)), float(paths.get("min_free_mb") or 0), key="paths.log_dir")
@@ -171,6 +173,36 @@ def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
             return None
         path.append(part)
     return None
+
+
+def check_run_folder(parsed: list[Any], cfg: DictConfig) -> None:
+    """`hydra.run.dir=<another run>` would overwrite that run's checkpoints, metrics and overrides: a run writes
+    only into a folder of its own (resume= continues one in place; a torchrun restart re-enters its own)."""
+    import os
+
+    if cfg.get("resume") or cfg.get("ckpt_path") == "last" or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return
+    for override in parsed:
+        if override.key_or_group == "hydra.run.dir" and isinstance(override.value(), str):
+            folder = Path(override.value())
+            held = [n for n in (".hydra", "checkpoints", "metrics.json") if (folder / n).exists()]
+            if held:
+                raise ConfigError(f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): "
+                                  f"a run never writes into another's; continue it with resume={folder}, or pass a "
+                                  "new folder")
+
+
+def check_data_folder(cfg: DictConfig) -> None:
+    """data=image_folder with one class folder: a classifier needs two (torchmetrics would fail inside fit)."""
+    data = cfg.get("data") or {}
+    root = data.get("root") if str(data.get("_target_", "")).endswith("ImageFolderDataModule") else None
+    if not isinstance(root, str) or not Path(root).is_dir():
+        return  # the datamodule names a missing folder itself
+    train = Path(root) / "train" if (Path(root) / "train").is_dir() else Path(root)
+    classes = sorted(p.name for p in train.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if len(classes) == 1:
+        raise ConfigError(f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; "
+                          f"add a folder per class, e.g. {train / 'other' / '001.png'}")
 
 
 # ---- value types where the table has no rule ----------------------------------------------------------------------

@@ -133,7 +133,7 @@ def check_target(scope: str, node: Any) -> None:
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked when it is built
             continue
-        if OmegaConf.is_dict(node) and OmegaConf.is_missing(node, key):
+        if value is None:  # null: filled in by the code that builds the node (a partial's caller), or a default
             continue
         check_argument(f"{scope}.{key}", value, params[key])
 

@@ -517,6 +517,14 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(("tune.min_lr", "tune.max_lr"), lambda lo, hi: lo < hi,
              "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
              "tune.min_lr=1e-6 tune.max_lr=1"),
+    # a schedule whose length is filled from the run's (null T_max/total_steps) needs a run with an end
+    Relation(("scheduler.interval", "scheduler.scheduler", "trainer.max_epochs", "trainer.max_steps"),
+             lambda interval, sched, epochs, steps: epochs != -1 or not isinstance(sched, Mapping)
+             or all(sched.get(k, 0) is not None for k in ("T_max", "total_steps"))
+             or interval == "step" and steps not in (None, -1),
+             "trainer.max_epochs={2} with trainer.max_steps={3} never ends, so the schedule spanning the run "
+             "(scheduler.interval={0}) has no length: pass trainer.max_steps=10000 (interval=step) or "
+             "trainer.max_epochs=30, or give the schedule its own length (scheduler.scheduler.total_steps/T_max)"),
     # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
     Relation(("trainer.accelerator", "strategy._target_"),
              lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
