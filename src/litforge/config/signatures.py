@@ -138,9 +138,22 @@ def check_target(scope: str, node: Any) -> None:
         check_argument(f"{scope}.{key}", value, params[key])
 
 
-def check_argument(key: str, value: Any, kind: Any) -> None:
-    from litforge.config.validation import shown
+def shown(value: Any, quote: bool = True) -> str:
+    """A value as it would be typed on the command line (`null`, `true`, `[1,2]`; text quoted when `quote`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value) if quote else value
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(shown(v, quote) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{shown(v, quote)}" for k, v in value.items()) + "}"
+    return str(value)
 
+
+def check_argument(key: str, value: Any, kind: Any) -> None:
     fits = _fits(kind, value)
     ranges = _ranges(kind) if fits and isinstance(value, (int, float)) and not isinstance(value, bool) else []
     bad = next((r for r in ranges if not r.holds(value)), None)

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from litforge.config.durations import is_time_limit, parse_every
 from litforge.core.errors import ConfigError
-from litforge.config.signatures import check_target
+from litforge.config.signatures import check_target, shown
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {
@@ -70,21 +70,6 @@ class Rule:
         why = next((f" {reason}" for bad, reason in self.reasons if _same(value, bad)), "")
         expect = self.expect + (" or null" if self.null else "")
         return f"{key}={shown(value)}{why}: expected {expect}, e.g. {key}={self.example}"
-
-
-def shown(value: Any, quote: bool = True) -> str:
-    """A value as it would be typed on the command line (`null`, `true`, `[1,2]`; text quoted when `quote`)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value) if quote else value
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(shown(v, quote) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{shown(v, quote)}" for k, v in value.items()) + "}"
-    return str(value)
 
 
 def _same(a: Any, b: Any) -> bool:
