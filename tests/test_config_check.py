@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import TINY, make_image_folder, run_cli
 
 
@@ -85,3 +87,19 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
     _refused(result, log_dir, "model.width=0: expected an integer in [1, 4096], e.g. model.width=128")
     result = run_cli("train.py", *args, "+model.widht=8", log_dir=log_dir, env=env)
     _refused(result, log_dir, "model.widht is not an argument of my_models.WideMLP")
+
+
+@pytest.mark.parametrize(("script", "args", "says"), [
+    ("train.py", ["strategy=pipeline", "data.batch_size=30"], "data.batch_size=30 is not divisible by strategy.micro"),
+    ("train.py", ["strategy=hsdp", "strategy.tensor_parallel_size=2"], "strategy.replicate_size=2 (HSDP) with"),
+    ("train.py", ["data=streaming", "data.input_dir={tmp}"], "holds no litforge_facts.json"),
+    ("train.py", ["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
+    ("train.py", ["tune=batch_size", "trainer=cpu"], "tune=batch_size finds the largest batch that fits GPU memory"),
+    ("prepare.py", ["data=streaming", "output={tmp}/shards"], "prepare needs a source datamodule"),
+], ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare"])
+def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[str], says: str, tmp_path: Path):
+    log_dir = tmp_path / "logs"
+    result = run_cli(script, *(TINY if script == "train.py" else []), *(a.format(tmp=tmp_path) for a in args),
+                     log_dir=log_dir)
+    _refused(result, log_dir, says)
+    assert not log_dir.exists(), sorted(log_dir.rglob("*"))

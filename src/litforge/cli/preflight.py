@@ -83,6 +83,7 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     check_config(cfg)
     check_run_folder(parsed, cfg)
     check_data_folder(cfg)
+    check_job(cfg, config_name)
     paths = cfg.get("paths") or {}
     if paths.get("log_dir"):
         check_folder(Path(str(paths.log_dir)), float(paths.get("min_free_mb") or 0), key="paths.log_dir")
@@ -203,6 +204,23 @@ def check_data_folder(cfg: DictConfig) -> None:
     if len(classes) == 1:
         raise ConfigError(f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; "
                           f"add a folder per class, e.g. {train / 'other' / '001.png'}")
+
+
+def check_job(cfg: DictConfig, config_name: str) -> None:
+    """What a job would refuse only after Hydra made its run folder: asked here, of the same functions."""
+    data = cfg.get("data") or {}
+    streaming = str(data.get("_target_", "")).endswith("StreamingImageDataModule")
+    if config_name == "prepare" and (not data or streaming):
+        raise ConfigError("prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
+                          "(data=streaming reads what prepare writes)")
+    if config_name == "train" and streaming and "://" not in str(data.get("input_dir", "")):
+        from litforge.data.streaming import read_facts
+
+        read_facts(data.get("input_dir"))
+    if config_name == "train" and (cfg.get("tune") or {}).get("finder", "none") != "none":
+        from litforge.jobs.tuning import check_tuning
+
+        check_tuning(cfg)
 
 
 # ---- value types where the table has no rule ----------------------------------------------------------------------

@@ -510,6 +510,20 @@ RELATIONS: tuple[Relation, ...] = (
              "trainer.max_epochs={2} with trainer.max_steps={3} never ends, so the schedule spanning the run "
              "(scheduler.interval={0}) has no length: pass trainer.max_steps=10000 (interval=step) or "
              "trainer.max_epochs=30, or give the schedule its own length (scheduler.scheduler.total_steps/T_max)"),
+    Relation(("strategy._target_", "strategy.microbatches", "data.batch_size"),
+             lambda target, micro, batch: not str(target).endswith("Pipeline") or not isinstance(micro, int)
+             or not isinstance(batch, int) or micro < 1 or batch % micro == 0,
+             "data.batch_size={2} is not divisible by strategy.microbatches={1}: use a multiple, e.g. "
+             "data.batch_size={1}0"),
+    Relation(("strategy._target_", "strategy.data_parallel", "trainer.devices", "trainer.num_nodes"),
+             lambda target, dp, devices, nodes: not str(target).endswith("Pipeline") or not isinstance(dp, int)
+             or not isinstance(devices, int) or not isinstance(nodes, int) or dp < 1 or devices * nodes % dp == 0,
+             "trainer.devices={2} (x trainer.num_nodes={3}) gives processes not divisible by strategy.data_parallel="
+             "{1}: use stages x data_parallel processes, e.g. trainer.devices={1}"),
+    Relation(("strategy.replicate_size", "strategy.tensor_parallel_size"),
+             lambda replicas, tp: not isinstance(replicas, int) or replicas <= 1 or tp in (1, "1"),
+             "strategy.replicate_size={0} (HSDP) with strategy.tensor_parallel_size={1} would need a 3-D mesh, which "
+             "litforge does not build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp"),
     # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
     Relation(("trainer.accelerator", "strategy._target_"),
              lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
