@@ -95,7 +95,8 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
     ("train.py", ["data=streaming", "data.input_dir={tmp}"], "holds no litforge_facts.json"),
     ("train.py", ["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
     ("train.py", ["tune=batch_size", "trainer=cpu"], "tune=batch_size finds the largest batch that fits GPU memory"),
-    ("prepare.py", ["data=streaming", "output={tmp}/shards"], "prepare needs a source datamodule"),
+    ("prepare.py", ["data=streaming", "data.input_dir={tmp}", "output={tmp}/shards"],
+     "prepare needs a source datamodule"),
 ], ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare"])
 def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[str], says: str, tmp_path: Path):
     log_dir = tmp_path / "logs"
