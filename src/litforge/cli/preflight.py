@@ -8,6 +8,9 @@
 2. it composes the config the way Hydra will (torch-free, about a tenth of a second) and checks every value in it
    against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved), and
    the type of each `key=value` override against that key's default where the table has no rule;
+   then binds each `_target_` node to its target's annotated signature (litforge.config.signatures), and asks what
+   a job would otherwise refuse only after Hydra made its run folder (another run's folder as hydra.run.dir, an
+   image folder of one class, an unprepared streaming folder, the finders, prepare's source);
 3. it checks that `paths.log_dir` is a writable folder with at least `paths.min_free_mb` free: Hydra would otherwise
    fail with a traceback when it creates the run folder, or the run would die at its first checkpoint;
 4. for `resume=...` (train only) it finds the run folder to continue and rewrites the command line so Hydra reuses

@@ -559,7 +559,7 @@ def check_value(key: str, value: Any) -> None:
         raise ConfigError(message)
 
 
-def check_group(scope: str, node: Any) -> None:
+def check_group(scope: str, node: Any, bind: bool = True) -> None:
     """Check one group as it is built: `scope` is `data`, `trainer`, ... or `callbacks.<name>` for one entry."""
     if node is None:
         return
@@ -567,7 +567,7 @@ def check_group(scope: str, node: Any) -> None:
     check_package(scope, node)
     for key, value in leaves(scope, node):
         check_value(key, value)
-    for key, sub in targets(scope, node):
+    for key, sub in targets(scope, node) if bind else ():
         check_target(key, sub)
     prefix = scope + "."
     for relation in RELATIONS:
@@ -634,18 +634,20 @@ def check_run(cfg: Any) -> None:
 
 
 def check_config(cfg: Any) -> None:
-    """Everything, in the order the job builds it: what preflight runs on the composed command-line config."""
+    """Everything, in the order the job builds it: what preflight runs on the composed command-line config. The
+    table's checks of every group come first, then the signatures (which import the targets, torch with them)."""
     check_moved_keys(cfg)
     check_run(cfg)
-    for group in BUILT_GROUPS:
-        node = cfg.get(group) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else None
-        if node is None:
-            continue
-        if group in NAMED_GROUPS:
-            for name in node:
-                check_group(f"{group}.{name}", node[name])
-        else:
-            check_group(group, node)
+    for bind in (False, True):
+        for group in BUILT_GROUPS:
+            node = cfg.get(group) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else None
+            if node is None:
+                continue
+            if group in NAMED_GROUPS:
+                for name in node:
+                    check_group(f"{group}.{name}", node[name], bind)
+            else:
+                check_group(group, node, bind)
 
 
 def group_scope(key: str) -> str | None:
