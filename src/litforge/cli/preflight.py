@@ -82,8 +82,8 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     cfg = _apply(baseline, values) if baseline is not None else None
     if cfg is None:
         return overrides  # something only Hydra can judge: its message names it
-    check_value_types(baseline, cfg, values)
-    check_config(cfg)
+    check_config(cfg)  # the table, then each `_target_`'s signature
+    check_value_types(baseline, cfg, values)  # the kind of the default, for what neither judges
     check_run_folder(parsed, cfg)
     check_data_folder(cfg)
     check_job(cfg, config_name)

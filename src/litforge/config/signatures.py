@@ -13,41 +13,21 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class Range:
-    """Bounds of a number argument: `gt`/`lt` exclusive, `ge`/`le` inclusive; `example` a valid value."""
-
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    example: Any = None
-
-    def holds(self, v: Any) -> bool:
-        return (self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt) \
-            and (self.le is None or v <= self.le) and (self.lt is None or v < self.lt)
-
-    def words(self) -> str:
-        lo = f"{'(' if self.gt is not None else '['}{self.gt if self.gt is not None else self.ge}"
-        hi = f"{self.lt if self.lt is not None else self.le}{')' if self.lt is not None else ']'}"
-        if (self.gt, self.ge) == (None, None):
-            return f"{'<' if self.lt is not None else '<='} {hi[:-1]}"
-        if (self.lt, self.le) == (None, None):
-            return f"{'>' if self.gt is not None else '>='} {lo[1:]}"
-        return f"in {lo}, {hi}"
+__all__ = ["Range", "check_target", "parameters", "shown"]
 
 
+_LISTS = (list, tuple, Sequence)
+_FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
 _KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
-          tuple: "a list", dict: "a mapping"}
+          tuple: "a list", Sequence: "a list", dict: "a mapping"}
 
 
 def _fits(kind: Any, v: Any) -> bool | None:
@@ -57,7 +37,10 @@ def _fits(kind: Any, v: Any) -> bool | None:
         verdicts = [_fits(k, v) for k in typing.get_args(kind)]
         return True if any(verdicts) or None in verdicts else False
     if typing.get_origin(kind) is typing.Annotated:
-        return _fits(typing.get_args(kind)[0], v)
+        inner = _fits(typing.get_args(kind)[0], v)
+        return inner and all(r.holds(v) for r in _ranges(kind)) if inner is not None else None
+    if origin is typing.Literal:
+        return any(type(v) is type(o) and v == o for o in typing.get_args(kind))
     if kind is type(None):
         return v is None
     if kind is typing.Any or origin not in _KINDS:
@@ -66,30 +49,43 @@ def _fits(kind: Any, v: Any) -> bool | None:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if origin is int:
         return isinstance(v, int) and not isinstance(v, bool)
-    if origin in (list, tuple):
-        return isinstance(v, (list, tuple))
+    if origin in _LISTS:
+        args = typing.get_args(kind)
+        return isinstance(v, (list, tuple)) and (not args or args[-1] is Ellipsis and len(args) == 2
+                                                 or all(_fits(args[0], x) is not False for x in v))
     return isinstance(v, origin)
 
 
 def _words(kind: Any) -> str:
-    if typing.get_origin(kind) is typing.Annotated:
-        kind = typing.get_args(kind)[0]
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+    """What an annotation takes, in words: `an integer >= 1`, `a non-empty list of integers >= 1`, `one of a, b`."""
+    origin = typing.get_origin(kind)
+    if origin is typing.Annotated:
+        base, ranges = typing.get_args(kind)[0], _ranges(kind)
+        if typing.get_origin(base) in _LISTS and ranges and ranges[0].min_items:
+            return "a non-empty " + _words(base)[2:]
+        return " ".join([_words(base), *(r.words() for r in ranges if r.words())])
+    if origin in (typing.Union, types.UnionType):
         return " or ".join("null" if k is type(None) else _words(k) for k in typing.get_args(kind))
-    return _KINDS.get(typing.get_origin(kind) or kind, getattr(kind, "__name__", str(kind)))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(shown(o, quote=False) for o in typing.get_args(kind))
+    if origin in _LISTS and typing.get_args(kind):
+        item = _words(typing.get_args(kind)[0]).split(" ", 1)
+        return f"a list of {item[1].replace(' ', 's ', 1) if ' ' in item[1] else item[1] + 's'}"
+    return _KINDS.get(origin or kind, getattr(kind, "__name__", str(kind)))
 
 
-def _ranges(kind: Any) -> list[Range]:
-    """The Range markers of an annotation, also inside `Annotated[...] | None`."""
+def _ranges(kind: Any, deep: bool = False) -> list[Range]:
+    """The Range markers of an annotation, also inside `Annotated[...] | None` (and inside `list[...]` when deep)."""
     if typing.get_origin(kind) is typing.Annotated:
-        return [m for m in kind.__metadata__ if isinstance(m, Range)]
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        return [r for k in typing.get_args(kind) for r in _ranges(k)]
+        own = [m for m in kind.__metadata__ if isinstance(m, Range)]
+        return own + (_ranges(typing.get_args(kind)[0], deep) if deep else [])
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) or deep and typing.get_origin(kind) in _LISTS:
+        return [r for k in typing.get_args(kind) for r in _ranges(k, deep)]
     return []
 
 
 def parameters(target: Any) -> tuple[dict[str, Any], bool]:
-    """{argument: annotation (or Any)} of a class or function, following `**kwargs` up the base classes, and
+    """{argument: (annotation or Any, default or None)} of a class or function, following `**kwargs` up the base classes, and
     whether it still takes any keyword at the end (then an unknown key cannot be judged)."""
     functions = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     found: dict[str, Any] = {}
@@ -101,9 +97,11 @@ def parameters(target: Any) -> tuple[dict[str, Any], bool]:
             return found, True
         for p in params:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in found:
-                found[p.name] = hints.get(p.name, typing.Any)
+                found[p.name] = (hints.get(p.name, typing.Any), None if p.default is p.empty else p.default)
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return found, False
+        if str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN:  # a library's **kwargs may go anywhere (DDP's to torch)
+            return found, True
     return found, True
 
 
@@ -135,7 +133,7 @@ def check_target(scope: str, node: Any) -> None:
             continue
         if value is None:  # null: filled in by the code that builds the node (a partial's caller), or a default
             continue
-        check_argument(f"{scope}.{key}", value, params[key])
+        check_argument(f"{scope}.{key}", value, *params[key])
 
 
 def shown(value: Any, quote: bool = True) -> str:
@@ -153,12 +151,12 @@ def shown(value: Any, quote: bool = True) -> str:
     return str(value)
 
 
-def check_argument(key: str, value: Any, kind: Any) -> None:
-    fits = _fits(kind, value)
-    ranges = _ranges(kind) if fits and isinstance(value, (int, float)) and not isinstance(value, bool) else []
-    bad = next((r for r in ranges if not r.holds(value)), None)
-    if fits is False or bad is not None:
-        example = next((r.example for r in _ranges(kind) if r.example is not None), None)
-        expect = _words(kind) + (f" {bad.words()}" if bad else "")
-        raise ConfigError(f"{key}={shown(value)}: expected {expect}" + (f", e.g. {key}={example}" if example is not None
-                                                                        else ""))
+def check_argument(key: str, value: Any, kind: Any, default: Any = None) -> None:
+    """One argument's value against its annotation (a Range marker anywhere in it bounds it); the example shown is
+    the marker's, else the argument's default."""
+    if _fits(kind, value) is False:
+        literal = [typing.get_args(k)[0] for k in [kind, *typing.get_args(kind)] if typing.get_origin(k) is typing.Literal]
+        example = next((r.example for r in _ranges(kind, deep=True) if r.example is not None),
+                       default if default is not None else (literal or [None])[0])
+        raise ConfigError(f"{key}={shown(value)}: expected {_words(kind)}"
+                          + (f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""))

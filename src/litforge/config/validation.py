@@ -280,18 +280,7 @@ RULES: dict[str, Rule] = {
     "data.val_episodes": integer(1, example=10),
     "data.test_episodes": integer(1, example=100),
 
-    # ---- model ----
-    "model.dropout": number(ge=0, lt=1, example=0.1),
-    "model.depth": integer(1, example=4),  # resnet: 18 | 34 | 50, checked by the ResNet itself
-    "model.dim": integer(1, example=128),
-    "model.heads": integer(1, example=4),
-    "model.mlp_ratio": number(gt=0, example=4.0),
-    "model.patch_size": integer(1, example=4),
-    "model.hidden_dims": int_list(1, example="[256,256]"),
-    "model.channels": int_list(1, nonempty=True, example="[32,64]"),
-    "model.pretrained": boolean(example="false"),
-    "model.small_input": boolean(example="true", null=True),
-    "model.attention": choice("auto", "flex", "mask", example="auto"),
+    # ---- model: each net's own annotated arguments (litforge.config.signatures) ----
 
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),
