@@ -97,9 +97,11 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
     ("train.py", ["tune=batch_size", "trainer=cpu"], "tune=batch_size finds the largest batch that fits GPU memory"),
     ("prepare.py", ["data=streaming", "data.input_dir={tmp}", "output={tmp}/shards"],
      "prepare needs a source datamodule"),
-], ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare"])
+    ("export.py", ["ckpt_path={tmp}/run.ckpt", "formats=[tflite]"], "unknown export format ['tflite']"),
+], ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare", "export"])
 def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[str], says: str, tmp_path: Path):
     log_dir = tmp_path / "logs"
+    (tmp_path / "run.ckpt").write_bytes(b"")  # export: the options are refused before the checkpoint is read
     result = run_cli(script, *(TINY if script == "train.py" else []), *(a.format(tmp=tmp_path) for a in args),
                      log_dir=log_dir)
     _refused(result, log_dir, says)

@@ -220,6 +220,10 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
         from litforge.data.streaming import read_facts
 
         read_facts(data.get("input_dir"))
+    if config_name == "export":
+        from litforge.jobs.export import check_export
+
+        check_export(cfg)
     if config_name == "train" and (cfg.get("tune") or {}).get("finder", "none") != "none":
         from litforge.jobs.tuning import check_tuning
 

@@ -131,8 +131,9 @@ def check_target(scope: str, node: Any) -> None:
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked when it is built
             continue
-        if value is None:  # null: filled in by the code that builds the node (a partial's caller), or a default
-            continue
+        kind, default = params[key]
+        if value is None and (default is None or _fits(kind, None) is not False):
+            continue  # null where the argument allows it, or one the builder fills in (a partial's caller)
         check_argument(f"{scope}.{key}", value, *params[key])
 
 
