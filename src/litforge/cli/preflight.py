@@ -74,20 +74,23 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides  # Hydra reports syntax errors itself
     check_moved(parsed)
     check_needs_multirun(parsed, config_name)
-    # one composition with the group choices (the defaults of every key), then the key=value overrides on a copy
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
     check_group_options(conf_dir, groups, searchpath=_extends_searchpath(parsed))
-    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
-    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]]) if baseline else None
-    if cfg is None:  # a key that does not exist is named here, with the closest that does; the rest Hydra judges
-        message = next(filter(None, (unknown_key_message(baseline, o) for o in values
-                                     if baseline is not None and not (o.is_add() or o.is_force_add()))), None)
+    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
+    # the defaults (the group choices alone), composed only when needed: a key that does not exist is named with the
+    # closest that does (the rest Hydra judges), and a key no rule or signature judges keeps its default's kind
+    unjudged = [o for o in values if rule_for(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
+    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups]) if cfg is None or unjudged else None
+    if cfg is None:
+        message = next(filter(None, (unknown_key_message(baseline, o) for o in values if baseline is not None
+                                     and not (o.is_add() or o.is_force_add()))), None)
         if message:
             raise ConfigError(message)
         return overrides
     check_config(cfg)  # the table, then each `_target_`'s signature
-    check_value_types(baseline, cfg, values)  # the kind of the default, for what neither judges
+    if baseline is not None:
+        check_value_types(baseline, cfg, unjudged)  # the kind of the default, for what neither judges
     check_run_folder(parsed, cfg)
     check_data_folder(cfg)
     check_job(cfg, config_name)
