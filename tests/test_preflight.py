@@ -72,12 +72,14 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
 def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from litforge.cli.preflight import _apply, check_value_types
+    from litforge.cli.preflight import check_value_types
 
     baseline = OmegaConf.create({"a": {"flag": False, "n": 3, "xs": [1, 2]}})
     parsed = OverridesParser.create().parse_overrides([override])
+    cfg = baseline.copy()
+    OmegaConf.update(cfg, parsed[0].key_or_group, parsed[0].value())  # as Hydra's compose applies it
     with pytest.raises(ConfigError, match=re.escape(says)):
-        check_value_types(baseline, _apply(baseline, parsed), parsed)
+        check_value_types(baseline, cfg, parsed)
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -5,9 +5,12 @@
 1. it refuses command lines that would run something other than what was meant, each with the fix: a sweep
    (`optimizer.lr=0.1,0.01`) or `hparams_search=...` without `-m` (Hydra would run one job, or none), an option
    that does not exist (`model=resnt`), a key the config does not have (`trainer.max_epoch=3`);
-2. it composes the config the way Hydra will (torch-free, about a tenth of a second) and checks every value in it
-   against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved),
-   and the type of each `key=value` override against that key's default where the table has no rule;
+2. it composes the config with Hydra's own Compose API (torch-free, about a tenth of a second) and checks every value in it
+   against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved), and
+   the type of each `key=value` override against that key's default where the table has no rule;
+   then binds each `_target_` node to its target's annotated signature (litforge.config.signatures), and asks what
+   a job would otherwise refuse only after Hydra made its run folder (another run's folder as hydra.run.dir, an
+   image folder of one class, an unprepared streaming folder, the finders, prepare's source);
 3. it checks that `paths.log_dir` is a writable folder with at least `paths.min_free_mb` free: Hydra would otherwise
    fail with a traceback when it creates the run folder, or the run would die at its first checkpoint;
 4. for `resume=...` (train only) it finds the run folder to continue and rewrites the command line so Hydra reuses
@@ -28,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.checkpointing.folders import check_folder
@@ -72,16 +75,26 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides  # Hydra reports syntax errors itself
     check_moved(parsed)
     check_needs_multirun(parsed, config_name)
-    # one composition with the group choices (the defaults of every key), then the key=value overrides on a copy
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
     check_group_options(conf_dir, groups, searchpath=_extends_searchpath(parsed))
-    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
-    cfg = _apply(baseline, values) if baseline is not None else None
+    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
+    # the defaults (the group choices alone), composed only when needed: a key that does not exist is named with the
+    # closest that does (the rest Hydra judges), and a key no rule or signature judges keeps its default's kind
+    unjudged = [o for o in values if rule_for(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
+    baseline = _compose(conf_dir, config_name, [o.input_line for o in groups]) if cfg is None or unjudged else None
     if cfg is None:
-        return overrides  # something only Hydra can judge: its message names it
-    check_value_types(baseline, cfg, values)
-    check_config(cfg)
+        message = next(filter(None, (unknown_key_message(baseline, o) for o in values if baseline is not None
+                                     and not (o.is_add() or o.is_force_add()))), None)
+        if message:
+            raise ConfigError(message)
+        return overrides
+    check_config(cfg)  # the table, then each `_target_`'s signature
+    if baseline is not None:
+        check_value_types(baseline, cfg, unjudged)  # the kind of the default, for what neither judges
+    check_run_folder(parsed, cfg)
+    check_data_folder(cfg)
+    check_job(cfg, config_name)
     paths = cfg.get("paths") or {}
     if paths.get("log_dir"):
         check_folder(Path(str(paths.log_dir)), float(paths.get("min_free_mb") or 0), key="paths.log_dir")
@@ -172,6 +185,57 @@ def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
             return None
         path.append(part)
     return None
+
+
+def check_run_folder(parsed: list[Any], cfg: DictConfig) -> None:
+    """`hydra.run.dir=<another run>` would overwrite that run's checkpoints, metrics and overrides: a run writes
+    only into a folder of its own (resume= continues one in place; a torchrun restart re-enters its own)."""
+    import os
+
+    if cfg.get("resume") or cfg.get("ckpt_path") == "last" or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return
+    for override in parsed:
+        if override.key_or_group == "hydra.run.dir" and isinstance(override.value(), str):
+            folder = Path(override.value())
+            held = [n for n in (".hydra", "checkpoints", "metrics.json") if (folder / n).exists()]
+            if held:
+                raise ConfigError(f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): "
+                                  f"a run never writes into another's; continue it with resume={folder}, or pass a "
+                                  "new folder")
+
+
+def check_data_folder(cfg: DictConfig) -> None:
+    """data=image_folder with one class folder: a classifier needs two (torchmetrics would fail inside fit)."""
+    data = cfg.get("data") or {}
+    root = data.get("root") if str(data.get("_target_", "")).endswith("ImageFolderDataModule") else None
+    if not isinstance(root, str) or not Path(root).is_dir():
+        return  # the datamodule names a missing folder itself
+    train = Path(root) / "train" if (Path(root) / "train").is_dir() else Path(root)
+    classes = sorted(p.name for p in train.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if len(classes) == 1:
+        raise ConfigError(f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; "
+                          f"add a folder per class, e.g. {train / 'other' / '001.png'}")
+
+
+def check_job(cfg: DictConfig, config_name: str) -> None:
+    """What a job would refuse only after Hydra made its run folder: asked here, of the same functions."""
+    data = cfg.get("data") or {}
+    streaming = str(data.get("_target_", "")).endswith("StreamingImageDataModule")
+    if config_name == "prepare" and (not data or streaming):
+        raise ConfigError("prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
+                          "(data=streaming reads what prepare writes)")
+    if config_name == "train" and streaming and "://" not in str(data.get("input_dir", "")):
+        from litforge.data.streaming import read_facts
+
+        read_facts(data.get("input_dir"))
+    if config_name == "export":
+        from litforge.jobs.export import check_export
+
+        check_export(cfg)
+    if config_name == "train" and (cfg.get("tune") or {}).get("finder", "none") != "none":
+        from litforge.jobs.tuning import check_tuning
+
+        check_tuning(cfg)
 
 
 # ---- value types where the table has no rule ----------------------------------------------------------------------
@@ -270,44 +334,6 @@ def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> DictConf
 def _quote(path: Path) -> str:
     """A path as a quoted Hydra override value (paths may hold characters the override grammar reserves)."""
     return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _apply(baseline: DictConfig, values: list[Any]) -> DictConfig | None:
-    """`baseline` with the key=value overrides applied as Hydra applies them (None if one does not fit).
-
-    The same rules as Hydra's own (private) `ConfigLoaderImpl._apply_overrides_to_config`, written with OmegaConf's
-    public API: `key=v` must name an existing key, `+key=v` a new one, `++key=v` either, `~key` an existing one.
-    Composing the config a second time with every override would do the same through Hydra's public `compose`,
-    at twice the start-up cost. A `key=v` whose key does not exist is refused here (ConfigError), with the closest
-    key that does.
-    """
-    cfg = baseline.copy()
-    try:
-        for override in values:
-            if override.package is not None:
-                return None
-            key, value = override.key_or_group, override.value()
-            exists = OmegaConf.select(cfg, key, throw_on_missing=False) is not None
-            if override.is_delete():
-                if not exists:
-                    return None
-                parent, _, leaf = key.rpartition(".")
-                with open_dict(cfg):
-                    del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
-            elif override.is_add() or override.is_force_add():
-                if override.is_add() and exists and not isinstance(value, (dict, list)):
-                    return None
-                OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-            else:
-                message = unknown_key_message(cfg, override)
-                if message:
-                    raise ConfigError(message)
-                OmegaConf.update(cfg, key, value, merge=True)
-    except ConfigError:
-        raise
-    except Exception:
-        return None
-    return cfg
 
 
 def _parse(overrides: list[str]) -> list[Any] | None:

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from litforge.config.durations import is_time_limit, parse_every
 from litforge.core.errors import ConfigError
+from litforge.config.signatures import check_target, shown
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {
@@ -69,21 +70,6 @@ class Rule:
         why = next((f" {reason}" for bad, reason in self.reasons if _same(value, bad)), "")
         expect = self.expect + (" or null" if self.null else "")
         return f"{key}={shown(value)}{why}: expected {expect}, e.g. {key}={self.example}"
-
-
-def shown(value: Any, quote: bool = True) -> str:
-    """A value as it would be typed on the command line (`null`, `true`, `[1,2]`; text quoted when `quote`)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value) if quote else value
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(shown(v, quote) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{shown(v, quote)}" for k, v in value.items()) + "}"
-    return str(value)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -294,18 +280,7 @@ RULES: dict[str, Rule] = {
     "data.val_episodes": integer(1, example=10),
     "data.test_episodes": integer(1, example=100),
 
-    # ---- model ----
-    "model.dropout": number(ge=0, lt=1, example=0.1),
-    "model.depth": integer(1, example=4),  # resnet: 18 | 34 | 50, checked by the ResNet itself
-    "model.dim": integer(1, example=128),
-    "model.heads": integer(1, example=4),
-    "model.mlp_ratio": number(gt=0, example=4.0),
-    "model.patch_size": integer(1, example=4),
-    "model.hidden_dims": int_list(1, example="[256,256]"),
-    "model.channels": int_list(1, nonempty=True, example="[32,64]"),
-    "model.pretrained": boolean(example="false"),
-    "model.small_input": boolean(example="true", null=True),
-    "model.attention": choice("auto", "flex", "mask", example="auto"),
+    # ---- model: each net's own annotated arguments (litforge.config.signatures) ----
 
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),
@@ -515,6 +490,28 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(("tune.min_lr", "tune.max_lr"), lambda lo, hi: lo < hi,
              "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
              "tune.min_lr=1e-6 tune.max_lr=1"),
+    # a schedule whose length is filled from the run's (null T_max/total_steps) needs a run with an end
+    Relation(("scheduler.interval", "scheduler.scheduler", "trainer.max_epochs", "trainer.max_steps"),
+             lambda interval, sched, epochs, steps: epochs != -1 or not isinstance(sched, Mapping)
+             or all(sched.get(k, 0) is not None for k in ("T_max", "total_steps"))
+             or interval == "step" and steps not in (None, -1),
+             "trainer.max_epochs={2} with trainer.max_steps={3} never ends, so the schedule spanning the run "
+             "(scheduler.interval={0}) has no length: pass trainer.max_steps=10000 (interval=step) or "
+             "trainer.max_epochs=30, or give the schedule its own length (scheduler.scheduler.total_steps/T_max)"),
+    Relation(("strategy._target_", "strategy.microbatches", "data.batch_size"),
+             lambda target, micro, batch: not str(target).endswith("Pipeline") or not isinstance(micro, int)
+             or not isinstance(batch, int) or micro < 1 or batch % micro == 0,
+             "data.batch_size={2} is not divisible by strategy.microbatches={1}: use a multiple, e.g. "
+             "data.batch_size={1}0"),
+    Relation(("strategy._target_", "strategy.data_parallel", "trainer.devices", "trainer.num_nodes"),
+             lambda target, dp, devices, nodes: not str(target).endswith("Pipeline") or not isinstance(dp, int)
+             or not isinstance(devices, int) or not isinstance(nodes, int) or dp < 1 or devices * nodes % dp == 0,
+             "trainer.devices={2} (x trainer.num_nodes={3}) gives processes not divisible by strategy.data_parallel="
+             "{1}: use stages x data_parallel processes, e.g. trainer.devices={1}"),
+    Relation(("strategy.replicate_size", "strategy.tensor_parallel_size"),
+             lambda replicas, tp: not isinstance(replicas, int) or replicas <= 1 or tp in (1, "1"),
+             "strategy.replicate_size={0} (HSDP) with strategy.tensor_parallel_size={1} would need a 3-D mesh, which "
+             "litforge does not build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp"),
     # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
     Relation(("trainer.accelerator", "strategy._target_"),
              lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
@@ -550,13 +547,16 @@ def check_value(key: str, value: Any) -> None:
         raise ConfigError(message)
 
 
-def check_group(scope: str, node: Any) -> None:
+def check_group(scope: str, node: Any, bind: bool = True) -> None:
     """Check one group as it is built: `scope` is `data`, `trainer`, ... or `callbacks.<name>` for one entry."""
     if node is None:
         return
+    check_reachable(scope, node)
     check_package(scope, node)
     for key, value in leaves(scope, node):
         check_value(key, value)
+    for key, sub in targets(scope, node) if bind else ():
+        check_target(key, sub)
     prefix = scope + "."
     for relation in RELATIONS:
         if _scope_of(relation) == scope:
@@ -580,6 +580,36 @@ def check_package(scope: str, node: Any) -> None:
                           f"or choose another logger (e.g. logger=tensorboard)")
 
 
+def check_reachable(scope: str, node: Any) -> None:
+    """A tracking server that does not answer: MLflow would retry for minutes, then fail inside fit."""
+    import socket
+    from urllib.parse import urlsplit
+
+    uri = _lookup(node, "tracking_uri")
+    if not isinstance(uri, str) or not uri.startswith(("http://", "https://")):
+        return
+    url = urlsplit(uri)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
+    except OSError as exc:
+        raise ConfigError(f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
+                          f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the "
+                          "local store") from None
+
+
+def targets(prefix: str, node: Any) -> Iterator[tuple[str, Any]]:
+    """(key, node) of every mapping with a `_target_` at or under `node`."""
+    if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)):
+        return
+    if "_target_" in node:
+        yield prefix, node
+    for key in node.keys():
+        try:
+            yield from targets(f"{prefix}.{key}", node[key])
+        except Exception:  # an interpolation that resolves only inside a Hydra job
+            continue
+
+
 def check_run(cfg: Any) -> None:
     """Check what a job reads itself (top-level keys, `paths`) and the relations between groups."""
     if cfg is None:
@@ -592,18 +622,20 @@ def check_run(cfg: Any) -> None:
 
 
 def check_config(cfg: Any) -> None:
-    """Everything, in the order the job builds it: what preflight runs on the composed command-line config."""
+    """Everything, in the order the job builds it: what preflight runs on the composed command-line config. The
+    table's checks of every group come first, then the signatures (which import the targets, torch with them)."""
     check_moved_keys(cfg)
     check_run(cfg)
-    for group in BUILT_GROUPS:
-        node = cfg.get(group) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else None
-        if node is None:
-            continue
-        if group in NAMED_GROUPS:
-            for name in node:
-                check_group(f"{group}.{name}", node[name])
-        else:
-            check_group(group, node)
+    for bind in (False, True):
+        for group in BUILT_GROUPS:
+            node = cfg.get(group) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else None
+            if node is None:
+                continue
+            if group in NAMED_GROUPS:
+                for name in node:
+                    check_group(f"{group}.{name}", node[name], bind)
+            else:
+                check_group(group, node, bind)
 
 
 def group_scope(key: str) -> str | None:

@@ -36,7 +36,8 @@ from litforge.core.errors import ConfigError
 FORMATS = ("onnx",)
 
 
-def export(cfg: DictConfig) -> dict[str, Any]:
+def check_export(cfg: DictConfig) -> None:
+    """The export options, refused in one line (asked by the CLI before Hydra starts the job)."""
     formats, quantize = as_list(cfg.formats), as_list(cfg.quantize)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
@@ -51,6 +52,12 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     if input_dtype not in INPUT_DTYPES:
         raise ConfigError(f"input_dtype={input_dtype}: not a deployable input; choose from {', '.join(INPUT_DTYPES)} "
                           "(e.g. input_dtype=uint8)")
+
+
+def export(cfg: DictConfig) -> dict[str, Any]:
+    check_export(cfg)
+    formats, quantize = as_list(cfg.formats), as_list(cfg.quantize)
+    input_dtype = str(cfg.get("input_dtype", "uint8"))
 
     import torch
 

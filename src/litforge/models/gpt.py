@@ -20,13 +20,14 @@ SDPA costs the same as `is_causal` there (benchmarks/gpt_speed.py). Both give th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
 from torch import Tensor, nn
 
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
+from litforge.core.bounds import Range
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -99,12 +100,12 @@ class GPT(nn.Module):
         self,
         vocab_size: int,
         block_size: int,
-        dim: int = 128,
-        depth: int = 4,
-        heads: int = 4,
-        mlp_ratio: float = 4.0,
-        dropout: float = 0.0,
-        attention: str = "auto",
+        dim: Annotated[int, Range(ge=1)] = 128,
+        depth: Annotated[int, Range(ge=1)] = 4,
+        heads: Annotated[int, Range(ge=1)] = 4,
+        mlp_ratio: Annotated[float, Range(gt=0)] = 4.0,
+        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0,
+        attention: Literal["auto", "flex", "mask"] = "auto",
     ) -> None:
         super().__init__()
         if attention not in ATTENTION:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import math
 from collections.abc import Sequence
 
 from torch import Tensor, nn
 
 from litforge.models.layers import split_runs
+from litforge.core.bounds import Range
 
 
 class MLP(nn.Module):
@@ -21,8 +24,8 @@ class MLP(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        hidden_dims: Sequence[int] = (256, 256),
-        dropout: float = 0.1,
+        hidden_dims: Sequence[Annotated[int, Range(ge=1)]] = (256, 256),
+        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1,
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = [nn.Flatten()]

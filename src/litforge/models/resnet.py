@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import os
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -11,6 +13,7 @@ import torchvision.models as tvm
 from torch import Tensor, nn
 
 from litforge.core.errors import ConfigError
+from litforge.core.bounds import Range
 
 # depth -> (builder, weights enum); .DEFAULT is the best ImageNet checkpoint torchvision publishes for that depth
 ARCHS = {
@@ -61,7 +64,7 @@ class ResNet(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        depth: int = 18,
+        depth: Annotated[int, Range(ge=1)] = 18,
         pretrained: bool = False,
         small_input: bool | None = None,
     ) -> None:

@@ -6,6 +6,8 @@ tensor-parallel plan's targets (see that module for the layout contract).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import math
 
 import torch
@@ -13,6 +15,7 @@ from torch import Tensor, nn
 
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
+from litforge.core.bounds import Range
 
 
 def nearest_divisor(n: int, target: int) -> int:
@@ -32,12 +35,12 @@ class VisionTransformer(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        patch_size: int = 4,
-        dim: int = 128,
-        depth: int = 4,
-        heads: int = 4,
-        mlp_ratio: float = 4.0,
-        dropout: float = 0.0,
+        patch_size: Annotated[int, Range(ge=1)] = 4,
+        dim: Annotated[int, Range(ge=1)] = 128,
+        depth: Annotated[int, Range(ge=1)] = 4,
+        heads: Annotated[int, Range(ge=1)] = 4,
+        mlp_ratio: Annotated[float, Range(gt=0)] = 4.0,
+        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0,
     ) -> None:
         super().__init__()
         H, W = image_size

@@ -1,0 +1,163 @@
+"""Typed arguments: the class a config node builds says what each of its arguments takes, beside the code.
+
+A constructor annotates an argument `Annotated[int, Range(ge=1, example=64)]` (or plain `int`, `float | None`, ...);
+:func:`check_target` binds a config node with a `_target_` to that signature before anything is built: a key the
+target does not take, a value of the wrong type or out of range is one ConfigError line naming `group.key`, the
+value, what it takes and an example. A user's own datamodule, model or task is checked the same way, with no table
+to edit. The target is imported when its node is checked (preflight runs this after the cheap checks, so `--help`
+and a typo caught by them stay torch-free).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from litforge.core.bounds import Range
+from litforge.core.errors import ConfigError
+
+__all__ = ["Range", "check_target", "parameters", "shown"]
+
+
+_LISTS = (list, tuple, Sequence)
+_FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
+          tuple: "a list", Sequence: "a list", dict: "a mapping"}
+
+
+def _fits(kind: Any, v: Any) -> bool | None:
+    """Whether `v` fits the plain type `kind`; None when the type is not one a config value can be judged by."""
+    origin = typing.get_origin(kind) or kind
+    if origin in (typing.Union, types.UnionType):
+        verdicts = [_fits(k, v) for k in typing.get_args(kind)]
+        return True if any(verdicts) or None in verdicts else False
+    if typing.get_origin(kind) is typing.Annotated:
+        inner = _fits(typing.get_args(kind)[0], v)
+        return inner and all(r.holds(v) for r in _ranges(kind)) if inner is not None else None
+    if origin is typing.Literal:
+        return any(type(v) is type(o) and v == o for o in typing.get_args(kind))
+    if kind is type(None):
+        return v is None
+    if kind is typing.Any or origin not in _KINDS:
+        return None
+    if origin is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if origin is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if origin in _LISTS:
+        args = typing.get_args(kind)
+        return isinstance(v, (list, tuple)) and (not args or args[-1] is Ellipsis and len(args) == 2
+                                                 or all(_fits(args[0], x) is not False for x in v))
+    return isinstance(v, origin)
+
+
+def _words(kind: Any) -> str:
+    """What an annotation takes, in words: `an integer >= 1`, `a non-empty list of integers >= 1`, `one of a, b`."""
+    origin = typing.get_origin(kind)
+    if origin is typing.Annotated:
+        base, ranges = typing.get_args(kind)[0], _ranges(kind)
+        if typing.get_origin(base) in _LISTS and ranges and ranges[0].min_items:
+            return "a non-empty " + _words(base)[2:]
+        return " ".join([_words(base), *(r.words() for r in ranges if r.words())])
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if k is type(None) else _words(k) for k in typing.get_args(kind))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(shown(o, quote=False) for o in typing.get_args(kind))
+    if origin in _LISTS and typing.get_args(kind):
+        item = _words(typing.get_args(kind)[0]).split(" ", 1)
+        return f"a list of {item[1].replace(' ', 's ', 1) if ' ' in item[1] else item[1] + 's'}"
+    return _KINDS.get(origin or kind, getattr(kind, "__name__", str(kind)))
+
+
+def _ranges(kind: Any, deep: bool = False) -> list[Range]:
+    """The Range markers of an annotation, also inside `Annotated[...] | None` (and inside `list[...]` when deep)."""
+    if typing.get_origin(kind) is typing.Annotated:
+        own = [m for m in kind.__metadata__ if isinstance(m, Range)]
+        return own + (_ranges(typing.get_args(kind)[0], deep) if deep else [])
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) or deep and typing.get_origin(kind) in _LISTS:
+        return [r for k in typing.get_args(kind) for r in _ranges(k, deep)]
+    return []
+
+
+def parameters(target: Any) -> tuple[dict[str, Any], bool]:
+    """{argument: (annotation or Any, default or None)} of a class or function, following `**kwargs` up the base classes, and
+    whether it still takes any keyword at the end (then an unknown key cannot be judged)."""
+    functions = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    found: dict[str, Any] = {}
+    for function in functions:
+        try:
+            params = list(inspect.signature(function).parameters.values())
+            hints = typing.get_type_hints(function, include_extras=True)
+        except Exception:  # a C function, or an annotation naming what is not importable here: judge nothing
+            return found, True
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in found:
+                found[p.name] = (hints.get(p.name, typing.Any), None if p.default is p.empty else p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return found, False
+        if str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN:  # a library's **kwargs may go anywhere (DDP's to torch)
+            return found, True
+    return found, True
+
+
+def check_target(scope: str, node: Any) -> None:
+    """Bind the keys of `node` (a mapping with `_target_`) to its target's signature; ConfigError on a mismatch."""
+    from hydra.utils import get_object
+
+    target_name = node.get("_target_") if isinstance(node, Mapping) or OmegaConf.is_dict(node) else None
+    if not isinstance(target_name, str):
+        return
+    try:
+        target = get_object(target_name)
+    except Exception:  # an import error is the build's to report (instantiate's one line names the group)
+        return
+    params, open_ended = parameters(target)
+    for key in node.keys():
+        key = str(key)
+        if key.startswith("_"):
+            continue
+        if key not in params:
+            if open_ended:
+                continue
+            raise ConfigError(f"{scope}.{key} is not an argument of {target_name} (it takes: {', '.join(params)}): "
+                              f"remove {scope}.{key} or fix its spelling")
+        try:
+            value = node[key]
+            value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except Exception:  # an interpolation that resolves only inside a Hydra job: checked when it is built
+            continue
+        kind, default = params[key]
+        if value is None and (default is None or _fits(kind, None) is not False):
+            continue  # null where the argument allows it, or one the builder fills in (a partial's caller)
+        check_argument(f"{scope}.{key}", value, *params[key])
+
+
+def shown(value: Any, quote: bool = True) -> str:
+    """A value as it would be typed on the command line (`null`, `true`, `[1,2]`; text quoted when `quote`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value) if quote else value
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(shown(v, quote) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{shown(v, quote)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def check_argument(key: str, value: Any, kind: Any, default: Any = None) -> None:
+    """One argument's value against its annotation (a Range marker anywhere in it bounds it); the example shown is
+    the marker's, else the argument's default."""
+    if _fits(kind, value) is False:
+        literal = [typing.get_args(k)[0] for k in [kind, *typing.get_args(kind)] if typing.get_origin(k) is typing.Literal]
+        example = next((r.example for r in _ranges(kind, deep=True) if r.example is not None),
+                       default if default is not None else (literal or [None])[0])
+        raise ConfigError(f"{key}={shown(value)}: expected {_words(kind)}"
+                          + (f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""))

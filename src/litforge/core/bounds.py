@@ -1,0 +1,39 @@
+"""Bounds of an argument, written where the argument is declared: `dropout: Annotated[float, Range(ge=0, lt=1)]`.
+
+Why in core: every layer may annotate its constructors with it (models import nothing of config);
+litforge.config.signatures reads the markers and checks a config against them before a run starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a number (`gt`/`lt` exclusive, `ge`/`le` inclusive) or, for a list, its least length `min_items`;
+    `example` is a valid value, shown in the refusal."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    example: Any = None
+    min_items: int = 0
+
+    def holds(self, v: Any) -> bool:
+        if isinstance(v, (list, tuple)):
+            return len(v) >= self.min_items
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return True
+        return (self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt) \
+            and (self.le is None or v <= self.le) and (self.lt is None or v < self.lt)
+
+    def words(self) -> str:
+        lo, hi = (self.gt if self.gt is not None else self.ge), (self.lt if self.lt is not None else self.le)
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.gt is not None else '['}{lo}, {hi}{')' if self.lt is not None else ']'}"
+        if lo is not None:
+            return f"{'>' if self.gt is not None else '>='} {lo}"
+        return f"{'<' if self.lt is not None else '<='} {hi}" if hi is not None else ""
