@@ -28,9 +28,18 @@ SOLVED = 475.0
 def run_seed(seed: int, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        cmd = [sys.executable, str(ROOT / "train.py"), "experiment=cartpole_dqn", "logger=csv", f"paths.log_dir={tmp}",
-               "print_config=false", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
-               f"seed={seed}", *overrides]
+        cmd = [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "experiment=cartpole_dqn",
+            "logger=csv",
+            f"paths.log_dir={tmp}",
+            "print_config=false",
+            "callbacks.progress_bar=null",
+            "trainer.enable_progress_bar=false",
+            f"seed={seed}",
+            *overrides,
+        ]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
         run = next((Path(tmp) / "cartpole_dqn" / "runs").iterdir())
@@ -40,9 +49,15 @@ def run_seed(seed: int, overrides: list[str]) -> dict:
     val = [(int(r["step"]) + 1, float(r["val/return"])) for r in rows if r.get("val/return")]
     solved_at = next((step for step, ret in val if ret >= SOLVED), None)
     env_steps = None if solved_at is None else solved_at * task["env_steps_per_step"] + task["warmup_steps"]
-    return {"seed": seed, "wall_s": wall, "solved_at": solved_at, "env_steps": env_steps,
-            "stopped_at": val[-1][0] if val else 0, "test_return": metrics["test/return"],
-            "solved_fraction": metrics.get("test/solved_fraction", 0.0)}
+    return {
+        "seed": seed,
+        "wall_s": wall,
+        "solved_at": solved_at,
+        "env_steps": env_steps,
+        "stopped_at": val[-1][0] if val else 0,
+        "test_return": metrics["test/return"],
+        "solved_fraction": metrics.get("test/solved_fraction", 0.0),
+    }
 
 
 def _read_task_config(path: Path) -> dict:
@@ -60,8 +75,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]  # Hydra overrides, anywhere
     args = parser.parse_args([a for a in sys.argv[1:] if a not in overrides])
-    print("| seed | wall s | grad steps to val >= 475 | env steps (incl. warm-up) | stopped at | test/return | "
-          "test episodes >= 475 |")
+    print(
+        "| seed | wall s | grad steps to val >= 475 | env steps (incl. warm-up) | stopped at | test/return | "
+        "test episodes >= 475 |"
+    )
     print("|---|---|---|---|---|---|---|")
     results = []
     for seed in args.seeds:
@@ -69,12 +86,17 @@ def main() -> None:
         results.append(r)
         solved = "never" if r["solved_at"] is None else str(r["solved_at"])
         env = "-" if r["env_steps"] is None else str(r["env_steps"])
-        print(f"| {seed} | {r['wall_s']:.0f} | {solved} | {env} | {r['stopped_at']} | {r['test_return']:.1f} | "
-              f"{r['solved_fraction']:.0%} |", flush=True)
+        print(
+            f"| {seed} | {r['wall_s']:.0f} | {solved} | {env} | {r['stopped_at']} | {r['test_return']:.1f} | "
+            f"{r['solved_fraction']:.0%} |",
+            flush=True,
+        )
     returns = [r["test_return"] for r in results]
-    print(f"\ntest/return {mean_std(returns)} over {len(results)} seeds "
-          f"({sum(x >= SOLVED for x in returns)}/{len(results)} >= {SOLVED:.0f}); "
-          f"wall {mean_std([r['wall_s'] for r in results])} s (startup and the 100-episode test included)")
+    print(
+        f"\ntest/return {mean_std(returns)} over {len(results)} seeds "
+        f"({sum(x >= SOLVED for x in returns)}/{len(results)} >= {SOLVED:.0f}); "
+        f"wall {mean_std([r['wall_s'] for r in results])} s (startup and the 100-episode test included)"
+    )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,14 @@ def main() -> None:
 
     results = interleave({"sync": sync_save, "async": async_save}, repeats=args.repeats)
     sync_s, async_s = median(results["sync"]), median(results["async"])
-    print_table(f"checkpoint stall, {args.mb} MB, median of {args.repeats}", ["arm", "stall s", "write s", "ratio"],
-                [["sync", f"{sync_s:.2f}", f"{sync_s:.2f}", "1.00"],
-                 ["async", f"{async_s:.2f}", f"{median(background):.2f}", f"{async_s / sync_s:.2f}"]])
+    print_table(
+        f"checkpoint stall, {args.mb} MB, median of {args.repeats}",
+        ["arm", "stall s", "write s", "ratio"],
+        [
+            ["sync", f"{sync_s:.2f}", f"{sync_s:.2f}", "1.00"],
+            ["async", f"{async_s:.2f}", f"{median(background):.2f}", f"{async_s / sync_s:.2f}"],
+        ],
+    )
     for file in folder.iterdir():
         file.unlink()
     folder.rmdir()

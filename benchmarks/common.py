@@ -43,15 +43,22 @@ def compose(*overrides: str, output_dir: str | None = None) -> Any:
     output_dir = output_dir or tempfile.mkdtemp(prefix="litforge-bench-")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}",
-                                                 f"paths.data_dir={output_dir}/data", *overrides])
+        return hydra_compose(
+            "train", overrides=[f"paths.output_dir={output_dir}", f"paths.data_dir={output_dir}/data", *overrides]
+        )
 
 
 class SyntheticImages(ImageDataModule):
     """Random uint8 images held in memory (e.g. MNIST- or CIFAR-shaped): the loop cost without a download."""
 
-    def __init__(self, input_shape: Sequence[int] = (1, 28, 28), num_classes: int = 10, train_size: int = 6400,
-                 test_size: int = 512, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        input_shape: Sequence[int] = (1, 28, 28),
+        num_classes: int = 10,
+        train_size: int = 6400,
+        test_size: int = 512,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.input_shape = tuple(input_shape)
         self.num_classes = num_classes
@@ -66,8 +73,14 @@ class SyntheticImages(ImageDataModule):
 
 
 def synthetic_data_cfg(input_shape: Sequence[int], train_size: int, batch_size: int, **extra: Any) -> dict[str, Any]:
-    return {"_target_": "common.SyntheticImages", "input_shape": list(input_shape), "train_size": train_size,
-            "batch_size": batch_size, "val_fraction": 0.1, **extra}
+    return {
+        "_target_": "common.SyntheticImages",
+        "input_shape": list(input_shape),
+        "train_size": train_size,
+        "batch_size": batch_size,
+        "val_fraction": 0.1,
+        **extra,
+    }
 
 
 class CallCounter:
@@ -120,8 +133,12 @@ class StepRecorder:
     def step_time(self, skip_epochs: int = 1) -> float:
         """Mean seconds per optimizer step inside epochs (batch start → next batch start, over the optimizer steps
         between them), after `skip_epochs` warm-up epochs."""
-        pairs = [(b[0] - a[0], b[1] - a[1]) for e, ts in self.starts.items() if e >= skip_epochs
-                 for a, b in zip(ts, ts[1:], strict=False)]
+        pairs = [
+            (b[0] - a[0], b[1] - a[1])
+            for e, ts in self.starts.items()
+            if e >= skip_epochs
+            for a, b in zip(ts, ts[1:], strict=False)
+        ]
         if not pairs:  # one batch per epoch (steps_per_call >= steps per epoch): no step inside an epoch to time
             return float("nan")
         return sum(t for t, _ in pairs) / sum(n for _, n in pairs)
@@ -156,8 +173,10 @@ def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRec
 
     with open_dict(cfg):
         cfg.callbacks = cfg.callbacks or {}
-        cfg.callbacks["zz_step_timer"] = {"_target_": "common.StepTimer",
-                                          "count_window": list(count_window) if count_window else None}
+        cfg.callbacks["zz_step_timer"] = {
+            "_target_": "common.StepTimer",
+            "count_window": list(count_window) if count_window else None,
+        }
         cfg.test_after_training = False
         cfg.print_config = False
     train(cfg)
@@ -165,9 +184,12 @@ def run_litforge(cfg: Any, count_window: Sequence[int] | None = None) -> StepRec
     return StepTimer.last
 
 
-def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
-              after_epoch: Callable[[int, torch.nn.Module, dict[str, Any]], None] | None = None,
-              keep_records: bool = False) -> StepRecorder:
+def run_plain(
+    cfg: Any,
+    count_window: Sequence[int] | None = None,
+    after_epoch: Callable[[int, torch.nn.Module, dict[str, Any]], None] | None = None,
+    keep_records: bool = False,
+) -> StepRecorder:
     """The hand-written loop: same net, data split, batch size, optimizer and per-epoch LR schedule as `cfg`.
 
     It is what a careful user writes: whole batches sliced from pre-normalised tensors, `zero_grad(set_to_none)`,
@@ -181,8 +203,8 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
     """
     from hydra.utils import instantiate
 
-    from litforge.jobs.build import build_task
     from litforge.config.instantiate import call_partial
+    from litforge.jobs.build import build_task
 
     torch.manual_seed(cfg.seed)
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -214,7 +236,7 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
         losses = []
         for i, start in enumerate(range(0, len(y_train), batch)):
             rec.step_start(epoch, i, epoch * -(-len(y_train) // batch) + i)
-            idx = order[start:start + batch]
+            idx = order[start : start + batch]
             loss = loss_fn(net(x_train[idx]), y_train[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -231,8 +253,12 @@ def run_plain(cfg: Any, count_window: Sequence[int] | None = None,
             writer.add_scalar("train/loss", torch.stack(losses).mean().item(), epoch)
             writer.add_scalar("val/acc", acc, epoch)
             writer.add_scalar("lr", lr, epoch)
-            state = {"net": net.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": scheduler.state_dict(), "epoch": epoch}
+            state = {
+                "net": net.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epoch": epoch,
+            }
             torch.save(state, folder / "last.pt.tmp")
             (folder / "last.pt.tmp").replace(folder / "last.pt")
             if acc > best:

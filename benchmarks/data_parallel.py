@@ -44,22 +44,28 @@ def state_bytes(module: Any, optimizer: Any) -> int:
 
 
 def run_arm(arm: str, out: str) -> None:
-    import common  # noqa: F401
     import torch
-    from common import compose, quiet, run_litforge, synthetic_data_cfg
     from omegaconf import OmegaConf, open_dict
     from pytorch_lightning.callbacks import Callback
+
+    import common  # noqa: F401
+    from common import compose, quiet, run_litforge, synthetic_data_cfg
 
     quiet()
     torch.set_num_threads(2 if arm == "single" else 1)
     if arm in ("single", "ddp"):
         devices = 1 if arm == "single" else 2
-        cfg = compose("model=cnn", "trainer=cpu", f"trainer.devices={devices}", "trainer.max_epochs=3",
-                      "trainer.num_sanity_val_steps=0", "callbacks.model_checkpoint=null",
-                      output_dir=os.environ["BENCH_OUTPUT_DIR"])
+        cfg = compose(
+            "model=cnn",
+            "trainer=cpu",
+            f"trainer.devices={devices}",
+            "trainer.max_epochs=3",
+            "trainer.num_sanity_val_steps=0",
+            "callbacks.model_checkpoint=null",
+            output_dir=os.environ["BENCH_OUTPUT_DIR"],
+        )
         with open_dict(cfg):
-            cfg.data = OmegaConf.create(synthetic_data_cfg((3, 32, 32), train_size=128 * 12,
-                                                           batch_size=128 // devices))
+            cfg.data = OmegaConf.create(synthetic_data_cfg((3, 32, 32), train_size=128 * 12, batch_size=128 // devices))
             cfg.strategy = {"name": "ddp" if devices > 1 else "auto"}
         rec = run_litforge(cfg)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
@@ -86,21 +92,32 @@ def run_arm(arm: str, out: str) -> None:
                 broadcast()
             measured["sigterm_broadcast_us"] = (time.perf_counter() - start) / 200 * 1e6
 
-    cfg = compose("trainer=cpu", "trainer.devices=2", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
-                  "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "callbacks=none",
-                  "trainer.enable_progress_bar=false", "model.hidden_dims=[512,512]",
-                  output_dir=os.environ["BENCH_OUTPUT_DIR"])
+    cfg = compose(
+        "trainer=cpu",
+        "trainer.devices=2",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "trainer.num_sanity_val_steps=0",
+        "callbacks=none",
+        "trainer.enable_progress_bar=false",
+        "model.hidden_dims=[512,512]",
+        output_dir=os.environ["BENCH_OUTPUT_DIR"],
+    )
     with open_dict(cfg):
         if arm == "fsdp_bytes":
-            cfg.strategy = {"_target_": "pytorch_lightning.strategies.ModelParallelStrategy",
-                            "data_parallel_size": 2, "tensor_parallel_size": 1}
+            cfg.strategy = {
+                "_target_": "pytorch_lightning.strategies.ModelParallelStrategy",
+                "data_parallel_size": 2,
+                "tensor_parallel_size": 1,
+            }
             cfg.task._target_ = "data_parallel.FullyShardedClassification"
         else:
             cfg.strategy = {"name": "ddp"}
     import litforge.jobs.train as job
 
     real = job.instantiate_named
-    job.instantiate_named = lambda group, node: ([MeasureState()] if group == "callbacks" else real(group, node))
+    job.instantiate_named = lambda group, node: [MeasureState()] if group == "callbacks" else real(group, node)
     with open_dict(cfg):
         cfg.test_after_training = False
     job.train(cfg)
@@ -177,11 +194,19 @@ def main() -> None:
 
 def _spawn(arm: str, here: str, src: str, ranks: int = 1) -> Any:
     out = tempfile.mktemp(suffix=".json")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, src, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "2" if arm == "single" else "1",
-           "BENCH_OUTPUT_DIR": tempfile.mkdtemp(prefix="litforge-dp-")}
-    subprocess.run([sys.executable, os.path.join(here, "data_parallel.py"), "--arm", arm, "--out", out],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if arm else None)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([here, src, os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "2" if arm == "single" else "1",
+        "BENCH_OUTPUT_DIR": tempfile.mkdtemp(prefix="litforge-dp-"),
+    }
+    subprocess.run(
+        [sys.executable, os.path.join(here, "data_parallel.py"), "--arm", arm, "--out", out],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if arm else None,
+    )
     if arm.endswith("_bytes"):
         return [json.load(open(f"{out}.{rank}")) for rank in range(ranks)]
     return json.load(open(out))

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, compose, interleave, median, print_table, quiet  # noqa: E402
-
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
+
+from common import ROOT, compose, interleave, median, print_table, quiet  # noqa: E402
 
 del ROOT
 
@@ -96,8 +96,8 @@ def val_loss(net: nn.Module, windows: tuple[torch.Tensor, ...], batch: int, pack
     x, y, d = windows
     total = 0.0
     for s in range(0, len(x), batch):
-        logits = net(x[s:s + batch], d[s:s + batch] if packed else None)
-        total += F.cross_entropy(logits.flatten(0, 1), y[s:s + batch].flatten(), reduction="sum").item()
+        logits = net(x[s : s + batch], d[s : s + batch] if packed else None)
+        total += F.cross_entropy(logits.flatten(0, 1), y[s : s + batch].flatten(), reduction="sum").item()
     net.train(was)
     return total / y.numel()
 
@@ -127,7 +127,7 @@ def hand_loop(cfg: Any, validate_each_epoch: bool = True) -> dict[str, Any]:
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=g)
         for s in range(0, len(x), batch):
-            i = order[s:s + batch]
+            i = order[s : s + batch]
             loss = F.cross_entropy(net(x[i]).flatten(0, 1), y[i].flatten())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -160,8 +160,7 @@ def litforge_run(overrides: list[str]) -> dict[str, Any]:
 
     from litforge.jobs.train import train
 
-    cfg = compose("experiment=gpt_char", "print_config=false", "test_after_training=false",
-                  *overrides)
+    cfg = compose("experiment=gpt_char", "print_config=false", "test_after_training=false", *overrides)
     with open_dict(cfg):
         cfg.callbacks["zz_keep_net"] = {"_target_": "gpt_speed.KeepNet"}
     start, cpu = time.perf_counter(), time.process_time()
@@ -170,7 +169,14 @@ def litforge_run(overrides: list[str]) -> dict[str, Any]:
     import gpt_speed  # the callback's class as Hydra imported it (this file may be running as __main__)
 
     task, steps, dm = gpt_speed.KeepNet.last
-    return {"wall_s": wall, "cpu_s": cpu, "net": task.net.float().cpu(), "dm": dm, "packed": bool(dm.packed), "steps": steps}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "net": task.net.float().cpu(),
+        "dm": dm,
+        "packed": bool(dm.packed),
+        "steps": steps,
+    }
 
 
 def score(run: dict[str, Any]) -> dict[str, Any]:
@@ -193,9 +199,11 @@ def step_only(rounds: int = 16, steps: int = 4) -> list[list[Any]]:
     torch.manual_seed(0)
     x, y = torch.randint(0, vocab, (batch, block)), torch.randint(0, vocab, (batch, block))
     doc_ids = torch.cumsum((torch.rand(batch, block) < 0.02).long(), 1)  # ~1 document start per 50 tokens
-    nets = {"nanoGPT net": (NanoGPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None),
-            "litforge GPT, packed documents": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), doc_ids),
-            "litforge GPT, no documents (is_causal)": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None)}
+    nets = {
+        "nanoGPT net": (NanoGPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None),
+        "litforge GPT, packed documents": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), doc_ids),
+        "litforge GPT, no documents (is_causal)": (GPT(vocab, block, m.dim, m.depth, m.heads, m.mlp_ratio), None),
+    }
     optimizers = {name: torch.optim.AdamW(net.parameters(), lr=1e-3) for name, (net, _) in nets.items()}
 
     def run(name: str) -> float:
@@ -211,50 +219,86 @@ def step_only(rounds: int = 16, steps: int = 4) -> list[list[Any]]:
     times = interleave({name: (lambda name=name: run(name)) for name in nets}, rounds)
     times = {name: values[2:] for name, values in times.items()}  # the first rounds warm up
     base = times["nanoGPT net"]
-    rows = [[name, f"{median(values) * 1e3:.2f}", f"{median([v / b for v, b in zip(values, base, strict=True)]):.3f}"]
-            for name, values in times.items()]
-    print_table(f"gpt_char's step, {rounds - 2} interleaved rounds of {steps} steps (torch threads "
-                f"{torch.get_num_threads()})", ["net", "ms per step (median)", "× nanoGPT net"], rows)
+    rows = [
+        [name, f"{median(values) * 1e3:.2f}", f"{median([v / b for v, b in zip(values, base, strict=True)]):.3f}"]
+        for name, values in times.items()
+    ]
+    print_table(
+        f"gpt_char's step, {rounds - 2} interleaved rounds of {steps} steps (torch threads {torch.get_num_threads()})",
+        ["net", "ms per step (median)", "× nanoGPT net"],
+        rows,
+    )
     return rows
 
 
 def main(argv: list[str] | None = None) -> list[list[Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--arms", nargs="+", default=["default"], help="litforge arms: default, and/or extra "
-                        "override sets as 'name:key=v,key=v'")
-    parser.add_argument("--hand-without-validation", action="store_true",
-                        help="also time the hand loop without its per-epoch validation (training alone)")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        default=["default"],
+        help="litforge arms: default, and/or extra override sets as 'name:key=v,key=v'",
+    )
+    parser.add_argument(
+        "--hand-without-validation",
+        action="store_true",
+        help="also time the hand loop without its per-epoch validation (training alone)",
+    )
     parser.add_argument("overrides", nargs="*", help="overrides for both arms (after --), e.g. trainer.max_epochs=2")
-    parser.add_argument("--step-only", action="store_true",
-                        help="time only the step's compute (forward, backward, AdamW) of both nets, then exit")
+    parser.add_argument(
+        "--step-only",
+        action="store_true",
+        help="time only the step's compute (forward, backward, AdamW) of both nets, then exit",
+    )
     args = parser.parse_args(argv)
     quiet()
     if args.step_only:
         return step_only()
-    arms: dict[str, Any] = {"hand-written loop": lambda: score(hand_loop(compose("experiment=gpt_char",
-                                                                                   *args.overrides)))}
+    arms: dict[str, Any] = {
+        "hand-written loop": lambda: score(hand_loop(compose("experiment=gpt_char", *args.overrides)))
+    }
     if args.hand_without_validation:
-        arms["hand-written loop, no validation while training"] = lambda: score(hand_loop(
-            compose("experiment=gpt_char", *args.overrides), validate_each_epoch=False))
+        arms["hand-written loop, no validation while training"] = lambda: score(
+            hand_loop(compose("experiment=gpt_char", *args.overrides), validate_each_epoch=False)
+        )
     for arm in args.arms:
         name, _, extra = arm.partition(":")
         extra_overrides = [e for e in extra.split(",") if e]
-        arms[f"litforge {name}"] = (lambda e=extra_overrides: score(litforge_run([*args.overrides, *e])))
+        arms[f"litforge {name}"] = lambda e=extra_overrides: score(litforge_run([*args.overrides, *e]))
     results = interleave(arms, args.repeats)
     base = results["hand-written loop"]
     rows = []
     for name, runs in results.items():
         ratios = [r["wall_s"] / b["wall_s"] for r, b in zip(runs, base, strict=True)]
         cpu_ratios = [r["cpu_s"] / b["cpu_s"] for r, b in zip(runs, base, strict=True)]
-        rows.append([name, runs[0]["steps"], f"{median([r['wall_s'] for r in runs]):.1f}",
-                     f"{median(ratios):.2f}", f"{median([r['cpu_s'] for r in runs]):.1f}", f"{median(cpu_ratios):.2f}",
-                     f"{median([r['val_loss'] for r in runs]):.4f}", ", ".join(f"{r['wall_s']:.1f}" for r in runs)])
-    print_table(f"experiment=gpt_char: litforge vs a hand-written loop ({args.repeats} interleaved repeats, "
-                f"torch threads {torch.get_num_threads()})",
-                ["arm", "optimizer steps", "wall s (median)", "× hand loop", "CPU s (median)", "CPU × hand loop",
-                 "final val loss", "wall s per repeat"],
-                rows)
+        rows.append(
+            [
+                name,
+                runs[0]["steps"],
+                f"{median([r['wall_s'] for r in runs]):.1f}",
+                f"{median(ratios):.2f}",
+                f"{median([r['cpu_s'] for r in runs]):.1f}",
+                f"{median(cpu_ratios):.2f}",
+                f"{median([r['val_loss'] for r in runs]):.4f}",
+                ", ".join(f"{r['wall_s']:.1f}" for r in runs),
+            ]
+        )
+    print_table(
+        f"experiment=gpt_char: litforge vs a hand-written loop ({args.repeats} interleaved repeats, "
+        f"torch threads {torch.get_num_threads()})",
+        [
+            "arm",
+            "optimizer steps",
+            "wall s (median)",
+            "× hand loop",
+            "CPU s (median)",
+            "CPU × hand loop",
+            "final val loss",
+            "wall s per repeat",
+        ],
+        rows,
+    )
     return rows
 
 

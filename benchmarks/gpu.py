@@ -44,15 +44,28 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: dense bf16 tensor-core peak, FLOP/s, by a substring of torch.cuda.get_device_name() (vendor data sheets)
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "GH200": 989e12, "B200": 2250e12, "A100": 312e12, "A10G": 70e12,
-             "L40S": 362e12, "L4": 121e12, "RTX 4090": 165e12, "A6000": 155e12}
+PEAK_BF16 = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "GH200": 989e12,
+    "B200": 2250e12,
+    "A100": 312e12,
+    "A10G": 70e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "RTX 4090": 165e12,
+    "A6000": 155e12,
+}
 
 SIZES = {  # (full GPU run, --tiny dry run)
-    "resnet": ({"batch": 256, "train_size": 50_000, "image": 32, "warmup": 15, "steps": 80},
-               {"batch": 2, "train_size": 64, "image": 8, "warmup": 1, "steps": 2}),
-    "gpt": ({"batch": 64, "block": 256, "dim": 384, "depth": 6, "heads": 6, "warmup": 15, "steps": 80},
-            {"batch": 4, "block": 32, "dim": 32, "depth": 1, "heads": 2, "warmup": 1, "steps": 2,
-             "max_chars": 20_000}),
+    "resnet": (
+        {"batch": 256, "train_size": 50_000, "image": 32, "warmup": 15, "steps": 80},
+        {"batch": 2, "train_size": 64, "image": 8, "warmup": 1, "steps": 2},
+    ),
+    "gpt": (
+        {"batch": 64, "block": 256, "dim": 384, "depth": 6, "heads": 6, "warmup": 15, "steps": 80},
+        {"batch": 4, "block": 32, "dim": 32, "depth": 1, "heads": 2, "warmup": 1, "steps": 2, "max_chars": 20_000},
+    ),
 }
 
 
@@ -86,8 +99,11 @@ class SyncWindow:
         seconds = time.perf_counter() - self.t0
         self._catch.__exit__(None, None, None)
         syncs = sum("synchroniz" in str(r.message) for r in self.records)
-        self.result = {"seconds": seconds, "steps": steps_done - self.steps0, "syncs": float(syncs) if self.cuda
-                       else float("nan")}
+        self.result = {
+            "seconds": seconds,
+            "steps": steps_done - self.steps0,
+            "syncs": float(syncs) if self.cuda else float("nan"),
+        }
 
 
 def _window_callback() -> Any:
@@ -120,19 +136,44 @@ def _window_callback() -> Any:
 def overrides(workload: str, arm: str, device: str, tiny: bool, out_dir: str) -> list[str]:
     """The `python train.py` overrides of a litforge arm."""
     s = SIZES[workload][tiny]
-    common = ["print_config=false", "test_after_training=false", "callbacks.progress_bar=null",
-              "callbacks.model_checkpoint=null", "callbacks.early_stopping=null", "trainer.limit_val_batches=0",
-              "trainer.num_sanity_val_steps=0", f"trainer.max_steps={s['warmup'] + s['steps'] + 8}",
-              "trainer.max_epochs=1000", "callbacks.tensorboard_extras.model_graph=false", "callbacks.model_summary=null", f"paths.output_dir={out_dir}",
-              f"paths.data_dir={out_dir}/data", f"data.batch_size={s['batch']}"]
+    common = [
+        "print_config=false",
+        "test_after_training=false",
+        "callbacks.progress_bar=null",
+        "callbacks.model_checkpoint=null",
+        "callbacks.early_stopping=null",
+        "trainer.limit_val_batches=0",
+        "trainer.num_sanity_val_steps=0",
+        f"trainer.max_steps={s['warmup'] + s['steps'] + 8}",
+        "trainer.max_epochs=1000",
+        "callbacks.tensorboard_extras.model_graph=false",
+        "callbacks.model_summary=null",
+        f"paths.output_dir={out_dir}",
+        f"paths.data_dir={out_dir}/data",
+        f"data.batch_size={s['batch']}",
+    ]
     common += ["trainer=gpu"] if device == "cuda" else ["trainer=cpu", "trainer.precision=32-true"]
     if workload == "resnet":
-        common += ["model=resnet", "model.depth=18", "data._target_=common.SyntheticImages",
-                   f"+data.input_shape=[3,{s['image']},{s['image']}]", "+data.num_classes=10", f"+data.train_size={s['train_size']}",
-                   "+data.test_size=64", "~data.data_dir", "~data.download"]
+        common += [
+            "model=resnet",
+            "model.depth=18",
+            "data._target_=common.SyntheticImages",
+            f"+data.input_shape=[3,{s['image']},{s['image']}]",
+            "+data.num_classes=10",
+            f"+data.train_size={s['train_size']}",
+            "+data.test_size=64",
+            "~data.data_dir",
+            "~data.download",
+        ]
     else:
-        common += ["experiment=gpt_char", "callbacks.text_samples=null", f"data.block_size={s['block']}",
-                   f"model.dim={s['dim']}", f"model.depth={s['depth']}", f"model.heads={s['heads']}"]
+        common += [
+            "experiment=gpt_char",
+            "callbacks.text_samples=null",
+            f"data.block_size={s['block']}",
+            f"model.dim={s['dim']}",
+            f"model.depth={s['depth']}",
+            f"model.heads={s['heads']}",
+        ]
         if "max_chars" in s:
             common.append(f"data.max_chars={s['max_chars']}")
     if arm == "litforge default":
@@ -152,8 +193,11 @@ def overrides(workload: str, arm: str, device: str, tiny: bool, out_dir: str) ->
 def compose_arm(workload: str, arm: str, device: str, tiny: bool, out_dir: str) -> Any:
     from common import compose
 
-    cfg = compose("data=cifar10" if workload == "resnet" else "data=python_docs",
-                  *overrides(workload, arm, device, tiny, out_dir), output_dir=out_dir)
+    cfg = compose(
+        "data=cifar10" if workload == "resnet" else "data=python_docs",
+        *overrides(workload, arm, device, tiny, out_dir),
+        output_dir=out_dir,
+    )
     return cfg
 
 
@@ -169,8 +213,13 @@ def litforge_arm(workload: str, arm: str, device: str, tiny: bool) -> dict[str, 
         out = Path(tmp) / "window.json"
         cfg = compose_arm(workload, arm, device, tiny, tmp)
         with open_dict(cfg):
-            cfg.callbacks["zz_window"] = {"_target_": "gpu._window_callback_instance", "warmup": s["warmup"],
-                                          "steps": s["steps"], "device": device, "out": str(out)}
+            cfg.callbacks["zz_window"] = {
+                "_target_": "gpu._window_callback_instance",
+                "warmup": s["warmup"],
+                "steps": s["steps"],
+                "device": device,
+                "out": str(out),
+            }
         train(cfg)
         if not out.is_file():
             raise RuntimeError("the training stopped before the measuring window closed")
@@ -190,17 +239,34 @@ def cli_arm(workload: str, arm: str, device: str, tiny: bool) -> dict[str, float
     with tempfile.TemporaryDirectory(prefix="litforge-gpu-") as tmp:
         out = Path(tmp) / "window.json"
         data = ["data=cifar10"] if workload == "resnet" else ["data=python_docs"]
-        args = [*data, *overrides(workload, arm, device, tiny, tmp),
-                "+callbacks.zz_window._target_=gpu._window_callback_instance", f"+callbacks.zz_window.warmup={s['warmup']}",
-                f"+callbacks.zz_window.steps={s['steps']}", f"+callbacks.zz_window.device={device}",
-                f"+callbacks.zz_window.out={out}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "benchmarks"),
-                                                            os.environ.get("PYTHONPATH", "")])}
-        subprocess.run([sys.executable, str(root / "train.py"), *args], cwd=root, env=env, check=True,
-                       stdout=subprocess.DEVNULL, timeout=300)
+        args = [
+            *data,
+            *overrides(workload, arm, device, tiny, tmp),
+            "+callbacks.zz_window._target_=gpu._window_callback_instance",
+            f"+callbacks.zz_window.warmup={s['warmup']}",
+            f"+callbacks.zz_window.steps={s['steps']}",
+            f"+callbacks.zz_window.device={device}",
+            f"+callbacks.zz_window.out={out}",
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(root / "src"), str(root / "benchmarks"), os.environ.get("PYTHONPATH", "")]
+            ),
+        }
+        subprocess.run(
+            [sys.executable, str(root / "train.py"), *args],
+            cwd=root,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=300,
+        )
         r = json.loads(out.read_text())
-    return {"samples_per_s": r["steps"] * s["batch"] * _devices() / r["seconds"],
-            "syncs_per_step": r["syncs"] / max(r["steps"], 1)}
+    return {
+        "samples_per_s": r["steps"] * s["batch"] * _devices() / r["seconds"],
+        "syncs_per_step": r["syncs"] / max(r["steps"], 1),
+    }
 
 
 def _devices() -> int:
@@ -248,21 +314,20 @@ def build_plain(workload: str, device: str, tiny: bool) -> tuple[Any, Any]:
         y = torch.randint(0, 10, (n,), device=device)
     else:
         from gpt_speed import NanoGPT
-
         from litforge.data.text import TextDataModule
 
         dm = TextDataModule(block_size=s["block"], batch_size=s["batch"], max_chars=s.get("max_chars"))
         tokens, _ = dm._splits["train"]
         count = (len(tokens) - 1) // s["block"]
         x = tokens[: count * s["block"]].view(count, s["block"]).to(device)
-        y = tokens[1: count * s["block"] + 1].view(count, s["block"]).to(device)
+        y = tokens[1 : count * s["block"] + 1].view(count, s["block"]).to(device)
         net = NanoGPT(dm.vocab_size, s["block"], s["dim"], s["depth"], s["heads"], 4.0).to(device)
         n = count
     order = torch.randperm(n, device=device)
 
     def batches(step: int) -> tuple[Any, Any]:
         start = (step * s["batch"]) % max(n - s["batch"], 1)
-        idx = order[start:start + s["batch"]]
+        idx = order[start : start + s["batch"]]
         return x[idx], y[idx]
 
     return net, batches
@@ -270,7 +335,6 @@ def build_plain(workload: str, device: str, tiny: bool) -> tuple[Any, Any]:
 
 def flops_per_sample(workload: str, device: str, tiny: bool) -> float:
     """Forward + backward FLOPs of the plain arm's net on one batch (FlopCounterMode), per sample."""
-    import torch
     import torch.nn.functional as F
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -315,8 +379,10 @@ def flex_check(device: str) -> str:
     if device != "cuda":
         return "flex vs mask: CUDA only (FlexAttention has no CPU backward)"
     torch.manual_seed(0)
-    nets = {a: GPT(vocab_size=50, block_size=128, dim=64, depth=2, heads=4, attention=a).to(device)
-            for a in ("mask", "flex")}
+    nets = {
+        a: GPT(vocab_size=50, block_size=128, dim=64, depth=2, heads=4, attention=a).to(device)
+        for a in ("mask", "flex")
+    }
     nets["flex"].load_state_dict(nets["mask"].state_dict())
     idx = torch.randint(50, (4, 128), device=device)
     doc_ids = torch.cat([torch.zeros(4, 40, dtype=torch.long), torch.ones(4, 88, dtype=torch.long)], 1).to(device)
@@ -326,8 +392,10 @@ def flex_check(device: str) -> str:
         out.square().mean().backward()
         outs[a] = out
     logits = (outs["flex"] - outs["mask"]).abs().max().item()
-    grads = max((p.grad - q.grad).abs().max().item() for p, q in zip(nets["flex"].parameters(),
-                                                                       nets["mask"].parameters(), strict=True))
+    grads = max(
+        (p.grad - q.grad).abs().max().item()
+        for p, q in zip(nets["flex"].parameters(), nets["mask"].parameters(), strict=True)
+    )
     return f"flex vs mask: max |Δ logits| {logits:.1e}, max |Δ grad| {grads:.1e}"
 
 
@@ -340,8 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu.py: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run "
-              "(--device cpu --tiny runs every arm a few steps on CPU)")
+        print(
+            "gpu.py: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run "
+            "(--device cpu --tiny runs every arm a few steps on CPU)"
+        )
         return 0
     from common import print_table, quiet
 
@@ -366,14 +436,24 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append([workload, arm, "failed", "", "", "", f"{type(exc).__name__}: {str(exc)[:80]}"])
                 continue
             base = base or r["samples_per_s"]
-            rows.append([workload, arm, f"{r['samples_per_s']:,.0f}", f"{r['samples_per_s'] / base:.2f}",
-                         f"{flops * r['samples_per_s'] / peak:.1%}",
-                         "n/a (CPU)" if r["syncs_per_step"] != r["syncs_per_step"] else f"{r['syncs_per_step']:.2f}",
-                         f"{time.perf_counter() - start:.0f} s"])
+            rows.append(
+                [
+                    workload,
+                    arm,
+                    f"{r['samples_per_s']:,.0f}",
+                    f"{r['samples_per_s'] / base:.2f}",
+                    f"{flops * r['samples_per_s'] / peak:.1%}",
+                    "n/a (CPU)" if r["syncs_per_step"] != r["syncs_per_step"] else f"{r['syncs_per_step']:.2f}",
+                    f"{time.perf_counter() - start:.0f} s",
+                ]
+            )
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
-    print_table(f"{name}, torch {torch.__version__}: samples/s over steady-state steps; MFU vs bf16 peak "
-                f"{peak / 1e12:.1f} TFLOP/s ({peak_from}){' (--tiny dry run)' if args.tiny else ''}",
-                ["workload", "arm", "samples/s", "× plain loop", "MFU", "syncs/step", "arm wall"], rows)
+    print_table(
+        f"{name}, torch {torch.__version__}: samples/s over steady-state steps; MFU vs bf16 peak "
+        f"{peak / 1e12:.1f} TFLOP/s ({peak_from}){' (--tiny dry run)' if args.tiny else ''}",
+        ["workload", "arm", "samples/s", "× plain loop", "MFU", "syncs/step", "arm wall"],
+        rows,
+    )
     print(flex_check(args.device))
     return 0
 

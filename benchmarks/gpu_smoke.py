@@ -32,8 +32,12 @@ import pytorch_lightning as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ["trainer=gpu", "print_config=false", "callbacks.progress_bar=null", "logger=csv"]
-SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=20", "trainer.limit_val_batches=2",
-         "trainer.limit_test_batches=2"]
+SHORT = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=20",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+]
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
@@ -75,30 +79,104 @@ def _runs(tmp: Path) -> list[tuple[str, str, list[str], dict[str, str], int]]:
     last = lambda name, job="train": f"ckpt_path={next((tmp / name / job / 'runs').glob('*'))}/checkpoints/last.ckpt"  # noqa: E731
     return [
         ("default MLP", "train.py", [*GPU, *SHORT, logs("mlp"), *_syncs(tmp / "mlp.json")], {}, 0),
-        ("CNN on_device+augment+channels_last", "train.py",
-         [*GPU, *SHORT, "experiment=digits_cnn", "data.on_device=true", "data.augment=flip_crop", "channels_last=true",
-          logs("cnn"), *_syncs(tmp / "cnn.json")], {}, 0),
-        ("compile + steps_per_call=4", "train.py",
-         [*GPU, *SHORT, "model=cnn", "compile=true", "steps_per_call=4", logs("compile")], {}, 0),
-        ("deterministic CNN", "train.py", [*GPU, *SHORT, "model=cnn", "trainer.deterministic=true",
-                                           logs("det")], {}, 0),
+        (
+            "CNN on_device+augment+channels_last",
+            "train.py",
+            [
+                *GPU,
+                *SHORT,
+                "experiment=digits_cnn",
+                "data.on_device=true",
+                "data.augment=flip_crop",
+                "channels_last=true",
+                logs("cnn"),
+                *_syncs(tmp / "cnn.json"),
+            ],
+            {},
+            0,
+        ),
+        (
+            "compile + steps_per_call=4",
+            "train.py",
+            [*GPU, *SHORT, "model=cnn", "compile=true", "steps_per_call=4", logs("compile")],
+            {},
+            0,
+        ),
+        (
+            "deterministic CNN",
+            "train.py",
+            [*GPU, *SHORT, "model=cnn", "trainer.deterministic=true", logs("det")],
+            {},
+            0,
+        ),
         ("exact resume: 2 epochs", "train.py", [*GPU, *SHORT, "trainer.max_epochs=2", logs("resume")], {}, 0),
-        ("exact resume: +1 epoch", "train.py", [*GPU, *SHORT, "trainer.max_epochs=3", logs("resumed"),
-                                                lambda: last("resume")], {}, 0),
-        ("SIGTERM -> 143", "train.py", [*GPU, "trainer.max_epochs=50", logs("sigterm")], {"SIGTERM_AFTER": "25"},
-         143),
-        ("resume=auto after SIGTERM", "train.py", [*GPU, *SHORT, "trainer.max_epochs=1", "resume=auto",
-                                                   logs("sigterm")], {}, 0),
-        ("pruning + QAT", "train.py", [*GPU, "callbacks=[default,pruning,qat]", "trainer.max_epochs=3",
-                                       "trainer.limit_train_batches=20", logs("qat")], {}, 0),
+        (
+            "exact resume: +1 epoch",
+            "train.py",
+            [*GPU, *SHORT, "trainer.max_epochs=3", logs("resumed"), lambda: last("resume")],
+            {},
+            0,
+        ),
+        ("SIGTERM -> 143", "train.py", [*GPU, "trainer.max_epochs=50", logs("sigterm")], {"SIGTERM_AFTER": "25"}, 143),
+        (
+            "resume=auto after SIGTERM",
+            "train.py",
+            [*GPU, *SHORT, "trainer.max_epochs=1", "resume=auto", logs("sigterm")],
+            {},
+            0,
+        ),
+        (
+            "pruning + QAT",
+            "train.py",
+            [
+                *GPU,
+                "callbacks=[default,pruning,qat]",
+                "trainer.max_epochs=3",
+                "trainer.limit_train_batches=20",
+                logs("qat"),
+            ],
+            {},
+            0,
+        ),
         ("  CPU-only export", "export.py", ["report.rounds=1", lambda: last("qat"), logs("qat_export")], CPU_ONLY, 0),
-        ("single-rank fsdp (vit)", "train.py", [*GPU, *SHORT, "model=vit", "strategy=fsdp", "trainer.devices=1",
-                                                "trainer.precision=32-true", logs("fsdp")], {}, 0),
+        (
+            "single-rank fsdp (vit)",
+            "train.py",
+            [
+                *GPU,
+                *SHORT,
+                "model=vit",
+                "strategy=fsdp",
+                "trainer.devices=1",
+                "trainer.precision=32-true",
+                logs("fsdp"),
+            ],
+            {},
+            0,
+        ),
         ("  CPU-only eval", "eval.py", [lambda: last("fsdp"), logs("fsdp_eval")], CPU_ONLY, 0),
-        ("GPT + text samples", "train.py", [*GPU, "experiment=gpt_char", "trainer.max_steps=60",
-                                            "trainer.val_check_interval=30", "trainer.limit_val_batches=2",
-                                            logs("gpt"), *_syncs(tmp / "gpt.json")], {}, 0),
-        ("  generate on the GPU", "generate.py", [lambda: last("gpt", job="gpt_char"), "max_new_tokens=50", logs("gen")], {}, 0),
+        (
+            "GPT + text samples",
+            "train.py",
+            [
+                *GPU,
+                "experiment=gpt_char",
+                "trainer.max_steps=60",
+                "trainer.val_check_interval=30",
+                "trainer.limit_val_batches=2",
+                logs("gpt"),
+                *_syncs(tmp / "gpt.json"),
+            ],
+            {},
+            0,
+        ),
+        (
+            "  generate on the GPU",
+            "generate.py",
+            [lambda: last("gpt", job="gpt_char"), "max_new_tokens=50", logs("gen")],
+            {},
+            0,
+        ),
         ("EMA", "train.py", [*GPU, *SHORT, "callbacks=[default,ema]", logs("ema")], {}, 0),
         ("DQN", "train.py", [*GPU, "experiment=cartpole_dqn", "trainer.max_epochs=2", logs("dqn")], {}, 0),
     ]
@@ -107,8 +185,14 @@ def _runs(tmp: Path) -> list[tuple[str, str, list[str], dict[str, str], int]]:
 def _run(script: str, overrides: list[Any], env: dict[str, str], timeout: float = 150) -> int:
     args = [o() if callable(o) else o for o in overrides]
     after = env.pop("SIGTERM_AFTER", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=ROOT, env={**os.environ, "HYDRA_FULL_ERROR": "1", **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=ROOT,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if after:
             time.sleep(float(after))
@@ -141,8 +225,10 @@ def main() -> int:
             except StopIteration:  # an earlier run left no checkpoint to use
                 rc = -1
             seconds = time.perf_counter() - start
-            counts = next((o.split("=", 1)[1] for o in overrides if isinstance(o, str)
-                           and o.startswith("+callbacks.syncs.out=")), None)
+            counts = next(
+                (o.split("=", 1)[1] for o in overrides if isinstance(o, str) and o.startswith("+callbacks.syncs.out=")),
+                None,
+            )
             per_step = ""
             if counts is not None and Path(counts).is_file():
                 record = json.loads(Path(counts).read_text())

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import time
 
-import common  # noqa: F401  (puts src/ on sys.path)
 import torch
-from common import compose, median, print_table, quiet, run_litforge, synthetic_data_cfg
 from omegaconf import OmegaConf, open_dict
 from torch.utils.flop_counter import FlopCounterMode
+
+import common  # noqa: F401  (puts src/ on sys.path)
+from common import compose, median, print_table, quiet, run_litforge, synthetic_data_cfg
 
 SHAPE = (3, 32, 32)
 BATCH = 64
@@ -73,19 +74,29 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(args.repeats):
-        for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
+        for name in list(variants) if r % 2 == 0 else list(reversed(variants)):
             torch.set_num_threads(args.threads)
             times[name].append(run_litforge(cfg_for(*variants[name][1])).step_time())
     rows = []
     for name, (dtype, _) in variants.items():
         step = median(times[name])
         achieved = flops / step
-        rows.append([name, f"{step * 1e3:.1f}", f"{achieved / 1e9:.1f}", f"{peaks[dtype] / 1e9:.1f}",
-                     f"{achieved / peaks['fp32']:.0%}", f"{achieved / peaks[dtype]:.0%}"])
-    print_table(f"Hardware use, CNN {list(SHAPE)} batch {BATCH}: {flops / 1e9:.2f} GFLOP per step "
-                f"(threads={args.threads}, median of {args.repeats})",
-                ["run", "ms/step", "GFLOP/s", "matmul peak GFLOP/s (same dtype)", "÷ fp32 peak", "÷ own-dtype peak"],
-                rows)
+        rows.append(
+            [
+                name,
+                f"{step * 1e3:.1f}",
+                f"{achieved / 1e9:.1f}",
+                f"{peaks[dtype] / 1e9:.1f}",
+                f"{achieved / peaks['fp32']:.0%}",
+                f"{achieved / peaks[dtype]:.0%}",
+            ]
+        )
+    print_table(
+        f"Hardware use, CNN {list(SHAPE)} batch {BATCH}: {flops / 1e9:.2f} GFLOP per step "
+        f"(threads={args.threads}, median of {args.repeats})",
+        ["run", "ms/step", "GFLOP/s", "matmul peak GFLOP/s (same dtype)", "÷ fp32 peak", "÷ own-dtype peak"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

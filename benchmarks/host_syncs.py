@@ -19,11 +19,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (puts src/ on sys.path)
 import torch
-from common import compose, quiet
 from omegaconf import open_dict
 from pytorch_lightning.callbacks import Callback
+
+import common  # noqa: F401  (puts src/ on sys.path)
+from common import compose, quiet
 
 START, STOP = 1, 20
 METHODS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
@@ -41,12 +42,14 @@ class Window(Callback):
 def patch() -> None:
     def wrap(name: str, real: Any) -> Any:
         def counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if Window.counting and not (self.device.type == "cpu" and self.dtype == torch.float64
-                                        and self.numel() == 1):
+            if Window.counting and not (
+                self.device.type == "cpu" and self.dtype == torch.float64 and self.numel() == 1
+            ):
                 stack = traceback.extract_stack(limit=4)[:-1]
                 if not any(f"torch{os.sep}optim{os.sep}" in f.filename for f in stack):
                     calls[f"{name} <- " + " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in stack[::-1])] += 1
             return real(self, *args, **kwargs)
+
         return counted
 
     for name in METHODS:
@@ -63,8 +66,10 @@ def main(overrides: list[str]) -> None:
     patch()
     train(cfg)
     total, steps = sum(calls.values()), STOP - START
-    print(f"\nhost syncs in {steps} steady-state steps (log_every_n_steps={cfg.trainer.log_every_n_steps}): {total} "
-          f"({total / steps:.2f} per step)")
+    print(
+        f"\nhost syncs in {steps} steady-state steps (log_every_n_steps={cfg.trainer.log_every_n_steps}): {total} "
+        f"({total / steps:.2f} per step)"
+    )
     for where, n in calls.most_common():
         print(f"{n:5d}  {where}")
 

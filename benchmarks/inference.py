@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     net, x, calib = build_net(args)
     variants = {"eager fp32": torch_runner(net)}
     if x.dim() == 4:
-        variants["eager channels_last"] = torch_runner(net.to(memory_format=torch.channels_last),
-                                                       memory_format=torch.channels_last)
+        variants["eager channels_last"] = torch_runner(
+            net.to(memory_format=torch.channels_last), memory_format=torch.channels_last
+        )
         net = net.to(memory_format=torch.contiguous_format)
     variants["eager bf16 autocast"] = torch_runner(net, dtype=torch.bfloat16)
     if args.compile:
@@ -97,8 +98,10 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
                 row.append(f"{ms:.3f} ({base / ms:.2f}x)")
         rows.append(row)
     what = args.ckpt or f"{args.model} on {args.shape}"
-    print(f"\nCPU inference latency, {what}: median of {args.rounds} interleaved rounds per figure; "
-          "(x fp32) = speed-up over eager fp32 at the same batch size and threads\n")
+    print(
+        f"\nCPU inference latency, {what}: median of {args.rounds} interleaved rounds per figure; "
+        "(x fp32) = speed-up over eager fp32 at the same batch size and threads\n"
+    )
     print(markdown_table(header, rows))
     return rows
 

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import interleave, median, print_table, quiet  # also puts src/ on sys.path
 from PIL import Image
 
+from common import interleave, median, print_table, quiet  # also puts src/ on sys.path
 from litforge.data.image_folder import ImageFolderDataModule
 
 BATCH = 64
@@ -62,8 +62,9 @@ def write_jpegs(root: Path, n: int, px: int, seed: int = 0) -> int:
 
 def image_folder(root: Path, **kwargs: Any) -> ImageFolderDataModule:
     """All images in the training split; mean/std given so streaming `setup` decodes nothing up front."""
-    return ImageFolderDataModule(root=str(root), batch_size=BATCH, val_fraction=0.0, test_fraction=0.0,
-                                 mean=[0.5] * 3, std=[0.25] * 3, **kwargs)
+    return ImageFolderDataModule(
+        root=str(root), batch_size=BATCH, val_fraction=0.0, test_fraction=0.0, mean=[0.5] * 3, std=[0.25] * 3, **kwargs
+    )
 
 
 def one_pass(loader: Any) -> tuple[float, float, int]:
@@ -124,8 +125,15 @@ def optimize_shards(root: Path, out: Path) -> float:
 
     files = sorted(str(p) for p in root.rglob("*.jpg"))
     start = time.perf_counter()
-    litdata.optimize(fn=_shard_item, inputs=files, output_dir=str(out), chunk_bytes="64MB", num_workers=1,
-                     verbose=False, start_method="fork")
+    litdata.optimize(
+        fn=_shard_item,
+        inputs=files,
+        output_dir=str(out),
+        chunk_bytes="64MB",
+        num_workers=1,
+        verbose=False,
+        start_method="fork",
+    )
     return time.perf_counter() - start
 
 
@@ -192,16 +200,20 @@ def main() -> None:
     # thread pool, not the loader. Only the ResNet-18 step uses --threads.
     torch.set_num_threads(1)
     load = os.getloadavg()
-    print(f"{args.images} JPEGs per size, batch {BATCH}, {args.repeats} repeats, {os.cpu_count()} CPUs, load "
-          f"average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+    print(
+        f"{args.images} JPEGs per size, batch {BATCH}, {args.repeats} repeats, {os.cpu_count()} CPUs, load "
+        f"average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="litforge-loaderbench-"))
     try:
         for px in args.px:
             root = tmp / f"jpeg{px}"
             t0 = time.perf_counter()
             nbytes = write_jpegs(root, args.images, px)
-            print(f"\n{px} px: wrote {args.images} JPEGs ({nbytes / 2**20:.1f} MB, "
-                  f"{nbytes / args.images / 1024:.1f} KB each) in {time.perf_counter() - t0:.1f} s")
+            print(
+                f"\n{px} px: wrote {args.images} JPEGs ({nbytes / 2**20:.1f} MB, "
+                f"{nbytes / args.images / 1024:.1f} KB each) in {time.perf_counter() - t0:.1f} s"
+            )
             in_memory = image_folder(root, max_in_memory_mb=1e9)
             t0 = time.perf_counter()
             in_memory.setup()
@@ -210,8 +222,9 @@ def main() -> None:
             arms: dict[str, Any] = {"in-memory (decoded once)": lambda in_memory=in_memory: in_memory_arm(in_memory)}
             for decoder in ("pil", "torchvision"):
                 for w in args.workers:
-                    arms[f"streamed folder, {decoder}, workers {w}"] = (
-                        lambda w=w, decoder=decoder, root=root: streamed_arm(root, w, decoder))
+                    arms[f"streamed folder, {decoder}, workers {w}"] = lambda w=w, decoder=decoder, root=root: (
+                        streamed_arm(root, w, decoder)
+                    )
             pack_s = None
             if not args.no_litdata:
                 shards = tmp / f"shards{px}"
@@ -235,15 +248,52 @@ def main() -> None:
                     extra = f"decode once: {decode_once:.1f} s"
                 elif name.startswith("LitData") and pack_s is not None:
                     extra = f"optimize once: {pack_s:.1f} s"
-                rows.append([name, fmt(rate), f"{rate / base:.2f}", f"{rate / appetite:.1f}",
-                             f"{rate / gpu_rate:.2f}", f"{first * 1e3:.0f}", extra])
-            rows.append([f"ResNet-18 train step, CPU {args.threads} threads, batch {args.step_batch}",
-                         fmt(appetite), "", "1.0", "", "", f"{flops / 1e9:.2f} GFLOP fwd/sample"])
-            rows.append([f"ResNet-18 train step, GPU at {GPU_TFLOPS:.0f} TFLOP/s (estimate)", fmt(gpu_rate), "",
-                         f"{gpu_rate / appetite:.0f}", "1.00", "", "3 × fwd FLOPs per sample"])
-            print_table(f"{px} px JPEGs ({args.images} images, {px}x{px} RGB)",
-                        ["path", "samples/s", "× streamed pil w0", "× CPU appetite", "× GPU appetite (est.)",
-                         "first batch ms", "note"], rows)
+                rows.append(
+                    [
+                        name,
+                        fmt(rate),
+                        f"{rate / base:.2f}",
+                        f"{rate / appetite:.1f}",
+                        f"{rate / gpu_rate:.2f}",
+                        f"{first * 1e3:.0f}",
+                        extra,
+                    ]
+                )
+            rows.append(
+                [
+                    f"ResNet-18 train step, CPU {args.threads} threads, batch {args.step_batch}",
+                    fmt(appetite),
+                    "",
+                    "1.0",
+                    "",
+                    "",
+                    f"{flops / 1e9:.2f} GFLOP fwd/sample",
+                ]
+            )
+            rows.append(
+                [
+                    f"ResNet-18 train step, GPU at {GPU_TFLOPS:.0f} TFLOP/s (estimate)",
+                    fmt(gpu_rate),
+                    "",
+                    f"{gpu_rate / appetite:.0f}",
+                    "1.00",
+                    "",
+                    "3 × fwd FLOPs per sample",
+                ]
+            )
+            print_table(
+                f"{px} px JPEGs ({args.images} images, {px}x{px} RGB)",
+                [
+                    "path",
+                    "samples/s",
+                    "× streamed pil w0",
+                    "× CPU appetite",
+                    "× GPU appetite (est.)",
+                    "first batch ms",
+                    "note",
+                ],
+                rows,
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load = os.getloadavg()

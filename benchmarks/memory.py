@@ -94,8 +94,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
         step()
         times.append(time.perf_counter() - start)
     param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
-    out = {"peak_step_mb": (peak - resting) / 1024, "grad_mb": param_bytes / 2**20,
-           "step_s": statistics.median(times)}
+    out = {"peak_step_mb": (peak - resting) / 1024, "grad_mb": param_bytes / 2**20, "step_s": statistics.median(times)}
     if mode == "none":
         out["saved_mb"] = saved_for_backward(net, idx, args.vocab) / 2**20
     return out
@@ -167,20 +166,38 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     stage_params: list[Any] | None = None
     if arm == "pipeline":  # litforge's own path: the task, split_net, PipelineLoop (1F1B), as Pipeline._install does
         task = LanguageModelTask(
-            net={"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": args.dim, "depth": args.depth,
-                 "heads": args.heads},
+            net={
+                "_target_": "litforge.models.gpt.GPT",
+                "_partial_": True,
+                "dim": args.dim,
+                "depth": args.depth,
+                "heads": args.heads,
+            },
             optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
-            vocab_size=args.vocab, block_size=args.block, packed=False)
+            vocab_size=args.vocab,
+            block_size=args.block,
+            packed=False,
+        )
         net = task.net
         stages = split_net(net, world)
         stage = stages[rank]
         tied = [p for p in stage.parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
         holders = [0, world - 1]  # the tied embedding/head: first and last stage, as Pipeline._install groups them
         tied_group = dist.new_group(holders)  # a collective: every rank takes part
-        loop = PipelineLoop(task, stage, rank, world, "1f1b", args.microbatches, group=None,
-                            stage_ranks=list(range(world)), tied=tied,
-                            tied_group=tied_group if rank in holders else None,
-                            device=torch.device("cpu"), net_inputs=net_inputs(task))
+        loop = PipelineLoop(
+            task,
+            stage,
+            rank,
+            world,
+            "1f1b",
+            args.microbatches,
+            group=None,
+            stage_ranks=list(range(world)),
+            tied=tied,
+            tied_group=tied_group if rank in holders else None,
+            device=torch.device("cpu"),
+            net_inputs=net_inputs(task),
+        )
         optimizer = task.configure_optimizers()  # over the whole net, as under Lightning: state only where grads are
         stage_params = list(stage.parameters())
         batch = (idx[:, :-1], idx[:, 1:], None)
@@ -209,14 +226,16 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
             logits = model(local[:, :-1])
             F.cross_entropy(logits.reshape(-1, args.vocab), local[:, 1:].reshape(-1)).backward()
             optimizer.step()
+
     build_peak = _status_kib("VmHWM") - before_build
 
     step()  # warm-up: gradients and AdamW state allocated once
     params = list(net.parameters())
     grads = [p.grad for p in params if p.grad is not None]
     grad_bytes = _local_bytes(grads)
-    optim_bytes = _local_bytes(v for s in optimizer.state.values() for v in s.values()
-                               if isinstance(v, torch.Tensor) and v.dim() > 0)
+    optim_bytes = _local_bytes(
+        v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+    )
     del grads
     optimizer.zero_grad(set_to_none=True)
     dist.barrier()
@@ -228,10 +247,16 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     dist.barrier()
     dist.destroy_process_group()
     mb = 2**20
-    return {"rank": rank, "param_mb": _local_bytes(params) / mb, "grad_mb": grad_bytes / mb,
-            "optim_mb": optim_bytes / mb, "transient_mb": (peak - resting) / 1024 - grad_bytes / mb,
-            "stage_param_mb": _local_bytes(stage_params) / mb if stage_params is not None else None,
-            "resting_state_mb": (resting - before_build) / 1024, "build_peak_mb": build_peak / 1024}
+    return {
+        "rank": rank,
+        "param_mb": _local_bytes(params) / mb,
+        "grad_mb": grad_bytes / mb,
+        "optim_mb": optim_bytes / mb,
+        "transient_mb": (peak - resting) / 1024 - grad_bytes / mb,
+        "stage_param_mb": _local_bytes(stage_params) / mb if stage_params is not None else None,
+        "resting_state_mb": (resting - before_build) / 1024,
+        "build_peak_mb": build_peak / 1024,
+    }
 
 
 def _free_port() -> int:
@@ -245,10 +270,32 @@ def _free_port() -> int:
 def run_arm(arm: str, depth: int, args: argparse.Namespace, env: dict[str, str]) -> list[dict[str, Any]]:
     """`args.world` fresh rank processes of one arm at one depth; their records, by rank."""
     port = str(_free_port())
-    common = [sys.executable, __file__, "--rank-worker", arm, "--depth", str(depth), "--port", port,
-              "--world", str(args.world), "--block", str(args.block), "--dim", str(args.dim),
-              "--heads", str(args.heads), "--vocab", str(args.vocab), "--batch", str(args.batch),
-              "--microbatches", str(args.microbatches), "--threads", str(args.threads)]
+    common = [
+        sys.executable,
+        __file__,
+        "--rank-worker",
+        arm,
+        "--depth",
+        str(depth),
+        "--port",
+        port,
+        "--world",
+        str(args.world),
+        "--block",
+        str(args.block),
+        "--dim",
+        str(args.dim),
+        "--heads",
+        str(args.heads),
+        "--vocab",
+        str(args.vocab),
+        "--batch",
+        str(args.batch),
+        "--microbatches",
+        str(args.microbatches),
+        "--threads",
+        str(args.threads),
+    ]
     import tempfile
 
     records = []
@@ -257,8 +304,9 @@ def run_arm(arm: str, depth: int, args: argparse.Namespace, env: dict[str, str])
         procs = []
         for r, log in enumerate(logs):
             with log.open("w") as handle:
-                procs.append(subprocess.Popen([*common, "--rank", str(r)], env=env, stdout=handle,
-                                              stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen([*common, "--rank", str(r)], env=env, stdout=handle, stderr=subprocess.STDOUT)
+                )
         for proc, log in zip(procs, logs, strict=True):
             try:
                 proc.wait(timeout=600)
@@ -284,7 +332,9 @@ def largest_depth(depths: list[int], totals: list[float], budget: float) -> tupl
     the measured points (memory is linear in depth at fixed dim/block/batch); and whether that lies beyond them."""
     n = len(depths)
     mean_d, mean_t = sum(depths) / n, sum(totals) / n
-    slope = sum((d - mean_d) * (t - mean_t) for d, t in zip(depths, totals, strict=True)) / sum((d - mean_d) ** 2 for d in depths)
+    slope = sum((d - mean_d) * (t - mean_t) for d, t in zip(depths, totals, strict=True)) / sum(
+        (d - mean_d) ** 2 for d in depths
+    )
     intercept = mean_t - slope * mean_d
     fit = int((budget - intercept) // slope) if slope > 0 else 10**9
     return max(fit, 0), fit > max(depths)
@@ -292,10 +342,16 @@ def largest_depth(depths: list[int], totals: list[float], budget: float) -> tupl
 
 def strategies_main(args: argparse.Namespace) -> None:
     if len(set(args.depths)) < 2:
-        raise SystemExit(f"--depths {' '.join(map(str, args.depths))}: the fit in depth needs at least two different "
-                         "depths, e.g. --depths 2 4 8 16")
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": str(args.threads),
-           "PYTHONPATH": str(ROOT / "src")}
+        raise SystemExit(
+            f"--depths {' '.join(map(str, args.depths))}: the fit in depth needs at least two different "
+            "depths, e.g. --depths 2 4 8 16"
+        )
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "OMP_NUM_THREADS": str(args.threads),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     load_start = os.getloadavg()[0]
     started = time.perf_counter()
     results: dict[tuple[str, int], list[list[dict[str, Any]]]] = {}
@@ -307,20 +363,25 @@ def strategies_main(args: argparse.Namespace) -> None:
 
     def med(arm: str, depth: int, key: str, stage_only: bool = False) -> float:
         """Median over repeats of the worst rank's value (a per-rank budget is decided by the fullest rank)."""
-        per_repeat = [max(total_mb(r, stage_only) if key == "total" else r[key] for r in ranks)
-                      for ranks in results[(arm, depth)]]
+        per_repeat = [
+            max(total_mb(r, stage_only) if key == "total" else r[key] for r in ranks) for ranks in results[(arm, depth)]
+        ]
         return statistics.median(per_repeat)
 
     rows = [(arm, arm, False) for arm in args.arms]
     if "pipeline" in args.arms:
         rows.append(("pipeline", "pipeline, stage params only", True))
-    print(f"GPT dim {args.dim}, heads {args.heads}, block {args.block}, vocab {args.vocab}, global batch {args.batch} "
-          f"({args.batch // args.world} per rank under ddp/fsdp; pipeline: the whole batch in {args.microbatches} "
-          f"micro-batches, 1F1B), AdamW, {args.world} gloo CPU ranks x {args.threads} thread(s), "
-          f"{args.repeats} repeat(s); load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
-          f"{wall:.0f} s")
-    print(f"MB per rank (the fullest rank) = parameters + gradients + optimizer state + peak transient; largest depth "
-          f"under --budget-mb {args.budget_mb:g}")
+    print(
+        f"GPT dim {args.dim}, heads {args.heads}, block {args.block}, vocab {args.vocab}, global batch {args.batch} "
+        f"({args.batch // args.world} per rank under ddp/fsdp; pipeline: the whole batch in {args.microbatches} "
+        f"micro-batches, 1F1B), AdamW, {args.world} gloo CPU ranks x {args.threads} thread(s), "
+        f"{args.repeats} repeat(s); load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
+        f"{wall:.0f} s"
+    )
+    print(
+        f"MB per rank (the fullest rank) = parameters + gradients + optimizer state + peak transient; largest depth "
+        f"under --budget-mb {args.budget_mb:g}"
+    )
     print("| arm | " + " | ".join(f"depth {d}" for d in args.depths) + " | largest depth that fits |")
     print("|---|" + "---|" * (len(args.depths) + 1))
     for arm, label, stage_only in rows:
@@ -329,16 +390,22 @@ def strategies_main(args: argparse.Namespace) -> None:
         note = " (extrapolated)" if beyond else ""
         print(f"| {label} | " + " | ".join(f"{t:.1f}" for t in totals) + f" | {fits}{note} |")
     depth = max(args.depths)
-    print(f"\nAt depth {depth}, MB on the fullest rank: counted exactly from the tensors it holds (local shards "
-          "under fsdp), transient from VmHWM")
-    print("| arm | parameters held | of which trained here | gradients | optimizer state | peak transient | "
-          "resident at rest, measured | build peak |")
+    print(
+        f"\nAt depth {depth}, MB on the fullest rank: counted exactly from the tensors it holds (local shards "
+        "under fsdp), transient from VmHWM"
+    )
+    print(
+        "| arm | parameters held | of which trained here | gradients | optimizer state | peak transient | "
+        "resident at rest, measured | build peak |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for arm in args.arms:
         stage = med(arm, depth, "stage_param_mb") if arm == "pipeline" else med(arm, depth, "param_mb")
-        print(f"| {arm} | {med(arm, depth, 'param_mb'):.1f} | {stage:.1f} | {med(arm, depth, 'grad_mb'):.1f} | "
-              f"{med(arm, depth, 'optim_mb'):.1f} | {med(arm, depth, 'transient_mb'):.1f} | "
-              f"{med(arm, depth, 'resting_state_mb'):.1f} | {med(arm, depth, 'build_peak_mb'):.1f} |")
+        print(
+            f"| {arm} | {med(arm, depth, 'param_mb'):.1f} | {stage:.1f} | {med(arm, depth, 'grad_mb'):.1f} | "
+            f"{med(arm, depth, 'optim_mb'):.1f} | {med(arm, depth, 'transient_mb'):.1f} | "
+            f"{med(arm, depth, 'resting_state_mb'):.1f} | {med(arm, depth, 'build_peak_mb'):.1f} |"
+        )
 
 
 def main() -> None:
@@ -353,8 +420,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=None, help="default: 3 (1 with --strategies)")
-    parser.add_argument("--strategies", action="store_true",
-                        help="bytes per rank under ddp, fsdp, fsdp + checkpointing, fsdp + bf16, pipeline")
+    parser.add_argument(
+        "--strategies",
+        action="store_true",
+        help="bytes per rank under ddp, fsdp, fsdp + checkpointing, fsdp + bf16, pipeline",
+    )
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16], help="with --strategies")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="with --strategies")
     parser.add_argument("--budget-mb", type=float, default=256.0, help="per-rank budget, with --strategies")
@@ -381,12 +451,19 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
         for mode in MODES:  # interleaved, so machine load moves every arm alike
-            out = subprocess.run([sys.executable, __file__, *passed, "--worker", mode], env=env, check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, *passed, "--worker", mode],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             results[mode].append(json.loads(out.strip().splitlines()[-1]))
 
-    print(f"GPT depth {args.depth}, block {args.block}, dim {args.dim}, batch {args.batch}, {args.threads} thread(s), "
-          f"{args.repeats} repeats (medians)")
+    print(
+        f"GPT depth {args.depth}, block {args.block}, dim {args.dim}, batch {args.batch}, {args.threads} thread(s), "
+        f"{args.repeats} repeats (medians)"
+    )
     print("| activation_checkpointing | peak activation MB | vs none | step s | vs none |")
     print("|---|---|---|---|---|")
     for mode in MODES:
@@ -396,11 +473,15 @@ def main() -> None:
         base_steps = [r["step_s"] for r in results["none"]]
         act_ratio = statistics.median(a / b for a, b in zip(act, base_act, strict=True))
         step_ratio = statistics.median(s / b for s, b in zip(steps, base_steps, strict=True))
-        print(f"| {mode} | {statistics.median(act):.0f} | {act_ratio:.2f} | {statistics.median(steps):.3f} | "
-              f"{step_ratio:.2f} |")
+        print(
+            f"| {mode} | {statistics.median(act):.0f} | {act_ratio:.2f} | {statistics.median(steps):.3f} | "
+            f"{step_ratio:.2f} |"
+        )
     saved = statistics.median(r["saved_mb"] for r in results["none"])
-    print(f"gradients (included in the peak, subtracted above): {results['none'][0]['grad_mb']:.1f} MB; autograd "
-          f"saves {saved:.0f} MB for backward without checkpointing")
+    print(
+        f"gradients (included in the peak, subtracted above): {results['none'][0]['grad_mb']:.1f} MB; autograd "
+        f"saves {saved:.0f} MB for backward without checkpointing"
+    )
 
 
 if __name__ == "__main__":

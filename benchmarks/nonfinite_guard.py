@@ -21,8 +21,12 @@ def hooks_us_per_step(device: str, every: int, steps: int = 3000) -> float:
     guard = StopOnNonFiniteLoss(check_every_n_steps=every)
     # not a logging step: only `check_every_n_steps` makes the guard read (litforge.runtime.host_reads reads on logging
     # steps)
-    trainer = SimpleNamespace(current_epoch=0, global_step=0, checkpoint_callback=None,
-                              _logger_connector=SimpleNamespace(should_update_logs=False))
+    trainer = SimpleNamespace(
+        current_epoch=0,
+        global_step=0,
+        checkpoint_callback=None,
+        _logger_connector=SimpleNamespace(should_update_logs=False),
+    )
     loss = torch.tensor(1.0, device=device)
     start = time.perf_counter()
     for step in range(steps):
@@ -35,8 +39,14 @@ def hooks_us_per_step(device: str, every: int, steps: int = 3000) -> float:
 
 
 def step_us(device: str, steps: int = 300) -> float:
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                              torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
+    net = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    ).to(device)
     opt = torch.optim.AdamW(net.parameters())
     x, y = torch.randn(64, 1, 8, 8, device=device), torch.randint(0, 10, (64,), device=device)
     for i in range(steps + 20):
@@ -60,4 +70,6 @@ if __name__ == "__main__":
         print(f"{device}: MLP training step {base:.0f} us")
         for every in (1, 50):
             cost = min(hooks_us_per_step(device, every) for _ in range(3))
-            print(f"{device}: check_every_n_steps={every}: {cost:.1f} us per step ({100 * cost / base:.1f} % of a step)")
+            print(
+                f"{device}: check_every_n_steps={every}: {cost:.1f} us per step ({100 * cost / base:.1f} % of a step)"
+            )

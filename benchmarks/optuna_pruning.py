@@ -28,14 +28,23 @@ def run_sweep(pruner: str, args: argparse.Namespace, folder: Path) -> dict:
     import optuna
 
     sweep_dir = folder / f"{pruner}"
-    command = [sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=digits_optuna",
-               f"paths.log_dir={folder}/logs", f"hydra.sweep.dir={sweep_dir}", f"seed={args.seed}",
-               f"trainer.max_epochs={args.max_epochs}", f"hydra.sweeper.n_trials={args.trials}",
-               f"hydra.sweeper.pruner={pruner}", "print_config=false", "callbacks.progress_bar=null",
-               *args.overrides]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hparams_search=digits_optuna",
+        f"paths.log_dir={folder}/logs",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"seed={args.seed}",
+        f"trainer.max_epochs={args.max_epochs}",
+        f"hydra.sweeper.n_trials={args.trials}",
+        f"hydra.sweeper.pruner={pruner}",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        *args.overrides,
+    ]
     if pruner != "none":
-        command.append(f"hydra.sweeper.pruner_args={{n_startup_trials:{args.startup},"
-                       f"n_warmup_steps:{args.warmup}}}")
+        command.append(f"hydra.sweeper.pruner_args={{n_startup_trials:{args.startup},n_warmup_steps:{args.warmup}}}")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -46,8 +55,14 @@ def run_sweep(pruner: str, args: argparse.Namespace, folder: Path) -> dict:
     trials = optuna.load_study(study_name="digits_optuna", storage=f"sqlite:///{sweep_dir}/optuna.db").get_trials()
     trial_s = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials if t.datetime_complete)
     epochs = sum(len(t.intermediate_values) for t in trials) if pruner != "none" else len(trials) * args.max_epochs
-    return {"pruner": pruner, "best": best["best"]["value"], "trials": best["trials"], "wall_s": wall,
-            "trial_s": trial_s, "epochs": epochs}
+    return {
+        "pruner": pruner,
+        "best": best["best"]["value"],
+        "trials": best["trials"],
+        "wall_s": wall,
+        "trial_s": trial_s,
+        "epochs": epochs,
+    }
 
 
 def main() -> None:
@@ -70,18 +85,27 @@ def main() -> None:
             for pruner in order:
                 result = run_sweep(pruner, args, Path(tmp) / str(repeat))
                 results.append(result)
-                print(f"  {pruner:>9}: best val/acc {result['best']:.4f}, {result['trials']}, "
-                      f"{result['wall_s']:.0f} s wall", flush=True)
+                print(
+                    f"  {pruner:>9}: best val/acc {result['best']:.4f}, {result['trials']}, "
+                    f"{result['wall_s']:.0f} s wall",
+                    flush=True,
+                )
 
-    print(f"\n{args.trials} trials, trainer.max_epochs={args.max_epochs}, seed {args.seed}, "
-          f"{args.pruner} pruner (n_startup_trials={args.startup}, n_warmup_steps={args.warmup})")
-    print(f"{'pruner':>9} | {'best val/acc':>12} | {'pruned':>6} | {'epochs run':>10} | {'trials s':>8} | {'wall s':>6}")
+    print(
+        f"\n{args.trials} trials, trainer.max_epochs={args.max_epochs}, seed {args.seed}, "
+        f"{args.pruner} pruner (n_startup_trials={args.startup}, n_warmup_steps={args.warmup})"
+    )
+    print(
+        f"{'pruner':>9} | {'best val/acc':>12} | {'pruned':>6} | {'epochs run':>10} | {'trials s':>8} | {'wall s':>6}"
+    )
     for arm in ("none", args.pruner):
         rows = [r for r in results if r["pruner"] == arm]
         n = len(rows)
-        print(f"{arm:>9} | {sum(r['best'] for r in rows) / n:12.4f} | {sum(r['trials']['pruned'] for r in rows) / n:6.1f}"
-              f" | {sum(r['epochs'] for r in rows) / n:10.1f} | {sum(r['trial_s'] for r in rows) / n:8.1f}"
-              f" | {sum(r['wall_s'] for r in rows) / n:6.1f}")
+        print(
+            f"{arm:>9} | {sum(r['best'] for r in rows) / n:12.4f} | {sum(r['trials']['pruned'] for r in rows) / n:6.1f}"
+            f" | {sum(r['epochs'] for r in rows) / n:10.1f} | {sum(r['trial_s'] for r in rows) / n:8.1f}"
+            f" | {sum(r['wall_s'] for r in rows) / n:6.1f}"
+        )
     base = [r for r in results if r["pruner"] == "none"]
     pruned = [r for r in results if r["pruner"] == args.pruner]
     trial_ratio = sum(r["trial_s"] for r in pruned) / sum(r["trial_s"] for r in base)

@@ -43,12 +43,29 @@ MODES = {
 }
 MODELS = {  # overrides, the metric, its target, and "max" / "min"
     "mlp": (["trainer=cpu", "trainer.max_epochs=6"], "val/acc", 0.93, "max"),
-    "gpt": (["experiment=gpt_char", "trainer.max_steps=80", "trainer.val_check_interval=20",
-             "trainer.limit_val_batches=4", "callbacks.text_samples=null"], "val/loss", 2.9, "min"),
+    "gpt": (
+        [
+            "experiment=gpt_char",
+            "trainer.max_steps=80",
+            "trainer.val_check_interval=20",
+            "trainer.limit_val_batches=4",
+            "callbacks.text_samples=null",
+        ],
+        "val/loss",
+        2.9,
+        "min",
+    ),
 }
-COMMON = ["trainer.devices=2", "logger=csv", "print_config=false", "callbacks.progress_bar=null",
-          "callbacks.model_summary=null", "callbacks.early_stopping=null", "test_after_training=false",
-          "trainer.num_sanity_val_steps=0"]
+COMMON = [
+    "trainer.devices=2",
+    "logger=csv",
+    "print_config=false",
+    "callbacks.progress_bar=null",
+    "callbacks.model_summary=null",
+    "callbacks.early_stopping=null",
+    "test_after_training=false",
+    "trainer.num_sanity_val_steps=0",
+]
 
 
 def _nbytes(value: Any) -> int:
@@ -86,6 +103,7 @@ try:
                         time.sleep(probe.delay)
                     probe.sent += payload(args)
                     return fn(*args, **kwargs)
+
                 return slow
 
             for name in ("all_reduce", "broadcast", "reduce", "all_gather"):
@@ -108,8 +126,9 @@ try:
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             if trainer.global_rank == 0:
-                Path(self.out).write_text(json.dumps({"points": self.points, "sent": self.sent,
-                                                      "steps": trainer.global_step}))
+                Path(self.out).write_text(
+                    json.dumps({"points": self.points, "sent": self.sent, "steps": trainer.global_step})
+                )
 except ImportError:  # the table-only path needs no Lightning
     pass
 
@@ -117,10 +136,19 @@ except ImportError:  # the table-only path needs no Lightning
 def run_arm(mode: str, model: str, seed: int, delay_ms: float, folder: Path) -> dict[str, Any]:
     overrides, metric, _, _ = MODELS[model]
     out = folder / f"{model}-{mode}-{delay_ms:g}ms-seed{seed}.json"
-    command = [sys.executable, "train.py", *overrides, *MODES[mode], *COMMON, f"seed={seed}",
-               f"paths.log_dir={folder / 'logs'}", "+callbacks.probe._target_=parallel_modes.Probe",
-               f"+callbacks.probe.out={out}", f"+callbacks.probe.metric={metric}",
-               f"+callbacks.probe.delay_ms={delay_ms}"]
+    command = [
+        sys.executable,
+        "train.py",
+        *overrides,
+        *MODES[mode],
+        *COMMON,
+        f"seed={seed}",
+        f"paths.log_dir={folder / 'logs'}",
+        "+callbacks.probe._target_=parallel_modes.Probe",
+        f"+callbacks.probe.out={out}",
+        f"+callbacks.probe.metric={metric}",
+        f"+callbacks.probe.delay_ms={delay_ms}",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks")])}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if done.returncode != 0 or not out.exists():
@@ -131,8 +159,11 @@ def run_arm(mode: str, model: str, seed: int, delay_ms: float, folder: Path) -> 
 def summarize(result: dict[str, Any], model: str) -> dict[str, Any]:
     _, _, target, mode = MODELS[model]
     reached = next((t for t, v in result["points"] if (v >= target if mode == "max" else v <= target)), None)
-    return {"time_to_target_s": reached, "bytes_per_step": result["sent"] / max(result["steps"], 1),
-            "final": result["points"][-1][1] if result["points"] else None}
+    return {
+        "time_to_target_s": reached,
+        "bytes_per_step": result["sent"] / max(result["steps"], 1),
+        "final": result["points"][-1][1] if result["points"] else None,
+    }
 
 
 def _cell(values: list[Any], fmt: str) -> str:
@@ -145,16 +176,20 @@ def _cell(values: list[Any], fmt: str) -> str:
 
 
 def table(rows: dict[tuple[str, str, float], list[dict[str, Any]]], seeds: int) -> str:
-    lines = ["| model | link delay | mode | time to target (s) | bytes / step / rank | final metric |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | link delay | mode | time to target (s) | bytes / step / rank | final metric |",
+        "|---|---|---|---|---|---|",
+    ]
     for (model, mode, delay), runs in rows.items():
         _, metric, target, direction = MODELS[model]
         reached = [r["time_to_target_s"] for r in runs]
         missed = sum(r is None for r in reached)
         when = _cell(reached, ".1f") + (f" ({missed}/{len(runs)} not reached)" if missed and missed < len(runs) else "")
-        lines.append(f"| {model} ({metric} {'≥' if direction == 'max' else '≤'} {target}) | {delay:g} ms | {mode} | "
-                     f"{when} | {_cell([r['bytes_per_step'] for r in runs], ',.0f')} | "
-                     f"{_cell([r['final'] for r in runs], '.3f')} |")
+        lines.append(
+            f"| {model} ({metric} {'≥' if direction == 'max' else '≤'} {target}) | {delay:g} ms | {mode} | "
+            f"{when} | {_cell([r['bytes_per_step'] for r in runs], ',.0f')} | "
+            f"{_cell([r['final'] for r in runs], '.3f')} |"
+        )
     return "\n".join(lines) + f"\n\n{seeds} seed(s) per row.\n"
 
 
@@ -175,8 +210,11 @@ def main() -> None:
                         started = time.perf_counter()
                         summary = summarize(run_arm(mode, model, seed, delay, Path(tmp)), model)
                         rows.setdefault((model, mode, delay), []).append(summary)
-                        print(f"{model} {mode} {delay:g}ms seed {seed}: {summary} "
-                              f"({time.perf_counter() - started:.0f} s)", flush=True)
+                        print(
+                            f"{model} {mode} {delay:g}ms seed {seed}: {summary} "
+                            f"({time.perf_counter() - started:.0f} s)",
+                            flush=True,
+                        )
     text = table(rows, len(args.seeds))
     print(text)
     if args.out:

@@ -31,10 +31,21 @@ def wall(cmd: list[str], env: dict[str, str]) -> float:
 def first_step(env: dict[str, str], log_dir: str) -> float:
     clock = Path(tempfile.mkstemp(suffix=".time")[1])
     start = time.time()
-    subprocess.run([sys.executable, "train.py", f"paths.log_dir={log_dir}", "trainer.max_steps=1",
-                    "test_after_training=false",
-                    f"+callbacks.first_step_clock={{_target_: first_step_clock.FirstStepClock, path: '{clock}'}}"],
-                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            f"paths.log_dir={log_dir}",
+            "trainer.max_steps=1",
+            "test_after_training=false",
+            f"+callbacks.first_step_clock={{_target_: first_step_clock.FirstStepClock, path: '{clock}'}}",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stepped = float(clock.read_text())
     clock.unlink()
     return stepped - start
@@ -50,12 +61,13 @@ def main() -> None:
     arms = {
         "python train.py --help": lambda: wall([sys.executable, "train.py", "--help"], env),
         'python -c "import torch, pytorch_lightning"': lambda: wall(
-            [sys.executable, "-c", "import torch, pytorch_lightning"], env),
+            [sys.executable, "-c", "import torch, pytorch_lightning"], env
+        ),
         "python train.py: launch → first optimizer step": lambda: first_step(env, log_dir),
     }
     times: dict[str, list[float]] = {name: [] for name in arms}
     for r in range(args.repeats):
-        for name in (list(arms) if r % 2 == 0 else list(reversed(arms))):
+        for name in list(arms) if r % 2 == 0 else list(reversed(arms)):
             times[name].append(arms[name]())
     base = times['python -c "import torch, pytorch_lightning"']
     print(f"\n### Start-up (median of {args.repeats} interleaved runs; ratio to the bare import, per repeat)\n")

@@ -27,12 +27,13 @@ import statistics
 import time
 from typing import Any
 
-import common  # noqa: F401  (puts src/ on sys.path)
 import numpy as np
 import torch
-from common import compose, quiet
 from omegaconf import open_dict
 from pytorch_lightning.callbacks import Callback
+
+import common  # noqa: F401  (puts src/ on sys.path)
+from common import compose, quiet
 
 TARGET = 0.97
 CLOCK: dict[str, float] = {"start": 0.0}
@@ -65,7 +66,6 @@ class TestAccuracyProbe(Callback):
 def run_litforge(seed: int, extra: list[str]) -> tuple[float | None, int | None, float, float]:
     # Hydra instantiates the probe from the importable module `time_to_accuracy`, not from this `__main__`
     import time_to_accuracy as shared
-
     from litforge.jobs.train import train
 
     cfg = compose(f"seed={seed}", "print_config=false", *extra)
@@ -128,8 +128,9 @@ def run_sklearn(seed: int, threads: int) -> tuple[float | None, int | None, floa
             probe_time += time.perf_counter() - t0
         start = time.perf_counter()
         x_train, y_train, x_test, y_test = digits_arrays()
-        clf = MLPClassifier(hidden_layer_sizes=(256, 256), early_stopping=True, validation_fraction=0.1,
-                            random_state=seed, max_iter=300)
+        clf = MLPClassifier(
+            hidden_layer_sizes=(256, 256), early_stopping=True, validation_fraction=0.1, random_state=seed, max_iter=300
+        )
         clf.fit(x_train, y_train)
         acc = clf.score(x_test, y_test)
         return reached, epochs, time.perf_counter() - start, acc
@@ -139,8 +140,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--litforge-args", action="append", default=[],
-                        help="overrides for one more litforge arm, space-separated (repeatable)")
+    parser.add_argument(
+        "--litforge-args",
+        action="append",
+        default=[],
+        help="overrides for one more litforge arm, space-separated (repeatable)",
+    )
     args = parser.parse_args()
     quiet()
     torch.set_num_threads(args.threads)
@@ -167,8 +172,10 @@ def main() -> None:
         reached = [r[0] for r in rows if r[0] is not None]
         epochs = [r[1] for r in rows if r[1] is not None]
         ratio = f"{statistics.mean(reached) / statistics.mean(sk_reached):.2f}×" if reached and sk_reached else "–"
-        print(f"| {name} | {ms(reached) if reached else 'not reached'} ({len(reached)}/{len(rows)}) | "
-              f"{ms(epochs) if epochs else '–'} | {ratio} | {ms([r[2] for r in rows])} | {ms([r[3] for r in rows])} |")
+        print(
+            f"| {name} | {ms(reached) if reached else 'not reached'} ({len(reached)}/{len(rows)}) | "
+            f"{ms(epochs) if epochs else '–'} | {ratio} | {ms([r[2] for r in rows])} | {ms([r[3] for r in rows])} |"
+        )
 
 
 if __name__ == "__main__":

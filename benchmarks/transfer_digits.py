@@ -30,9 +30,18 @@ def run(overrides: list[str], out: Path) -> dict:
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"paths.output_dir={out}", "print_config=false", "logger=csv",
-                                          "callbacks.progress_bar=null", "callbacks.model_summary=null",
-                                          "trainer.enable_progress_bar=false", *overrides])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.output_dir={out}",
+                "print_config=false",
+                "logger=csv",
+                "callbacks.progress_bar=null",
+                "callbacks.model_summary=null",
+                "trainer.enable_progress_bar=false",
+                *overrides,
+            ],
+        )
     out.mkdir(parents=True, exist_ok=True)
     return train(cfg)
 
@@ -53,12 +62,20 @@ def main() -> None:
         for k in args.shots:
             accs: dict[str, list[float]] = {"transfer": [], "scratch": []}
             for seed in args.seeds:
-                common = ["experiment=transfer_digits", f"data.train_per_class={k}", f"seed={seed}",
-                          f"data.split_seed={seed}"]
-                accs["transfer"].append(run([*common, f"task.init_from={pre['best_checkpoint']}"],
-                                            tmp_path / f"t{k}_{seed}")["metrics"]["test/acc"])
-                accs["scratch"].append(run([*common, "~callbacks.finetune"],
-                                           tmp_path / f"s{k}_{seed}")["metrics"]["test/acc"])
+                common = [
+                    "experiment=transfer_digits",
+                    f"data.train_per_class={k}",
+                    f"seed={seed}",
+                    f"data.split_seed={seed}",
+                ]
+                accs["transfer"].append(
+                    run([*common, f"task.init_from={pre['best_checkpoint']}"], tmp_path / f"t{k}_{seed}")["metrics"][
+                        "test/acc"
+                    ]
+                )
+                accs["scratch"].append(
+                    run([*common, "~callbacks.finetune"], tmp_path / f"s{k}_{seed}")["metrics"]["test/acc"]
+                )
             rows.append((k, statistics.mean(accs["transfer"]), statistics.mean(accs["scratch"]), accs))
             print(f"k={k}: transfer {rows[-1][1]:.4f}  scratch {rows[-1][2]:.4f}  {accs}", flush=True)
 

@@ -25,8 +25,17 @@ ARMS = {"cosine (epoch)": ["scheduler=cosine"], "warmup_cosine (step)": ["schedu
 
 
 def run(arm: list[str], seed: int, log_dir: Path, extra: list[str]) -> dict[str, float]:
-    cmd = [sys.executable, str(ROOT / "train.py"), "experiment=gpt_char", *arm, f"seed={seed}", f"paths.log_dir={log_dir}",
-           "print_config=false", "callbacks.progress_bar=null", *extra]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "experiment=gpt_char",
+        *arm,
+        f"seed={seed}",
+        f"paths.log_dir={log_dir}",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        *extra,
+    ]
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -46,16 +55,20 @@ def main() -> None:
             for name, arm in ARMS.items():
                 log_dir = Path(tmp) / f"{seed}-{len(results[name])}-{name.split()[0]}"
                 results[name].append(run(arm, seed, log_dir, args.extra))
-                print(f"seed {seed} {name:22s} " + "  ".join(f"{k} {v:.4f}" for k, v in results[name][-1].items()),
-                      flush=True)
+                print(
+                    f"seed {seed} {name:22s} " + "  ".join(f"{k} {v:.4f}" for k, v in results[name][-1].items()),
+                    flush=True,
+                )
     print(f"\n{'schedule':22s} {'val/loss (median)':>18s} {'test/loss (median)':>19s} {'wall s (median)':>16s}")
     for name, rows in results.items():
         val, test, wall = (statistics.median(r[key] for r in rows) for key in ("val/loss", "test/loss", "wall_s"))
         print(f"{name:22s} {val:18.4f} {test:19.4f} {wall:16.1f}")
     base, new = results.values()
     diffs = [b["test/loss"] - n["test/loss"] for b, n in zip(base, new, strict=True)]
-    print(f"test/loss cosine - warmup_cosine per seed: {', '.join(f'{d:+.4f}' for d in diffs)} "
-          f"(positive: warmup_cosine is better); OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(
+        f"test/loss cosine - warmup_cosine per seed: {', '.join(f'{d:+.4f}' for d in diffs)} "
+        f"(positive: warmup_cosine is better); OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
 
 
 if __name__ == "__main__":

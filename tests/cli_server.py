@@ -65,8 +65,11 @@ def _become(request: dict) -> None:
     import random
 
     os.setpgid(0, 0)  # its own group, like a subprocess the test may kill with its children
-    for fd, target, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
-                              (2, request["stderr"], os.O_WRONLY)):
+    for fd, target, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, request["stdout"], os.O_WRONLY),
+        (2, request["stderr"], os.O_WRONLY),
+    ):
         handle = os.open(target, flags)
         os.dup2(handle, fd)
         os.close(handle)

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+
 def launch_state() -> dict[str, str | None]:
     """The launch variables of this process now (what :func:`launch_state_left_behind` compares against)."""
     from litforge.parallel.launch import LAUNCH_ENV
@@ -40,9 +41,11 @@ def launch_state_left_behind(before: dict[str, str | None]) -> str | None:
             dist.destroy_process_group()
     if not (leaked or group):
         return None
-    return (f"this test left {', '.join(leaked) or 'no launch variable'} set and {'an' if group else 'no'} "
-            "initialised process group: run in-process launching jobs inside "
-            "litforge.parallel.launch.launched_ranks_cleaned_up()")
+    return (
+        f"this test left {', '.join(leaked) or 'no launch variable'} set and {'an' if group else 'no'} "
+        "initialised process group: run in-process launching jobs inside "
+        "litforge.parallel.launch.launched_ranks_cleaned_up()"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -59,8 +62,14 @@ def no_launch_state_left_behind() -> Iterator[None]:
 
 
 # a few batches, a few epochs: each CLI run takes seconds
-TINY = ["trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
-        "trainer.limit_test_batches=2", "print_config=false", "callbacks.progress_bar=null"]
+TINY = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=4",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "print_config=false",
+    "callbacks.progress_bar=null",
+]
 
 
 @dataclass
@@ -74,8 +83,15 @@ class CliResult:
         return self.stdout + self.stderr
 
 
-def run_cli(script: str, *overrides: str, log_dir: Path, timeout: float = 240, env: dict | None = None,
-            extra_args: tuple[str, ...] = (), fresh_process: bool = False) -> CliResult:
+def run_cli(
+    script: str,
+    *overrides: str,
+    log_dir: Path,
+    timeout: float = 240,
+    env: dict | None = None,
+    extra_args: tuple[str, ...] = (),
+    fresh_process: bool = False,
+) -> CliResult:
     """`python <script> paths.log_dir=<log_dir> overrides...` from the repo root, as a user would run it.
 
     By default the command runs in a child forked from a warm server (tests/cli_server.py: same process semantics,
@@ -84,8 +100,9 @@ def run_cli(script: str, *overrides: str, log_dir: Path, timeout: float = 240, e
     argv = [str(ROOT / script), *extra_args, f"paths.log_dir={log_dir}", *overrides]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if fresh_process or not _CliServer.usable():
-        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              env=full_env)
+        proc = subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env
+        )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
     return _CliServer.get().run(argv, cwd=ROOT, env=full_env, timeout=timeout)
 
@@ -108,8 +125,14 @@ class _CliServer:
     def __init__(self) -> None:
         import atexit
 
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_server.py")], cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "cli_server.py")],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=1,
+        )
         atexit.register(self.proc.kill)
 
     def _answer(self, timeout: float) -> dict:
@@ -167,15 +190,22 @@ def compose_cfg(tmp_path: Path) -> Iterator:
 
     def _compose(*overrides: str, config_name: str = "train"):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return compose(config_name=config_name, overrides=[f"paths.output_dir={tmp_path}",
-                                                               f"paths.data_dir={tmp_path / 'data'}", *overrides])
+            return compose(
+                config_name=config_name,
+                overrides=[f"paths.output_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", *overrides],
+            )
 
     yield _compose
     GlobalHydra.instance().clear()
 
 
-def make_image_folder(root: Path, classes: tuple[str, ...] = ("cat", "dog", "fox"), per_class: int = 8,
-                      size: tuple[int, int] = (8, 8), mode: str = "L") -> Path:
+def make_image_folder(
+    root: Path,
+    classes: tuple[str, ...] = ("cat", "dog", "fox"),
+    per_class: int = 8,
+    size: tuple[int, int] = (8, 8),
+    mode: str = "L",
+) -> Path:
     """A tiny class-per-folder image dataset whose classes differ in brightness (so it is learnable)."""
     import numpy as np
     from PIL import Image
@@ -199,6 +229,9 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
     names, by default the test module itself."""
     from gloo import GlooRanks
 
-    pool = GlooRanks(getattr(request.module, "GLOO_WORLD_SIZE", 2), preload=tuple(getattr(request.module, "GLOO_PRELOAD", (request.module.__name__,))))
+    pool = GlooRanks(
+        getattr(request.module, "GLOO_WORLD_SIZE", 2),
+        preload=tuple(getattr(request.module, "GLOO_PRELOAD", (request.module.__name__,))),
+    )
     yield pool
     pool.close()

@@ -46,20 +46,26 @@ class Record(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         local, total = local_numel(pl_module)
-        self.record.update(local_numel=local, total_numel=total, rank=trainer.global_rank,
-                           world_size=trainer.world_size)
+        self.record.update(
+            local_numel=local, total_numel=total, rank=trainer.global_rank, world_size=trainer.world_size
+        )
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         # FSDP2 reshards a unit after its forward unless strategy.reshard_after_forward=false: count what is still
         # sharded (DTensor) between forward and backward, once
         self.record.setdefault("sharded_before_backward", sum(hasattr(p, "to_local") for p in pl_module.parameters()))
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
         self.record["losses"].append(float(outputs["loss"]))
         with torch.no_grad():  # a fingerprint of this rank's local weights: differs as soon as any weight differs
             self.record["fingerprints"].append(
-                sum(float((p.to_local() if hasattr(p, "to_local") else p).double().sum()) for p in pl_module.parameters()))
+                sum(
+                    float((p.to_local() if hasattr(p, "to_local") else p).double().sum())
+                    for p in pl_module.parameters()
+                )
+            )
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         channels, height, width = pl_module.hparams["input_shape"]

@@ -115,8 +115,11 @@ class KillJobDuringSave(Callback):
 
         def save(state_dict, *args, checkpoint_id=None, **kwargs):
             result = original(state_dict, *args, checkpoint_id=checkpoint_id, **kwargs)
-            if (trainer.global_rank == 0 and trainer.global_step == fault.step
-                    and fault.name in os.path.basename(str(checkpoint_id))):
+            if (
+                trainer.global_rank == 0
+                and trainer.global_step == fault.step
+                and fault.name in os.path.basename(str(checkpoint_id))
+            ):
                 if os.getpgrp() != os.getpid():
                     raise RuntimeError("KillJobDuringSave: rank 0 does not lead its process group; use setsid")
                 print(f"FAULT kill -9 job while saving {checkpoint_id} at step {fault.step}", flush=True)

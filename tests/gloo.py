@@ -33,8 +33,9 @@ def _serve(rank: int, world_size: int, port: int, preload: tuple[str, ...], inbo
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
     outbox.put((rank, "joined", None))
     while (call := inbox.get()) is not None:
@@ -54,8 +55,12 @@ class GlooRanks:
         ctx = mp.get_context("spawn")
         self.world_size, self.outbox, port = world_size, ctx.Queue(), _free_port()
         self.inboxes = [ctx.Queue() for _ in range(world_size)]
-        self.procs = [ctx.Process(target=_serve, args=(rank, world_size, port, preload, self.inboxes[rank], self.outbox),
-                                  daemon=True) for rank in range(world_size)]
+        self.procs = [
+            ctx.Process(
+                target=_serve, args=(rank, world_size, port, preload, self.inboxes[rank], self.outbox), daemon=True
+            )
+            for rank in range(world_size)
+        ]
         for proc in self.procs:
             proc.start()
         self.broken = ""
@@ -67,8 +72,10 @@ class GlooRanks:
             try:
                 rank, status, value = self.outbox.get(timeout=timeout)
             except Exception as exc:  # queue.Empty: some rank is still busy after `timeout` s
-                self.broken = f"ranks {sorted(set(range(self.world_size)) - set(results))} hung in {what} for over " \
-                              f"{timeout:.0f} s"
+                self.broken = (
+                    f"ranks {sorted(set(range(self.world_size)) - set(results))} hung in {what} for over "
+                    f"{timeout:.0f} s"
+                )
                 self.close()
                 raise AssertionError(self.broken) from exc
             if status == "error":

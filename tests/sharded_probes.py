@@ -14,13 +14,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 
-
 def _leave() -> None:
     """Every rank waits for the others before tearing gloo down: a rank that destroys its group while a peer still
     works (rank 0 saving the record) can abort that peer ("terminate called without an active exception", SIGABRT;
     seen once in CI on the 4-rank clipping probe, 2 cores)."""
     dist.barrier()
     dist.destroy_process_group()
+
 
 def _tiny_gpt() -> Any:
     from litforge.models.gpt import GPT
@@ -71,6 +71,7 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
             apply_fsdp(net, mesh, **kwargs)
             batch = local
         seen: dict[str, Any] = {}
+
         def note_dtype(module: torch.nn.Module, args: Any, seen: dict[str, Any] = seen) -> None:
             seen.setdefault("compute_dtype", str(module.weight.dtype))
 
@@ -81,8 +82,9 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
         seen["sharded_after_forward"] = isinstance(net.blocks[0].attn.q.weight, DTensor)
         loss.backward()
         seen["grad_dtype"] = str(net.blocks[0].attn.q.weight.grad.dtype)
-        seen["grads"] = {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-                         for n, p in net.named_parameters()}
+        seen["grads"] = {
+            n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for n, p in net.named_parameters()
+        }
         record[name] = seen
     if rank == 0:
         torch.save(record, Path(out) / "fsdp_options.pt")
@@ -121,7 +123,8 @@ def hsdp(rank: int, world: int, port: int, out: str) -> None:
     gathered = [torch.empty_like(local_shard) for _ in range(world)]
     dist.all_gather(gathered, local_shard.contiguous())
     record = {
-        "mesh": tuple(weight.device_mesh.mesh.shape), "placements": [str(p) for p in weight.placements],
+        "mesh": tuple(weight.device_mesh.mesh.shape),
+        "placements": [str(p) for p in weight.placements],
         "local_fraction": local_shard.numel() / weight.numel(),
         "replicas_equal": bool(torch.equal(gathered[0], gathered[2]) and torch.equal(gathered[1], gathered[3])),
         "shards_differ": not torch.equal(gathered[0], gathered[1]),
@@ -147,8 +150,10 @@ def clipping(rank: int, world: int, port: int, out: str, modes: dict[str, tuple[
     base, idx = _tiny_gpt(), _batch()
     reference = copy.deepcopy(base)
     _loss(reference, idx).backward()
-    record: dict[str, Any] = {"reference_norm": torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.1),
-                              "reference": {n: p.grad for n, p in reference.named_parameters()}}
+    record: dict[str, Any] = {
+        "reference_norm": torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.1),
+        "reference": {n: p.grad for n, p in reference.named_parameters()},
+    }
     for name, (dp, tp) in modes.items():
         mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
         net = copy.deepcopy(base)
@@ -156,9 +161,13 @@ def clipping(rank: int, world: int, port: int, out: str, modes: dict[str, tuple[
         _loss(net, idx.chunk(dp)[mesh["data_parallel"].get_local_rank()]).backward()
         kinds = {type(p.grad).__name__ for p in net.parameters()}
         norm = clip_grad_norm(list(net.parameters()), 0.1)
-        record[name] = {"norm": norm, "kinds": sorted(kinds),
-                        "grads": {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-                                  for n, p in net.named_parameters()}}
+        record[name] = {
+            "norm": norm,
+            "kinds": sorted(kinds),
+            "grads": {
+                n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for n, p in net.named_parameters()
+            },
+        }
     if rank == 0:
         torch.save(record, Path(out) / "clipping.pt")
     _leave()

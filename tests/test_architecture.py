@@ -9,8 +9,14 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-JOBS = {"litforge.jobs.train", "litforge.jobs.eval", "litforge.jobs.predict", "litforge.jobs.export", "litforge.jobs.generate",
-        "litforge.jobs.prepare"}
+JOBS = {
+    "litforge.jobs.train",
+    "litforge.jobs.eval",
+    "litforge.jobs.predict",
+    "litforge.jobs.export",
+    "litforge.jobs.generate",
+    "litforge.jobs.prepare",
+}
 ENTRY = {"litforge.cli.main", "litforge.cli.preflight", "litforge.cli.help"}  # above the jobs: only they may import one
 
 
@@ -51,7 +57,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep not in state and (cycle := visit(dep)):
                 return cycle
         state[node] = 2
@@ -91,14 +97,17 @@ def test_lower_layers_do_not_reach_up():
     graph = import_graph()
     for module, deps in graph.items():
         if module.startswith("litforge.models"):
-            assert not {d for d in deps if d.startswith(("litforge.tasks", "litforge.callbacks", "litforge.data"))}, module
+            assert not {d for d in deps if d.startswith(("litforge.tasks", "litforge.callbacks", "litforge.data"))}, (
+                module
+            )
             source = (SRC / Path(*module.split("."))).with_suffix(".py")
             source = source if source.exists() else SRC / Path(*module.split(".")) / "__init__.py"
             assert "lightning" not in source.read_text(), f"{module} imports Lightning: a model is a plain nn.Module"
         if module.startswith("litforge.data"):
             # compat may be used: it is the one home of library internals (data.gym: gymnasium's TimeLimit count)
-            assert all(d.startswith(("litforge.data", "litforge.core")) or d == "litforge.runtime.compat"
-                       for d in deps), (module, deps)
+            assert all(
+                d.startswith(("litforge.data", "litforge.core")) or d == "litforge.runtime.compat" for d in deps
+            ), (module, deps)
         if module == "litforge.runtime.compat" or module.startswith("litforge.core"):  # leaves: any layer may use them
             assert deps <= {"litforge.core.errors"}, (module, deps)
         if module not in ENTRY:
@@ -110,7 +119,11 @@ def test_the_five_root_scripts_hand_their_name_to_the_cli():
     for job in ("train", "eval", "predict", "export", "generate", "prepare"):
         text = (root / f"{job}.py").read_text()
         code = [line for line in text.splitlines() if line.strip() and not line.startswith(('"""', "#"))]
-        assert code[-3:] == ["from litforge.cli.main import main", 'if __name__ == "__main__":', f'    main("{job}")'], job
+        assert code[-3:] == [
+            "from litforge.cli.main import main",
+            'if __name__ == "__main__":',
+            f'    main("{job}")',
+        ], job
 
 
 def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
@@ -118,6 +131,7 @@ def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
     import os
 
     import torch.distributed as dist
+
     from conftest import launch_state, launch_state_left_behind
 
     before = launch_state()
@@ -150,9 +164,14 @@ def test_the_readme_layout_names_every_module_of_every_package():
             package = None
         if package:
             named[package] |= set(re.findall(r"\b(\w+)\.py\b", line))
-    on_disk = {p.name: {m.stem for m in p.glob("*.py") if m.name != "__init__.py"}
-               for p in (SRC / "litforge").iterdir() if (p / "__init__.py").exists()}
+    on_disk = {
+        p.name: {m.stem for m in p.glob("*.py") if m.name != "__init__.py"}
+        for p in (SRC / "litforge").iterdir()
+        if (p / "__init__.py").exists()
+    }
     assert set(named) == set(on_disk), f"packages in README's layout {sorted(named)} vs on disk {sorted(on_disk)}"
     for package, modules in on_disk.items():
-        assert named[package] == modules, (f"README layout, {package}/: missing {sorted(modules - named[package])}, "
-                                           f"not on disk {sorted(named[package] - modules)}")
+        assert named[package] == modules, (
+            f"README layout, {package}/: missing {sorted(modules - named[package])}, "
+            f"not on disk {sorted(named[package] - modules)}"
+        )

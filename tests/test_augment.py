@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tests.conftest import make_image_folder
 
+from litforge.core.errors import ConfigError
 from litforge.data.augment import AUGMENTS, build_augment, resolve_augment
 from litforge.data.digits import DigitsDataModule
-from litforge.core.errors import ConfigError
-from tests.conftest import make_image_folder
 
 CHANGING = [name for name in AUGMENTS if name != "none"]
 

@@ -23,8 +23,14 @@ Args = Callable[[Path, Path], list[str]]  # (tmp folder, a real checkpoint) -> o
 def checkpoint(tmp_path_factory) -> Path:
     """A real, small MLP checkpoint to truncate, or to resume with another model."""
     log_dir = tmp_path_factory.mktemp("ckpt")
-    result = run_cli("train.py", *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                     "test_after_training=false", log_dir=log_dir)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "test_after_training=false",
+        log_dir=log_dir,
+    )
     assert result.returncode == 0, result.output[-3000:]
     return single_run(log_dir) / "checkpoints" / "last.ckpt"
 
@@ -66,9 +72,11 @@ def _checkpoint_naming_code(tmp: Path, ckpt: Path) -> list[str]:
 def _mixed_images(what: str) -> Args:
     def build(tmp: Path, _: Path) -> list[str]:
         root = make_image_folder(tmp / "images", classes=("a", "b"), size=(8, 8), mode="L")
-        make_image_folder(root, classes=("c",), size=(12, 12) if what == "sizes" else (8, 8),
-                          mode="L" if what == "sizes" else "RGB")
+        make_image_folder(
+            root, classes=("c",), size=(12, 12) if what == "sizes" else (8, 8), mode="L" if what == "sizes" else "RGB"
+        )
         return ["data=image_folder", f"data.root={root}"]
+
     return build
 
 
@@ -81,6 +89,7 @@ def _text_file(content: bytes) -> Args:
     def build(tmp: Path, _: Path) -> list[str]:
         (tmp / "corpus.txt").write_bytes(content)
         return ["experiment=gpt_char", "data=text_file", f"data.path={tmp / 'corpus.txt'}"]
+
     return build
 
 
@@ -90,49 +99,105 @@ def _fixed(*overrides: str) -> Args:
 
 CASES = [
     # config mistakes (caught by Hydra or before torch is imported)
-    ("train.py", _fixed("model=resnt"), ["model=resnt is not an option of model", "did you mean model=resnet",
-                                          "cnn, gpt, mlp, qnet, resnet, vit"], "unknown-group-option"),
-    ("train.py", _fixed("trainer.max_epoch=3"), ["trainer.max_epoch=3", "did you mean trainer.max_epochs"],
-     "unknown-key"),
-    ("train.py", _fixed("trainer.max_epochs=abc"), ["trainer.max_epochs='abc': expected an integer"],
-     "wrong-value-type-int"),
+    (
+        "train.py",
+        _fixed("model=resnt"),
+        ["model=resnt is not an option of model", "did you mean model=resnet", "cnn, gpt, mlp, qnet, resnet, vit"],
+        "unknown-group-option",
+    ),
+    (
+        "train.py",
+        _fixed("trainer.max_epoch=3"),
+        ["trainer.max_epoch=3", "did you mean trainer.max_epochs"],
+        "unknown-key",
+    ),
+    (
+        "train.py",
+        _fixed("trainer.max_epochs=abc"),
+        ["trainer.max_epochs='abc': expected an integer"],
+        "wrong-value-type-int",
+    ),
     ("train.py", _fixed("optimizer.lr=fast"), ["optimizer.lr='fast': expected a number"], "wrong-value-type-float"),
     ("train.py", _fixed("data=image_folder"), ["data.root"], "required-value-left-out"),
-    ("train.py", _fixed("model=vit", "model.patch_size=3"), ["litforge: error", "patch_size", "8x8"],
-     "incompatible-model-and-data"),
+    (
+        "train.py",
+        _fixed("model=vit", "model.patch_size=3"),
+        ["litforge: error", "patch_size", "8x8"],
+        "incompatible-model-and-data",
+    ),
     # data
-    ("train.py", _fixed("data=image_folder", "data.root={tmp}/no_such_folder"),
-     ["litforge: error", "no_such_folder", "does not exist"], "missing-data-folder"),
+    (
+        "train.py",
+        _fixed("data=image_folder", "data.root={tmp}/no_such_folder"),
+        ["litforge: error", "no_such_folder", "does not exist"],
+        "missing-data-folder",
+    ),
     ("train.py", _empty_folder, ["litforge: error", "has no class sub-folders"], "empty-data-folder"),
-    ("train.py", _mixed_images("sizes"), ["litforge: error", "images have different sizes", "data.image_size="],
-     "mixed-image-sizes"),
+    (
+        "train.py",
+        _mixed_images("sizes"),
+        ["litforge: error", "images have different sizes", "data.image_size="],
+        "mixed-image-sizes",
+    ),
     ("train.py", _mixed_images("modes"), ["litforge: error", "data.channels=3"], "mixed-image-modes"),
     # checkpoints
-    *[(script, _fixed("ckpt_path={tmp}/nope.ckpt"), ["litforge: error", "nope.ckpt", "does not exist"],
-       f"missing-checkpoint-{script[:-3]}") for script in ("train.py", "eval.py", "predict.py")],
+    *[
+        (
+            script,
+            _fixed("ckpt_path={tmp}/nope.ckpt"),
+            ["litforge: error", "nope.ckpt", "does not exist"],
+            f"missing-checkpoint-{script[:-3]}",
+        )
+        for script in ("train.py", "eval.py", "predict.py")
+    ],
     ("train.py", _not_a_checkpoint, ["litforge: error", "not a readable"], "not-a-checkpoint"),
     ("eval.py", _truncated, ["litforge: error", "half.ckpt", "truncated or corrupt"], "truncated-checkpoint"),
-    ("eval.py", _code_running_pickle, ["litforge: error", "refusing to load", "could run code"],
-     "checkpoint-that-would-run-code"),
-    ("predict.py", _checkpoint_naming_code, ["litforge: error", "'builtins.open'", "could run arbitrary code"],
-     "checkpoint-config-naming-code"),
-    ("train.py", _fixed("model=cnn", "ckpt_path={ckpt}"), ["litforge: error", "holds a different model"],
-     "checkpoint-from-another-model"),
+    (
+        "eval.py",
+        _code_running_pickle,
+        ["litforge: error", "refusing to load", "could run code"],
+        "checkpoint-that-would-run-code",
+    ),
+    (
+        "predict.py",
+        _checkpoint_naming_code,
+        ["litforge: error", "'builtins.open'", "could run arbitrary code"],
+        "checkpoint-config-naming-code",
+    ),
+    (
+        "train.py",
+        _fixed("model=cnn", "ckpt_path={ckpt}"),
+        ["litforge: error", "holds a different model"],
+        "checkpoint-from-another-model",
+    ),
     # hardware
-    ("train.py", _fixed("trainer.accelerator=cpu", "trainer.devices=100000"),
-     ["litforge: error", "trainer.devices=100000", "CPU cores"], "more-devices-than-the-machine"),
+    (
+        "train.py",
+        _fixed("trainer.accelerator=cpu", "trainer.devices=100000"),
+        ["litforge: error", "trainer.devices=100000", "CPU cores"],
+        "more-devices-than-the-machine",
+    ),
     ("train.py", _fixed("trainer=gpu"), ["litforge: error", "trainer=cpu"], "gpu-without-a-gpu"),
-    ("train.py", _fixed("trainer.accelerator=tpu"), ["litforge: error", "torch_xla", "trainer=cpu"],
-     "tpu-without-a-tpu"),
+    (
+        "train.py",
+        _fixed("trainer.accelerator=tpu"),
+        ["litforge: error", "torch_xla", "trainer=cpu"],
+        "tpu-without-a-tpu",
+    ),
     ("train.py", _text_file(b""), ["litforge: error", "corpus.txt is empty"], "empty-text-file"),
-    ("train.py", _text_file("café au lait".encode("latin-1") * 50), ["litforge: error", "corpus.txt is not UTF-8"],
-     "text-file-not-utf8"),
+    (
+        "train.py",
+        _text_file("café au lait".encode("latin-1") * 50),
+        ["litforge: error", "corpus.txt is not UTF-8"],
+        "text-file-not-utf8",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("script", "args", "needles"), [c[:3] for c in CASES], ids=[c[3] for c in CASES])
-def test_bad_input_fails_with_one_clear_message(script: str, args: Args, needles: list[str], tmp_path: Path,
-                                                checkpoint: Path):
+def test_bad_input_fails_with_one_clear_message(
+    script: str, args: Args, needles: list[str], tmp_path: Path, checkpoint: Path
+):
     overrides = args(tmp_path, checkpoint)
     result = run_cli(script, *overrides, "print_config=false", log_dir=tmp_path / "logs")
     assert result.returncode != 0, result.output[-2000:]
@@ -153,16 +218,20 @@ VALUES = [
     (["trainer.limit_train_batches=0"], "trainer.limit_train_batches=0 trains nothing", True),
     (["hparams_search=digits_optuna"], "add -m (python train.py -m hparams_search=digits_optuna)", True),
     (["model.hidden_dims=256"], "model.hidden_dims=256: expected a list of integers >= 1", True),
-    (["scheduler=step", "scheduler.scheduler.step_size=0"], "scheduler.scheduler.step_size=0: expected an integer",
-     True),  # was a ZeroDivisionError traceback from inside the LR scheduler
+    (
+        ["scheduler=step", "scheduler.scheduler.step_size=0"],
+        "scheduler.scheduler.step_size=0: expected an integer",
+        True,
+    ),  # was a ZeroDivisionError traceback from inside the LR scheduler
     (["seed=-1"], "seed=-1: expected an integer in [0, 4294967295], e.g. seed=42", True),  # was a ValueError traceback
     (["+model.foo=1"], "model.foo is not an argument of litforge.models.mlp.MLP (it takes: ", True),  # signature
 ]
 
 
 @pytest.mark.parametrize(("overrides", "line", "before_hydra"), VALUES, ids=[" ".join(v[0]) for v in VALUES])
-def test_a_bad_value_stops_the_run_with_one_line_naming_key_value_and_example(overrides: list[str], line: str,
-                                                                             before_hydra: bool, tmp_path: Path):
+def test_a_bad_value_stops_the_run_with_one_line_naming_key_value_and_example(
+    overrides: list[str], line: str, before_hydra: bool, tmp_path: Path
+):
     log_dir = tmp_path / "logs"
     result = run_cli("train.py", *overrides, "print_config=false", log_dir=log_dir)
     assert result.returncode == 1, result.output[-2000:]
@@ -185,8 +254,8 @@ def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
 
 
 def test_a_checkpoints_net_config_cannot_name_code_to_run(checkpoint: Path, tmp_path: Path):
-    from litforge.core.errors import CheckpointError
     from litforge.checkpointing.restore import restore_task
+    from litforge.core.errors import CheckpointError
 
     loaded = torch.load(checkpoint, weights_only=True)
     loaded["hyper_parameters"]["net"] = {"_target_": "os.system", "_partial_": True}

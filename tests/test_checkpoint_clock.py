@@ -7,12 +7,22 @@ from types import SimpleNamespace
 import pytest
 
 from litforge.config.durations import parse_duration, parse_every
-from litforge.core.errors import ConfigError
 from litforge.config.validation import check_value
+from litforge.core.errors import ConfigError
 
 
-@pytest.mark.parametrize("text,seconds", [("30min", 1800), ("3h55min", 14100), ("90s", 90), ("1.5h", 5400),
-                                          ("2d", 172800), ("04:00:00", 14400), ("1-00:00:30", 86430)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("30min", 1800),
+        ("3h55min", 14100),
+        ("90s", 90),
+        ("1.5h", 5400),
+        ("2d", 172800),
+        ("04:00:00", 14400),
+        ("1-00:00:30", 86430),
+    ],
+)
 def test_durations_read_as_typed(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -78,8 +88,9 @@ def test_time_limit_saves_and_stops_once_the_measured_margin_no_longer_fits(monk
     from litforge.core.errors import TrainingStopped
 
     saved: list[int] = []
-    monkeypatch.setattr(time_limit, "save_latest",
-                        lambda trainer: (saved.append(trainer.global_step), ("last.ckpt", 0.5))[1])
+    monkeypatch.setattr(
+        time_limit, "save_latest", lambda trainer: (saved.append(trainer.global_step), ("last.ckpt", 0.5))[1]
+    )
     now = [0.0]
     limit = TimeLimit(deadline=100.0, clock=lambda: now[0])  # margin = 30 s + 2 x slowest step (+ val, save)
     trainer = fake_trainer()
@@ -124,8 +135,9 @@ def test_checkpoint_async_wraps_the_atomic_plugin_writes_a_point_in_time_copy_an
             with_async_saves([AtomicCheckpointIO()], sharded)
 
 
-def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_model_checkpoint(compose_cfg,
-                                                                                                monkeypatch):
+def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_model_checkpoint(
+    compose_cfg, monkeypatch
+):
     """checkpoint_every=3 on 5-batch epochs: last.ckpt at step 3 from the clock's ModelCheckpoint, then at the epoch
     end (step 5) beside the best file; the file's saved state of the clock callback names last.ckpt."""
     from pathlib import Path
@@ -137,19 +149,35 @@ def test_checkpoint_every_writes_last_ckpt_mid_epoch_through_its_own_lightning_m
 
     saved: list[tuple[int, str]] = []
     real_save = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (
-        saved.append((obj["global_step"], Path(getattr(f, "name", str(f))).name))
-        if isinstance(obj, dict) and "global_step" in obj else None) or real_save(obj, f, *a, **k))
-    cfg = compose_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=5", "trainer.limit_val_batches=1",
-                      "test_after_training=false", "print_config=false", "callbacks.progress_bar=null",
-                      "checkpoint_every=3")
+    monkeypatch.setattr(
+        torch,
+        "save",
+        lambda obj, f, *a, **k: (
+            (
+                saved.append((obj["global_step"], Path(getattr(f, "name", str(f))).name))
+                if isinstance(obj, dict) and "global_step" in obj
+                else None
+            )
+            or real_save(obj, f, *a, **k)
+        ),
+    )
+    cfg = compose_cfg(
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=5",
+        "trainer.limit_val_batches=1",
+        "test_after_training=false",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        "checkpoint_every=3",
+    )
     train_job.train(cfg)
     assert [step for step, _ in saved] == [3, 5, 5], saved  # clock save; the best file and last.ckpt at the end
     assert saved[0][1] == ".last.ckpt.partial", "written through the atomic plugin under last.ckpt's name"
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     states = torch.load(last, weights_only=False)["callbacks"]
-    (clock_state,) = (v for k, v in states.items()
-                      if k.startswith(ModelCheckpoint.__name__) and "'every_n_train_steps': 3" in k)
+    (clock_state,) = (
+        v for k, v in states.items() if k.startswith(ModelCheckpoint.__name__) and "'every_n_train_steps': 3" in k
+    )
     assert Path(clock_state["best_model_path"]) == last
 
 
@@ -179,8 +207,9 @@ def test_the_wall_clock_checkpoint_asks_the_ranks_only_when_hogwild_lets_them_me
 
     asked: list[int] = []
     trainer = fake_trainer()
-    trainer.strategy = SimpleNamespace(decide_every=100,
-                                       broadcast=lambda v: (asked.append(trainer.global_step), True)[1])
+    trainer.strategy = SimpleNamespace(
+        decide_every=100, broadcast=lambda v: (asked.append(trainer.global_step), True)[1]
+    )
     trainer.fast_dev_run, trainer.sanity_checking = False, False
     trainer.state = SimpleNamespace(fn="fit")
     module = SimpleNamespace(automatic_optimization=True)

@@ -59,11 +59,17 @@ def test_checkpoints_load_with_weights_only_and_hold_plain_hparams(default_run):
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["hyper_parameters"]["net"]["_target_"] == "litforge.models.mlp.MLP"
     assert ckpt["litforge"]["run_config"]["model"]["_target_"] == "litforge.models.mlp.MLP"
-    provenance = json.loads((run_dir / "provenance.json").read_text())  # litforge.records.provenance: what produced the run
-    assert ckpt["litforge_provenance"]["commit"] == provenance["git"]["commit"] and len(provenance["git"]["commit"]) == 40
+    provenance = json.loads(
+        (run_dir / "provenance.json").read_text()
+    )  # litforge.records.provenance: what produced the run
+    assert (
+        ckpt["litforge_provenance"]["commit"] == provenance["git"]["commit"] and len(provenance["git"]["commit"]) == 40
+    )
     assert provenance["status"] == "finished" and provenance["end"] >= provenance["start"]
     assert provenance["command"][0] == "train.py" and provenance["torch"] == torch.__version__
-    assert torch.__version__.startswith(provenance["packages"]["torch"]) and provenance["devices"] and provenance["host"]
+    assert (
+        torch.__version__.startswith(provenance["packages"]["torch"]) and provenance["devices"] and provenance["host"]
+    )
     assert (run_dir / "provenance.diff").is_file() == bool(provenance["git"]["dirty"])
 
 
@@ -91,8 +97,7 @@ def test_predict_writes_predictions_for_the_test_split_and_for_image_files(defau
 
     images = make_image_folder(tmp_path / "new", classes=("a",), per_class=3, size=(16, 16))
     out = tmp_path / "images.csv"
-    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"input={images}", f"output={out}",
-                     log_dir=tmp_path / "logs")
+    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"input={images}", f"output={out}", log_dir=tmp_path / "logs")
     assert result.returncode == 0, result.output[-3000:]
     rows = out.read_text().splitlines()
     assert len(rows) == 4 and rows[1].startswith(str(images / "a" / "000.png"))
@@ -138,7 +143,8 @@ def test_resume_after_epoch_k_ends_with_the_same_weights_as_an_uninterrupted_run
     assert (full_ckpt["epoch"], full_ckpt["global_step"]) == (resumed_ckpt["epoch"], resumed_ckpt["global_step"])
     assert full_ckpt["lr_schedulers"] == resumed_ckpt["lr_schedulers"]
     assert full_ckpt["optimizer_states"][0]["state"][0]["exp_avg"].equal(
-        resumed_ckpt["optimizer_states"][0]["state"][0]["exp_avg"])
+        resumed_ckpt["optimizer_states"][0]["state"][0]["exp_avg"]
+    )
 
 
 def test_same_seed_gives_bit_identical_runs(tmp_path):
@@ -155,8 +161,7 @@ def test_same_seed_gives_bit_identical_runs(tmp_path):
 
 def test_multirun_writes_one_folder_per_job_and_a_ranked_summary(tmp_path):
     log_dir = tmp_path / "logs"
-    result = run_cli("train.py", *TINY, "optimizer.lr=0.01,0.001", "model=mlp,cnn", log_dir=log_dir,
-                     extra_args=("-m",))
+    result = run_cli("train.py", *TINY, "optimizer.lr=0.01,0.001", "model=mlp,cnn", log_dir=log_dir, extra_args=("-m",))
     assert result.returncode == 0, result.output[-3000:]
     sweeps = list((log_dir / "train" / "multiruns").glob("*"))
     assert len(sweeps) == 1
@@ -179,8 +184,14 @@ def test_runs_started_in_the_same_second_get_different_folders(tmp_path):
 
     from conftest import ROOT
 
-    cmd = [sys.executable, str(ROOT / "train.py"), f"paths.log_dir={tmp_path}", "debug=fdr", "print_config=false",
-           "task_name=train"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"paths.log_dir={tmp_path}",
+        "debug=fdr",
+        "print_config=false",
+        "task_name=train",
+    ]
     procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     assert len(run_dirs(tmp_path)) == 2
@@ -196,10 +207,22 @@ def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, c
     from litforge.jobs.train import train
 
     def update(*overrides: str) -> torch.Tensor:
-        cfg = compose_cfg("optimizer=sgd", "optimizer.lr=1.0", "optimizer.momentum=0", "optimizer.nesterov=false",
-                          "optimizer.weight_decay=0", "scheduler=none", "model.dropout=0", "trainer.max_steps=1",
-                          "trainer.limit_val_batches=0", "callbacks.early_stopping=null",
-                          "callbacks.progress_bar=null", "logger=[]", "test_after_training=false", *overrides)
+        cfg = compose_cfg(
+            "optimizer=sgd",
+            "optimizer.lr=1.0",
+            "optimizer.momentum=0",
+            "optimizer.nesterov=false",
+            "optimizer.weight_decay=0",
+            "scheduler=none",
+            "model.dropout=0",
+            "trainer.max_steps=1",
+            "trainer.limit_val_batches=0",
+            "callbacks.early_stopping=null",
+            "callbacks.progress_bar=null",
+            "logger=[]",
+            "test_after_training=false",
+            *overrides,
+        )
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
         before = build_task(cfg, instantiate(cfg.data).describe()).state_dict()
         after = torch.load(train(cfg)["last_checkpoint"], weights_only=True)["state_dict"]
@@ -215,15 +238,20 @@ def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, c
         assert clipped.abs().max() == pytest.approx(clip, rel=1e-4)
 
 
-@pytest.mark.parametrize("override, new", [("model.init_from=runs/a.ckpt", "task.init_from=runs/a.ckpt"),
-                                           ("optimizer.lr_scaling=linear", "task.lr_scaling=linear")])
+@pytest.mark.parametrize(
+    "override, new",
+    [
+        ("model.init_from=runs/a.ckpt", "task.init_from=runs/a.ckpt"),
+        ("optimizer.lr_scaling=linear", "task.lr_scaling=linear"),
+    ],
+)
 def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, compose_cfg):
     """A key that moved groups is refused on the command line (before Hydra) and in a composed config, never ignored."""
     from omegaconf import open_dict
 
-    from litforge.jobs.build import build_task
-    from litforge.core.errors import ConfigError
     from litforge.cli.preflight import checked_overrides
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.build import build_task
 
     with pytest.raises(ConfigError, match=f"has moved to {new.split('=')[0]}: pass {new} instead"):
         checked_overrides(CONF, "train", [override])

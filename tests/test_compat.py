@@ -7,18 +7,21 @@ import ast
 import inspect
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LIBRARIES = ("pytorch_lightning", "lightning_fabric", "lightning", "hydra", "omegaconf")
-PUBLIC_UNDERSCORED = {"os._exit"}  # documented Python API despite the underscore (litforge.runtime.watchdog ends a hung process)
+PUBLIC_UNDERSCORED = {
+    "os._exit"
+}  # documented Python API despite the underscore (litforge.runtime.watchdog ends a hung process)
 
 
 def _renamed(entry: str, what: str) -> str:
-    return (f"litforge.runtime.compat.{entry}: {what} is gone in the installed version; read that entry's docstring, find "
-            "the new name (or the public API that replaced it) and update litforge/runtime/compat.py")
+    return (
+        f"litforge.runtime.compat.{entry}: {what} is gone in the installed version; read that entry's docstring, find "
+        "the new name (or the public API that replaced it) and update litforge/runtime/compat.py"
+    )
 
 
 # ---- every private name compat relies on still exists -------------------------------------------------------------
@@ -28,9 +31,12 @@ def test_lightning_trainer_attachment_and_logging_decision():
 
     from litforge.runtime import compat
 
-    assert "_trainer" in inspect.getsource(LightningModule.__init__), _renamed("attached_trainer", "LightningModule._trainer")
-    assert isinstance(getattr(_LoggerConnector, "should_update_logs", None), property), \
-        _renamed("logs_this_step", "_LoggerConnector.should_update_logs")
+    assert "_trainer" in inspect.getsource(LightningModule.__init__), _renamed(
+        "attached_trainer", "LightningModule._trainer"
+    )
+    assert isinstance(getattr(_LoggerConnector, "should_update_logs", None), property), _renamed(
+        "logs_this_step", "_LoggerConnector.should_update_logs"
+    )
     assert compat.attached_trainer(LightningModule()) is None
 
 
@@ -60,15 +66,20 @@ def test_lightning_optimizer_step_counters_and_logger_step():
     from litforge.runtime import compat
 
     optimizer = LightningOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1))
-    assert callable(getattr(optimizer, "_on_before_step", None)) and callable(getattr(optimizer, "_on_after_step", None)), \
-        _renamed("counted_optimizer_step", "LightningOptimizer._on_before_step/_on_after_step")
+    assert callable(getattr(optimizer, "_on_before_step", None)) and callable(
+        getattr(optimizer, "_on_after_step", None)
+    ), _renamed("counted_optimizer_step", "LightningOptimizer._on_before_step/_on_after_step")
     calls = []
-    optimizer._on_before_step, optimizer._on_after_step = (lambda: calls.append("before")), (lambda: calls.append("after"))
+    optimizer._on_before_step, optimizer._on_after_step = (
+        (lambda: calls.append("before")),
+        (lambda: calls.append("after")),
+    )
     with compat.counted_optimizer_step(optimizer):
         calls.append("step")
     assert calls == ["before", "step", "after"]
-    assert "_batches_that_stepped" in inspect.getsource(_TrainingEpochLoop.__init__), \
-        _renamed("advance_logger_step", "_TrainingEpochLoop._batches_that_stepped")
+    assert "_batches_that_stepped" in inspect.getsource(_TrainingEpochLoop.__init__), _renamed(
+        "advance_logger_step", "_TrainingEpochLoop._batches_that_stepped"
+    )
 
 
 def test_lightning_sigterm_handler_and_per_step_broadcast():
@@ -81,12 +92,15 @@ def test_lightning_sigterm_handler_and_per_step_broadcast():
     from litforge.runtime import compat
 
     entry = "agree_on_sigterm_every"
-    assert "self._sigterm_notifier_fn" in inspect.getsource(_SignalConnector.register_signal_handlers), \
-        _renamed(entry, "_SignalConnector._sigterm_notifier_fn (registered as the SIGTERM handler)")
-    assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance), \
-        _renamed(entry, "_TrainingEpochLoop._broadcast_sigterm_tensor (called before each DDP step)")
-    assert isinstance(getattr(_SignalConnector(None), "received_sigterm", None), bool), \
-        _renamed(entry, "_SignalConnector.received_sigterm")
+    assert "self._sigterm_notifier_fn" in inspect.getsource(_SignalConnector.register_signal_handlers), _renamed(
+        entry, "_SignalConnector._sigterm_notifier_fn (registered as the SIGTERM handler)"
+    )
+    assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance), _renamed(
+        entry, "_TrainingEpochLoop._broadcast_sigterm_tensor (called before each DDP step)"
+    )
+    assert isinstance(getattr(_SignalConnector(None), "received_sigterm", None), bool), _renamed(
+        entry, "_SignalConnector.received_sigterm"
+    )
     trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
     agree = compat.agree_on_sigterm_every(trainer, 4)
     assert trainer.fit_loop.epoch_loop.batch_progress.total.ready == 0, _renamed(entry, "batch_progress.total.ready")
@@ -102,17 +116,20 @@ def test_lightning_hydra_relaunch_hook():
     from pytorch_lightning.strategies.launchers import subprocess_script as trainer_launcher
 
     for module in (fabric_launcher, trainer_launcher):
-        assert callable(getattr(module, "_hydra_subprocess_cmd", None)), \
-            _renamed("route_hydra_relaunch", f"{module.__name__}._hydra_subprocess_cmd")
-        assert "_hydra_subprocess_cmd(" in inspect.getsource(module), \
-            _renamed("route_hydra_relaunch", f"the call of _hydra_subprocess_cmd in {module.__name__}")
+        assert callable(getattr(module, "_hydra_subprocess_cmd", None)), _renamed(
+            "route_hydra_relaunch", f"{module.__name__}._hydra_subprocess_cmd"
+        )
+        assert "_hydra_subprocess_cmd(" in inspect.getsource(module), _renamed(
+            "route_hydra_relaunch", f"the call of _hydra_subprocess_cmd in {module.__name__}"
+        )
 
 
 def test_lightning_pruning_targets():
     from pytorch_lightning.callbacks import ModelPruning
 
-    assert "self._parameters_to_prune" in inspect.getsource(ModelPruning), \
-        _renamed("set_pruning_targets", "ModelPruning._parameters_to_prune")
+    assert "self._parameters_to_prune" in inspect.getsource(ModelPruning), _renamed(
+        "set_pruning_targets", "ModelPruning._parameters_to_prune"
+    )
 
 
 def test_lightning_mesh_sizes():
@@ -121,8 +138,9 @@ def test_lightning_mesh_sizes():
     from litforge.runtime import compat
 
     strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=2)
-    assert hasattr(strategy, "_data_parallel_size") and hasattr(strategy, "_tensor_parallel_size"), \
-        _renamed("fill_auto_mesh_sizes", "ModelParallelStrategy._data_parallel_size/_tensor_parallel_size")
+    assert hasattr(strategy, "_data_parallel_size") and hasattr(strategy, "_tensor_parallel_size"), _renamed(
+        "fill_auto_mesh_sizes", "ModelParallelStrategy._data_parallel_size/_tensor_parallel_size"
+    )
     compat.fill_auto_mesh_sizes(strategy, world_size=8)
     assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (4, 2)
 
@@ -138,10 +156,12 @@ def test_lightning_per_batch_sigterm_broadcast():
 
     from litforge.runtime import compat
 
-    assert callable(getattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor", None)), \
-        _renamed("skip_sigterm_broadcast", "_TrainingEpochLoop._broadcast_sigterm_tensor")
-    assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance), \
-        _renamed("skip_sigterm_broadcast", "the per-batch call of _broadcast_sigterm_tensor in advance()")
+    assert callable(getattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor", None)), _renamed(
+        "skip_sigterm_broadcast", "_TrainingEpochLoop._broadcast_sigterm_tensor"
+    )
+    assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance), _renamed(
+        "skip_sigterm_broadcast", "the per-batch call of _broadcast_sigterm_tensor in advance()"
+    )
     loop = type("Loop", (), {"_broadcast_sigterm_tensor": lambda self: None})()
     trainer = types.SimpleNamespace(fit_loop=types.SimpleNamespace(epoch_loop=loop), received_sigterm=False)
     compat.skip_sigterm_broadcast(trainer)
@@ -160,8 +180,9 @@ def test_lightning_restart_mid_evaluation_shape():
     from litforge.runtime import compat
 
     entry = "restart_validation_on_resume"
-    assert "self.val_loop.restarted_mid_evaluation" in inspect.getsource(_TrainingEpochLoop.advance), \
-        _renamed(entry, "_TrainingEpochLoop.advance's 'go back and finish running validation' branch")
+    assert "self.val_loop.restarted_mid_evaluation" in inspect.getsource(_TrainingEpochLoop.advance), _renamed(
+        entry, "_TrainingEpochLoop.advance's 'go back and finish running validation' branch"
+    )
     trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
     val_loop = trainer.fit_loop.epoch_loop.val_loop
     progress = val_loop.batch_progress
@@ -259,8 +280,15 @@ def test_litdata_replays_a_restored_epoch_left_early_which_the_streaming_loader_
 
     from litforge.data.streaming import resumable_loader_class
 
-    optimize(fn=_identity_item, inputs=list(range(40)), output_dir=str(tmp_path / "d"), chunk_bytes="1MB",
-             num_workers=1, start_method="fork", verbose=False)
+    optimize(
+        fn=_identity_item,
+        inputs=list(range(40)),
+        output_dir=str(tmp_path / "d"),
+        chunk_bytes="1MB",
+        num_workers=1,
+        start_method="fork",
+        verbose=False,
+    )
 
     def epochs_after_resume(loader_class: type) -> list[list[int]]:
         first = loader_class(StreamingDataset(str(tmp_path / "d"), shuffle=True, seed=1), batch_size=4)

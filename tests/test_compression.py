@@ -26,11 +26,21 @@ def sparsity(state: dict[str, torch.Tensor]) -> float:
 def pruned_qat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real short training with pruning and QAT composed: 5 epochs on digits (seconds)."""
     log_dir = tmp_path_factory.mktemp("pq")
-    result = run_cli("train.py", "callbacks=[default,pruning,qat]", "trainer.max_epochs=5", "data.batch_size=128",
-                     "callbacks.model_summary=null", "logger=csv",
-                     "callbacks.pruning.amount=0.5", "callbacks.pruning.start_epoch=1", "callbacks.pruning.end_epoch=2",
-                     "callbacks.qat.start_epoch=2", "print_config=false", "callbacks.progress_bar=null",
-                     log_dir=log_dir)
+    result = run_cli(
+        "train.py",
+        "callbacks=[default,pruning,qat]",
+        "trainer.max_epochs=5",
+        "data.batch_size=128",
+        "callbacks.model_summary=null",
+        "logger=csv",
+        "callbacks.pruning.amount=0.5",
+        "callbacks.pruning.start_epoch=1",
+        "callbacks.pruning.end_epoch=2",
+        "callbacks.qat.start_epoch=2",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        log_dir=log_dir,
+    )
     assert result.returncode == 0, result.output[-3000:]
     return single_run(log_dir)
 
@@ -62,16 +72,27 @@ def test_pruning_and_qat_compose_in_one_run(pruned_qat_run: Path):
 
 @pytest.mark.slow
 def test_pruning_resume_keeps_masks_and_schedule(tmp_path: Path):
-    schedule = ["callbacks=[default,pruning]", "callbacks.pruning.amount=0.66", "callbacks.pruning.start_epoch=0",
-                "callbacks.pruning.end_epoch=3", "callbacks.early_stopping=null", *TINY]
+    schedule = [
+        "callbacks=[default,pruning]",
+        "callbacks.pruning.amount=0.66",
+        "callbacks.pruning.start_epoch=0",
+        "callbacks.pruning.end_epoch=3",
+        "callbacks.early_stopping=null",
+        *TINY,
+    ]
     first = run_cli("train.py", *schedule, "trainer.max_epochs=2", log_dir=tmp_path)
     assert first.returncode == 0, first.output[-3000:]
     interrupted = single_run(tmp_path)
     mid = load_state(interrupted / "checkpoints" / "last.ckpt")
     assert 0.1 < sparsity(mid) < 0.66  # mid-schedule
 
-    resumed = run_cli("train.py", *schedule, "trainer.max_epochs=5",
-                      f"ckpt_path={interrupted / 'checkpoints' / 'last.ckpt'}", log_dir=tmp_path)
+    resumed = run_cli(
+        "train.py",
+        *schedule,
+        "trainer.max_epochs=5",
+        f"ckpt_path={interrupted / 'checkpoints' / 'last.ckpt'}",
+        log_dir=tmp_path,
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
     final_run = next(r for r in run_dirs(tmp_path) if r != interrupted)
     final = load_state(final_run / "checkpoints" / "last.ckpt")
@@ -95,14 +116,20 @@ def test_export_parity_int8_variants_and_report(pruned_qat_run: Path, tmp_path: 
     assert (run / "model.onnx").is_file() and not (run / "model.onnx.data").exists()  # small: weights embedded
     with (run / "compression_report.csv").open() as handle:
         rows = {r["variant"]: r for r in csv.DictReader(handle)}
-    assert set(rows) == {"pruned fp32 (50% zeros), torch eager", "pruned fp32 (50% zeros), onnxruntime",
-                         "QAT int8, torchao eager", "PTQ int8 dynamic, torchao eager",
-                         "PTQ int8 dynamic, onnxruntime", "PTQ int8 static QDQ, onnxruntime"}
+    assert set(rows) == {
+        "pruned fp32 (50% zeros), torch eager",
+        "pruned fp32 (50% zeros), onnxruntime",
+        "QAT int8, torchao eager",
+        "PTQ int8 dynamic, torchao eager",
+        "PTQ int8 dynamic, onnxruntime",
+        "PTQ int8 static QDQ, onnxruntime",
+    }
     fp32 = float(rows["pruned fp32 (50% zeros), torch eager"]["test_acc"])
     # the same accuracies as the training run's test (the report rounds to 4 decimals)
     assert fp32 == pytest.approx(read_metrics(pruned_qat_run)["metrics"]["test/acc"], abs=1e-4)
     assert float(rows["QAT int8, torchao eager"]["test_acc"]) == pytest.approx(
-        read_metrics(pruned_qat_run)["metrics"]["test/acc_int8"], abs=1e-4)
+        read_metrics(pruned_qat_run)["metrics"]["test/acc_int8"], abs=1e-4
+    )
     for row in rows.values():
         assert abs(float(row["test_acc"]) - fp32) <= 0.03, row
         assert all(float(row[k]) > 0 for k in row if k.startswith("ms_")), row
@@ -126,8 +153,12 @@ def test_bad_export_requests_fail_clearly(pruned_qat_run: Path, tmp_path: Path, 
     # a checkpoint whose weights belong to another model than the one it names (a CheckpointError: the CLI prints
     # its one line, as for the format above)
     checkpoint = torch.load(ckpt, weights_only=True, map_location="cpu")
-    checkpoint["hyper_parameters"]["net"] = {"_target_": "litforge.models.cnn.CNN", "_partial_": True,
-                                             "channels": [8, 16], "dropout": 0.0}
+    checkpoint["hyper_parameters"]["net"] = {
+        "_target_": "litforge.models.cnn.CNN",
+        "_partial_": True,
+        "channels": [8, 16],
+        "dropout": 0.0,
+    }
     other = tmp_path / "other_model.ckpt"
     torch.save(checkpoint, other)
     with pytest.raises(CheckpointError, match="weights do not fit ClassificationTask"):
@@ -142,16 +173,32 @@ def test_onnx_parity_for_every_image_net(model: str, compose_cfg, tmp_path: Path
     from litforge.jobs.export import export
     from litforge.jobs.train import train
 
-    cfg = compose_cfg(f"model={model}", *small, "data.batch_size=16", "print_config=false",
-                      "test_after_training=false", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
-                      "trainer.enable_progress_bar=false",
-                      "trainer.enable_model_summary=false", "logger=csv")
+    cfg = compose_cfg(
+        f"model={model}",
+        *small,
+        "data.batch_size=16",
+        "print_config=false",
+        "test_after_training=false",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "logger=csv",
+    )
     checkpoint = train(cfg)["best_checkpoint"]
     out = tmp_path / "export"
     out.mkdir()
-    export_cfg = compose_cfg(f"ckpt_path={checkpoint}", "quantize=[]", "report.batch_sizes=[2]", "report.threads=[1]",
-                             "report.rounds=1", f"paths.output_dir={out}", config_name="export")
+    export_cfg = compose_cfg(
+        f"ckpt_path={checkpoint}",
+        "quantize=[]",
+        "report.batch_sizes=[2]",
+        "report.threads=[1]",
+        "report.rounds=1",
+        f"paths.output_dir={out}",
+        config_name="export",
+    )
     result = export(export_cfg)
     assert result["metrics"]["onnx/max_abs_diff"] <= 1e-4
     assert result["metrics"]["onnx/argmax_agreement"] >= 0.999
@@ -169,8 +216,10 @@ def test_wrapper_prefixes_are_stripped_from_consolidated_checkpoints():
     from litforge.deploy.net import strip_wrapper_prefixes
 
     state = {"_forward_module.net.fc.weight": torch.ones(1), "_forward_module.net._orig_mod.fc.bias": torch.ones(1)}
-    assert set(strip_wrapper_prefixes({"state_dict": dict(state)})["state_dict"]) == {"net.fc.weight",
-                                                                                       "net._orig_mod.fc.bias"}
+    assert set(strip_wrapper_prefixes({"state_dict": dict(state)})["state_dict"]) == {
+        "net.fc.weight",
+        "net._orig_mod.fc.bias",
+    }
     plain = {"net.fc.weight": torch.ones(1)}
     assert strip_wrapper_prefixes({"state_dict": dict(plain)})["state_dict"] == plain
 
@@ -179,8 +228,12 @@ def test_latency_harness_interleaves_and_reports_medians():
     from litforge.deploy.latency import measure, resolve_threads, torch_runner
 
     net = torch.nn.Linear(8, 4).eval()
-    result = measure({"a": torch_runner(net), "b": torch_runner(net, dtype=torch.bfloat16)},
-                     {1: torch.randn(1, 8), 16: torch.randn(16, 8)}, resolve_threads([1]), rounds=3)
+    result = measure(
+        {"a": torch_runner(net), "b": torch_runner(net, dtype=torch.bfloat16)},
+        {1: torch.randn(1, 8), 16: torch.randn(16, 8)},
+        resolve_threads([1]),
+        rounds=3,
+    )
     assert set(result.median_ms) == {(v, b, 1) for v in "ab" for b in (1, 16)}
     assert all(ms > 0 for ms in result.median_ms.values())
 
@@ -189,11 +242,21 @@ def test_latency_harness_interleaves_and_reports_medians():
 def test_structured_pruning_zeroes_whole_output_channels(compose_cfg):
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("callbacks=[default,pruning]", "callbacks.pruning.method=ln_structured",
-                      "callbacks.pruning.amount=0.5", "callbacks.pruning.start_epoch=0", "model=cnn",
-                      "model.channels=[8,16]", "callbacks.progress_bar=null", "print_config=false", "logger=csv",
-                      "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
-                      "trainer.limit_test_batches=1")
+    cfg = compose_cfg(
+        "callbacks=[default,pruning]",
+        "callbacks.pruning.method=ln_structured",
+        "callbacks.pruning.amount=0.5",
+        "callbacks.pruning.start_epoch=0",
+        "model=cnn",
+        "model.channels=[8,16]",
+        "callbacks.progress_bar=null",
+        "print_config=false",
+        "logger=csv",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+    )
     result = train(cfg)
     state = load_state(Path(result["last_checkpoint"] or result["best_checkpoint"]))
     convs = [k for k, v in state.items() if k.endswith("weight") and v.dim() == 4]

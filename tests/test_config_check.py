@@ -27,8 +27,12 @@ def _refused(result, log_dir: Path, says: str) -> str:
 def test_a_run_never_writes_into_another_runs_folder(tmp_path: Path):
     log_dir = tmp_path / "logs"
     other = tmp_path / "finished_run"
-    files = {".hydra/overrides.yaml": "- model=cnn\n", "checkpoints/last.ckpt": "weights of another model",
-             "metrics.json": '{"metrics": {"test/acc": 0.9}}', "provenance.json": "{}"}
+    files = {
+        ".hydra/overrides.yaml": "- model=cnn\n",
+        "checkpoints/last.ckpt": "weights of another model",
+        "metrics.json": '{"metrics": {"test/acc": 0.9}}',
+        "provenance.json": "{}",
+    }
     for name, text in files.items():
         (other / name).parent.mkdir(parents=True, exist_ok=True)
         (other / name).write_text(text)
@@ -53,8 +57,9 @@ def test_a_tracking_server_that_does_not_answer_is_refused_in_seconds(tmp_path: 
         port = probe.getsockname()[1]
     log_dir = tmp_path / "logs"
     start = time.monotonic()
-    result = run_cli("train.py", *TINY, "logger=mlflow", f"logger.mlflow.tracking_uri=http://127.0.0.1:{port}",
-                     log_dir=log_dir)
+    result = run_cli(
+        "train.py", *TINY, "logger=mlflow", f"logger.mlflow.tracking_uri=http://127.0.0.1:{port}", log_dir=log_dir
+    )
     _refused(result, log_dir, f"logger.mlflow.tracking_uri=http://127.0.0.1:{port}: no server answers there")
     assert time.monotonic() - start < 60
 
@@ -68,7 +73,8 @@ def test_an_image_folder_with_one_class_is_refused_before_it_starts(tmp_path: Pa
 
 def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Path):
     """No table to edit: the bound sits on the argument, and the check reads it before Hydra starts the run."""
-    (tmp_path / "my_models.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_models.py").write_text(
+        textwrap.dedent("""
         from typing import Annotated
 
         from litforge.config.signatures import Range
@@ -79,7 +85,8 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
             def __init__(self, in_channels: int, image_size: tuple[int, int], num_classes: int,
                          width: Annotated[int, Range(ge=1, le=4096, example=128)] = 64) -> None:
                 super().__init__(in_channels, image_size, num_classes, hidden_dims=[width])
-    """))
+    """)
+    )
     log_dir = tmp_path / "logs"
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     args = (*TINY, "model._target_=my_models.WideMLP", "~model.hidden_dims", "~model.dropout")
@@ -89,20 +96,36 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
     _refused(result, log_dir, "model.widht is not an argument of my_models.WideMLP")
 
 
-@pytest.mark.parametrize(("script", "args", "says"), [
-    ("train.py", ["strategy=pipeline", "data.batch_size=30"], "data.batch_size=30 is not divisible by strategy.micro"),
-    ("train.py", ["strategy=hsdp", "strategy.tensor_parallel_size=2"], "strategy.replicate_size=2 (HSDP) with"),
-    ("train.py", ["data=streaming", "data.input_dir={tmp}"], "holds no litforge_facts.json"),
-    ("train.py", ["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
-    ("train.py", ["tune=batch_size", "trainer=cpu"], "tune=batch_size finds the largest batch that fits GPU memory"),
-    ("prepare.py", ["data=streaming", "data.input_dir={tmp}", "output={tmp}/shards"],
-     "prepare needs a source datamodule"),
-    ("export.py", ["ckpt_path={tmp}/run.ckpt", "formats=[tflite]"], "unknown export format ['tflite']"),
-], ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare", "export"])
+@pytest.mark.parametrize(
+    ("script", "args", "says"),
+    [
+        (
+            "train.py",
+            ["strategy=pipeline", "data.batch_size=30"],
+            "data.batch_size=30 is not divisible by strategy.micro",
+        ),
+        ("train.py", ["strategy=hsdp", "strategy.tensor_parallel_size=2"], "strategy.replicate_size=2 (HSDP) with"),
+        ("train.py", ["data=streaming", "data.input_dir={tmp}"], "holds no litforge_facts.json"),
+        ("train.py", ["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
+        (
+            "train.py",
+            ["tune=batch_size", "trainer=cpu"],
+            "tune=batch_size finds the largest batch that fits GPU memory",
+        ),
+        (
+            "prepare.py",
+            ["data=streaming", "data.input_dir={tmp}", "output={tmp}/shards"],
+            "prepare needs a source datamodule",
+        ),
+        ("export.py", ["ckpt_path={tmp}/run.ckpt", "formats=[tflite]"], "unknown export format ['tflite']"),
+    ],
+    ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare", "export"],
+)
 def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[str], says: str, tmp_path: Path):
     log_dir = tmp_path / "logs"
     (tmp_path / "run.ckpt").write_bytes(b"")  # export: the options are refused before the checkpoint is read
-    result = run_cli(script, *(TINY if script == "train.py" else []), *(a.format(tmp=tmp_path) for a in args),
-                     log_dir=log_dir)
+    result = run_cli(
+        script, *(TINY if script == "train.py" else []), *(a.format(tmp=tmp_path) for a in args), log_dir=log_dir
+    )
     _refused(result, log_dir, says)
     assert not log_dir.exists(), sorted(log_dir.rglob("*"))

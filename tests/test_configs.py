@@ -10,24 +10,74 @@ import torch
 
 from conftest import CONF, make_image_folder
 
-GROUPS = ["data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy",
-          "debug", "experiment", "hparams_search"]
+GROUPS = [
+    "data",
+    "model",
+    "task",
+    "optimizer",
+    "scheduler",
+    "loss",
+    "callbacks",
+    "logger",
+    "trainer",
+    "strategy",
+    "debug",
+    "experiment",
+    "hparams_search",
+]
 # datasets that need files a test cannot download: composed and constructed, but not trained on here
 NEEDS_DOWNLOAD = {"mnist", "fashion_mnist", "cifar10"}
 # options that start several processes or need hardware: composed and built, trained in their own tests
-NOT_IN_PROCESS = {("strategy", name) for name in ("ddp", "ddp_spawn", "fsdp", "hsdp", "tp", "fsdp_tp", "tpu", "local_sgd",
-                                                 "diloco", "hogwild", "pipeline")}
+NOT_IN_PROCESS = {
+    ("strategy", name)
+    for name in (
+        "ddp",
+        "ddp_spawn",
+        "fsdp",
+        "hsdp",
+        "tp",
+        "fsdp_tp",
+        "tpu",
+        "local_sgd",
+        "diloco",
+        "hogwild",
+        "pipeline",
+    )
+}
 NOT_IN_PROCESS |= {("trainer", "gpu")}  # no GPU here; its clear error is tested with the bad inputs
 # options that only make sense with a matching task/data/model: composed with their partners (and tiny sizes)
-LM = ["task=language_model", "data=python_docs", "model=gpt", "data.max_chars=20000", "data.block_size=32",
-      "model.dim=32", "model.depth=1"]
-RL = ["task=dqn", "data=cartpole", "model=qnet", "loss=huber", "data.val_episodes=1", "data.test_episodes=1",
-      "task.warmup_steps=64"]
-PARTNERS = {("task", "language_model"): LM, ("data", "python_docs"): LM, ("model", "gpt"): LM,
-            ("data", "text_file"): LM, ("callbacks", "text_samples"): [*LM, "callbacks.text_samples.max_new_tokens=8"],
-            ("task", "dqn"): RL, ("data", "cartpole"): RL, ("model", "qnet"): RL, ("loss", "huber"): RL,
-            ("experiment", "finetune_resnet"): ["model.pretrained=false", "data.image_size=64"],  # offline here
-            ("experiment", "gpt_char"): ["data.max_chars=20000", "trainer.val_check_interval=1.0"], ("experiment", "cartpole_dqn"): RL[4:]}
+LM = [
+    "task=language_model",
+    "data=python_docs",
+    "model=gpt",
+    "data.max_chars=20000",
+    "data.block_size=32",
+    "model.dim=32",
+    "model.depth=1",
+]
+RL = [
+    "task=dqn",
+    "data=cartpole",
+    "model=qnet",
+    "loss=huber",
+    "data.val_episodes=1",
+    "data.test_episodes=1",
+    "task.warmup_steps=64",
+]
+PARTNERS = {
+    ("task", "language_model"): LM,
+    ("data", "python_docs"): LM,
+    ("model", "gpt"): LM,
+    ("data", "text_file"): LM,
+    ("callbacks", "text_samples"): [*LM, "callbacks.text_samples.max_new_tokens=8"],
+    ("task", "dqn"): RL,
+    ("data", "cartpole"): RL,
+    ("model", "qnet"): RL,
+    ("loss", "huber"): RL,
+    ("experiment", "finetune_resnet"): ["model.pretrained=false", "data.image_size=64"],  # offline here
+    ("experiment", "gpt_char"): ["data.max_chars=20000", "trainer.val_check_interval=1.0"],
+    ("experiment", "cartpole_dqn"): RL[4:],
+}
 
 
 def options() -> list[tuple[str, str]]:
@@ -36,19 +86,31 @@ def options() -> list[tuple[str, str]]:
 
 def test_every_group_has_options():
     found = {g for g, _ in options()}
-    assert found >= {"data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer",
-                     "strategy", "debug", "experiment"}
+    assert found >= {
+        "data",
+        "model",
+        "task",
+        "optimizer",
+        "scheduler",
+        "loss",
+        "callbacks",
+        "logger",
+        "trainer",
+        "strategy",
+        "debug",
+        "experiment",
+    }
 
 
 @pytest.mark.parametrize(("group", "option"), options(), ids=lambda v: str(v))
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate
 
-    from litforge.jobs.build import build_task
     from litforge.config.instantiate import instantiate_named
-    from litforge.parallel.launch import launched_ranks_cleaned_up
-    from litforge.jobs.train import train
     from litforge.config.validation import check_config
+    from litforge.jobs.build import build_task
+    from litforge.jobs.train import train
+    from litforge.parallel.launch import launched_ranks_cleaned_up
 
     partners = [o for o in PARTNERS.get((group, option), []) if not o.startswith(f"{group}=")]
     overrides = [*partners, f"{group}={option}", "print_config=false"]

@@ -32,8 +32,15 @@ from litforge.core.errors import ConfigError
 # a cheap datamodule (and a net and loss that fit it) for each data kind a task in conf/task trains on
 PARTNERS = {
     "image": ["data=digits", "model=mlp", "model.hidden_dims=[16]"],
-    "text": ["data=python_docs", "data.max_chars=5000", "data.block_size=16", "model=gpt", "model.dim=16",
-             "model.depth=1", "model.heads=2"],
+    "text": [
+        "data=python_docs",
+        "data.max_chars=5000",
+        "data.block_size=16",
+        "model=gpt",
+        "model.dim=16",
+        "model.depth=1",
+        "model.heads=2",
+    ],
     "rl": ["data=cartpole", "data.buffer_size=256", "model=qnet", "model.hidden_dims=[16]", "loss=huber"],
 }
 # the shape keywords each kind's tasks hand to `build_net`, and an input batch of that shape
@@ -60,8 +67,9 @@ def weights_only_roundtrip(value: Any) -> Any:
 def task_kinds() -> set[str]:
     from omegaconf import OmegaConf
 
-    return {get_class(OmegaConf.load(CONF / "task" / f"{name}.yaml").task._target_).data_kind
-            for name in options("task")}
+    return {
+        get_class(OmegaConf.load(CONF / "task" / f"{name}.yaml").task._target_).data_kind for name in options("task")
+    }
 
 
 # ---- files in the native formats of the datamodules that read them ------------------------------------------------
@@ -119,8 +127,9 @@ def cifar_files_without_md5(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ---- DataModule -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("option", options("data"))
-def test_every_datamodule_keeps_the_data_contract(option: str, compose_cfg, tmp_path: Path, no_network: list[str],
-                                                  cifar_files_without_md5: None) -> None:
+def test_every_datamodule_keeps_the_data_contract(
+    option: str, compose_cfg, tmp_path: Path, no_network: list[str], cifar_files_without_md5: None
+) -> None:
     from litforge.config.instantiate import instantiate_group
 
     data_dir = tmp_path / "data"
@@ -146,8 +155,8 @@ def test_every_datamodule_keeps_the_data_contract(option: str, compose_cfg, tmp_
 
 
 def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line() -> None:
-    from litforge.tasks.classification import ClassificationTask
     from litforge.jobs.train import check_compatible
+    from litforge.tasks.classification import ClassificationTask
 
     with pytest.raises(ConfigError) as refused:
         check_compatible(ClassificationTask, pl.LightningDataModule())
@@ -169,13 +178,13 @@ def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line(
 def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from litforge.jobs.build import build_task, task_class
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.config.instantiate import instantiate_group
-    from litforge.loops import steps_per_call
     from litforge.checkpointing.restore import restore_task
-    from litforge.tasks.base import LitforgeTask
+    from litforge.config.instantiate import instantiate_group
+    from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
+    from litforge.loops import steps_per_call
+    from litforge.tasks.base import LitforgeTask
 
     kind = get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_).data_kind
     cfg = compose_cfg(f"task={option}", *PARTNERS[kind], "print_config=false")
@@ -201,8 +210,11 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
 
     if isinstance(task, SteppableTask):
         datamodule.setup("fit")
-        batch = datamodule.on_after_batch_transfer(next(iter(datamodule.train_dataloader())), 0) \
-            if kind == "image" else next(iter(datamodule.train_dataloader()))
+        batch = (
+            datamodule.on_after_batch_transfer(next(iter(datamodule.train_dataloader())), 0)
+            if kind == "image"
+            else next(iter(datamodule.train_dataloader()))
+        )
         loss = task.step_loss(batch)
         assert loss.ndim == 0 and loss.requires_grad and torch.isfinite(loss)
         steps_per_call.install(2, task, datamodule, {}, "auto", [])  # the loop helper accepts it
@@ -228,7 +240,7 @@ def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
         except ConfigError as exc:
             assert "cannot be built from" in str(exc)
     assert len(built) == 1, f"model={option} should take the shape keywords of exactly one data kind: {list(built)}"
-    (kind, net), = built.items()
+    ((kind, net),) = built.items()
 
     assert isinstance(net, Model), missing_members(net, Model)
     assert isinstance(net, torch.nn.Module) and not isinstance(net, pl.LightningModule)

@@ -32,8 +32,16 @@ def test_streamed_image_folder_with_a_worker_resumes_mid_epoch_exactly(tmp_path:
     from litforge.data.image_folder import ImageFolderDataModule
 
     root = make_image_folder(tmp_path / "images", per_class=8)
-    dm = ImageFolderDataModule(root=str(root), batch_size=3, num_workers=1, max_in_memory_mb=0, val_fraction=0.1,
-                               test_fraction=0.1, mean=[0.5], std=[0.25])
+    dm = ImageFolderDataModule(
+        root=str(root),
+        batch_size=3,
+        num_workers=1,
+        max_in_memory_mb=0,
+        val_fraction=0.1,
+        test_fraction=0.1,
+        mean=[0.5],
+        std=[0.25],
+    )
     dm.setup()
     assert dm.in_memory is False
     assert_resumes_exactly(dm.train_dataloader, k=2)

@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from litforge.core.errors import DataError
 from litforge.data.base import channel_stats
 from litforge.data.torchvision_datasets import (
     CIFAR10DataModule,
@@ -28,7 +29,6 @@ from litforge.data.torchvision_datasets import (
     MNISTDataModule,
     TorchvisionImageDataModule,
 )
-from litforge.core.errors import DataError
 
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -175,8 +175,7 @@ def test_given_mean_std_standardise_the_data(tmp_path: Path) -> None:
     probe = MNISTDataModule(data_dir=str(tmp_path), download=False, val_fraction=0.0)
     train_images = probe.split_arrays("train")[0]
     mean, std = channel_stats(train_images)
-    dm = MNISTDataModule(data_dir=str(tmp_path), download=False, val_fraction=0.0, mean=mean, std=std,
-                         batch_size=64)
+    dm = MNISTDataModule(data_dir=str(tmp_path), download=False, val_fraction=0.0, mean=mean, std=std, batch_size=64)
     dm.setup()
     images, labels = next(iter(dm.train_dataloader()))
     normalized, _ = dm.on_after_batch_transfer((images, labels), 0)
@@ -300,8 +299,10 @@ def test_archives_already_present_are_unpacked_offline(
     with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as tar:
         tar.add(tmp_path / "unpacked" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
 
-    for dm, arrays in ((MNISTDataModule(data_dir=str(tmp_path)), mnist_arrays),
-                       (CIFAR10DataModule(data_dir=str(tmp_path)), cifar_arrays)):
+    for dm, arrays in (
+        (MNISTDataModule(data_dir=str(tmp_path)), mnist_arrays),
+        (CIFAR10DataModule(data_dir=str(tmp_path)), cifar_arrays),
+    ):
         dm.prepare_data()
         dm.setup()
         check_roundtrip(dm, arrays)

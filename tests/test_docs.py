@@ -112,7 +112,7 @@ def _locate(parts: list[str]) -> tuple[object | None, int]:
     spec = importlib.util.find_spec(parts[0])
     depth = 1
     while spec is not None and depth < len(parts) and spec.submodule_search_locations:
-        sub = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), spec.submodule_search_locations)
+        sub = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), spec.submodule_search_locations)
         if sub is None:
             break
         spec, depth = sub, depth + 1
@@ -137,7 +137,7 @@ def resolve(name: str) -> str | None:
             return f"{'.'.join([module, *rest[:i]])} has no attribute {attr!r} (no module {module}.{attr} either)"
         if i + 1 < len(rest):
             if not isinstance(node, ast.ClassDef):
-                return f"{'.'.join([module, *rest[:i + 1]])} is not a class: cannot look up {rest[i + 1]!r}"
+                return f"{'.'.join([module, *rest[: i + 1]])} is not a class: cannot look up {rest[i + 1]!r}"
             scope = _top_level_names(node.body)
     return None
 
@@ -155,12 +155,13 @@ def missing_scripts(path: Path, root: Path = ROOT) -> list[str]:
 # ---- the checks ----------------------------------------------------------------------------------------------------
 def test_readme_fits():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
-    assert lines <= MAX_README_LINES, (f"README.md has {lines} lines (at most {MAX_README_LINES}): move the details "
-                                       "into a docs/ page and link it")
+    assert lines <= MAX_README_LINES, (
+        f"README.md has {lines} lines (at most {MAX_README_LINES}): move the details into a docs/ page and link it"
+    )
 
 
 def test_readme_keeps_the_test_command_ci_runs():
-    assert "```bash\npip install -e \".[dev]\" && pytest\n```" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '```bash\npip install -e ".[dev]" && pytest\n```' in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -199,11 +200,17 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
         "`litforge.checkpointing.restore.load_for_inference` "
         "`litforge.tasks.classification.ClassificationTask.step_loss`\n"
         "`litforge.jobs.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.main.CONF_DIR.parent`\n"
-        "python train.py, python benchmarks/gone.py\n")
+        "python train.py, python benchmarks/gone.py\n"
+    )
     (tmp_path / "train.py").write_text("")
-    assert broken_links(page) == [f"docs/gone.md: no such file {tmp_path / 'docs' / 'gone.md'}",
-                                  "docs/there.md#nope: there.md has no heading with the anchor #nope"]
+    assert broken_links(page) == [
+        f"docs/gone.md: no such file {tmp_path / 'docs' / 'gone.md'}",
+        "docs/there.md#nope: there.md has no heading with the anchor #nope",
+    ]
     names = litforge_names(page)
-    assert [n for n in names if resolve(n)] == ["litforge.jobs.eval.load_for_inference", "litforge.no_such_module",
-                                                "litforge.cli.main.CONF_DIR.parent"]
+    assert [n for n in names if resolve(n)] == [
+        "litforge.jobs.eval.load_for_inference",
+        "litforge.no_such_module",
+        "litforge.cli.main.CONF_DIR.parent",
+    ]
     assert missing_scripts(page, root=tmp_path) == ["benchmarks/gone.py"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayDraw
 from litforge.core.errors import ConfigError
+from litforge.data.gym import GymDataModule, ReplayBuffer, ReplayDraw
 
 
 def test_replay_draws_sample_what_the_buffer_holds_when_consumed():
@@ -36,10 +36,21 @@ def test_short_dqn_run_learns_from_the_buffer(compose_cfg, tmp_path: Path):
     logged, the target net is not optimised and trails the online net."""
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("experiment=cartpole_dqn", "print_config=false", "logger=csv", "data.steps_per_epoch=150",
-                      "data.val_episodes=2", "data.test_episodes=2", "trainer.max_epochs=2", "task.warmup_steps=200",
-                      "task.target_sync_steps=10", "task.target_tau=0.5", "task.eps_decay_steps=250", "callbacks.progress_bar=null",
-                      "trainer.enable_progress_bar=false")
+    cfg = compose_cfg(
+        "experiment=cartpole_dqn",
+        "print_config=false",
+        "logger=csv",
+        "data.steps_per_epoch=150",
+        "data.val_episodes=2",
+        "data.test_episodes=2",
+        "trainer.max_epochs=2",
+        "task.warmup_steps=200",
+        "task.target_sync_steps=10",
+        "task.target_tau=0.5",
+        "task.eps_decay_steps=250",
+        "callbacks.progress_bar=null",
+        "trainer.enable_progress_bar=false",
+    )
     result = train(cfg)
     m = result["metrics"]
     assert m["train/epsilon"] == pytest.approx(0.04)  # 300 env steps after warm-up > 250: fully decayed
@@ -80,9 +91,13 @@ def test_replay_buffer_state_round_trip_continues_the_same_samples():
 def make_task(**kwargs):
     from litforge.tasks.dqn import DQNTask
 
-    return DQNTask(net={"_target_": "litforge.models.qnet.QNetwork", "_partial_": True, "hidden_dims": [8]},
-                   optimizer={"_target_": "torch.optim.Adam", "_partial_": True}, observation_size=4, num_actions=2,
-                   **kwargs)
+    return DQNTask(
+        net={"_target_": "litforge.models.qnet.QNetwork", "_partial_": True, "hidden_dims": [8]},
+        optimizer={"_target_": "torch.optim.Adam", "_partial_": True},
+        observation_size=4,
+        num_actions=2,
+        **kwargs,
+    )
 
 
 def test_target_net_syncs_every_n_steps():
@@ -136,7 +151,6 @@ def test_soft_update_moves_target_by_tau():
     assert all(torch.equal(a, b) for a, b in zip(online, task.net.parameters(), strict=True))  # online untouched
 
 
-
 def test_env_state_round_trip_continues_the_same_episode():
     """A fresh CartPole put back where a saved one was mid-episode steps identically, down to its time limit; an env
     keeping no such state saves None and the resumed task starts a new episode, saying so in one line."""
@@ -180,13 +194,21 @@ def test_env_state_round_trip_continues_the_same_episode():
     handler.emit = records.append
     logging.getLogger("litforge.tasks.dqn").addHandler(handler)
     try:
-        task.restore_acting({"env": None, "obs": None, "episode_return": 3.0, "env_steps": 7,
-                             "explore": torch.Generator().manual_seed(1).get_state()})
+        task.restore_acting(
+            {
+                "env": None,
+                "obs": None,
+                "episode_return": 3.0,
+                "env_steps": 7,
+                "explore": torch.Generator().manual_seed(1).get_state(),
+            }
+        )
     finally:
         logging.getLogger("litforge.tasks.dqn").removeHandler(handler)
     assert task.obs == "fresh" and task.env_steps == 7
     assert [r.getMessage() for r in records] == [
-        "DQN resume: SimpleNamespace keeps no state litforge can save; the training env starts a new episode"]
+        "DQN resume: SimpleNamespace keeps no state litforge can save; the training env starts a new episode"
+    ]
 
 
 def _saved_to_bytes(obj):

@@ -15,20 +15,39 @@ from conftest import CONF, ROOT
 
 
 def _python(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_help_lists_every_group_and_option_quickly_without_importing_torch():
-    probe = ("import runpy, sys; sys.argv = ['train.py', '--help']\n"
-             "try:\n    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-             "print('HEAVY:', sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'optuna') "
-             "if m in sys.modules))")
+    probe = (
+        "import runpy, sys; sys.argv = ['train.py', '--help']\n"
+        "try:\n    runpy.run_path('train.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY:', sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'optuna') "
+        "if m in sys.modules))"
+    )
     result = _python("-c", probe)
     assert result.returncode == 0, result.stderr
     assert "HEAVY: []" in result.stdout
-    for group in ("data", "model", "optimizer", "scheduler", "callbacks", "logger", "trainer", "strategy",
-                  "experiment", "hparams_search", "debug"):
+    for group in (
+        "data",
+        "model",
+        "optimizer",
+        "scheduler",
+        "callbacks",
+        "logger",
+        "trainer",
+        "strategy",
+        "experiment",
+        "hparams_search",
+        "debug",
+    ):
         options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
         line = next(line for line in result.stdout.splitlines() if line.split()[:1] == [group])
         assert [o.rstrip("*,") for o in line.split()[1:]] == options, line

@@ -80,8 +80,9 @@ def test_every_option_the_guide_types_exists_in_its_files_or_in_conf():
             if "." in key or key.startswith("-") or not (CONF / key).is_dir():
                 continue  # key=value overrides and flags; only group=option picks a file
             for option in value.strip("[]").split(","):
-                assert (CONF / key / f"{option}.yaml").exists() or f"myproject/conf/{key}/{option}.yaml" in provided, \
+                assert (CONF / key / f"{option}.yaml").exists() or f"myproject/conf/{key}/{option}.yaml" in provided, (
                     f"the guide types {key}={option}, which neither conf/ nor the guide's files provide"
+                )
 
 
 class RegressionTask:  # stands for a task of the user's own, outside litforge.tasks
@@ -89,14 +90,15 @@ class RegressionTask:  # stands for a task of the user's own, outside litforge.t
 
 
 def test_a_checkpoint_of_a_task_outside_litforge_resumes_into_the_same_class():
-    from litforge.tasks.base import CHECKPOINT_KEY
     from litforge.jobs.train import check_resumable
+    from litforge.tasks.base import CHECKPOINT_KEY
 
     net = {"_target_": "myproject.models.TabularMLP", "_partial_": True, "hidden": 64}
     cfg = OmegaConf.create({"model": net})
     name = f"{RegressionTask.__module__}.{RegressionTask.__qualname__}"
-    check_resumable({CHECKPOINT_KEY: {"task_class": name}, "hyper_parameters": {"net": net}}, "a.ckpt",
-                    RegressionTask, cfg)
+    check_resumable(
+        {CHECKPOINT_KEY: {"task_class": name}, "hyper_parameters": {"net": net}}, "a.ckpt", RegressionTask, cfg
+    )
     with pytest.raises(ConfigError, match="was written by task OtherTask, but this run configures RegressionTask"):
         check_resumable({CHECKPOINT_KEY: {"task_class": "myproject.tasks.OtherTask"}}, "a.ckpt", RegressionTask, cfg)
 
@@ -113,11 +115,23 @@ def test_the_guide_trains_its_dataset_net_task_strategy_and_callback(tmp_path: P
     header = csv.read_text().splitlines()[0].split(",")
 
     result = run_cli(
-        "train.py", f"hydra.searchpath=[file://{root}/myproject/conf]", "experiment=diabetes", f"data.path={csv}",
-        "strategy=ddp_bf16", "trainer.devices=2", "callbacks=[default,grad_norm]",
-        "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
-        "trainer.limit_test_batches=1", "print_config=false", "callbacks.progress_bar=null",
-        "callbacks.tensorboard_extras.model_graph=false", log_dir=tmp_path / "logs", env=with_project_on_path(root))
+        "train.py",
+        f"hydra.searchpath=[file://{root}/myproject/conf]",
+        "experiment=diabetes",
+        f"data.path={csv}",
+        "strategy=ddp_bf16",
+        "trainer.devices=2",
+        "callbacks=[default,grad_norm]",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        "callbacks.tensorboard_extras.model_graph=false",
+        log_dir=tmp_path / "logs",
+        env=with_project_on_path(root),
+    )
     assert result.returncode == 0, result.output[-4000:]
     run = single_run(tmp_path / "logs", task_name="diabetes")  # the recipe's task_name
     metrics = read_metrics(run)
@@ -154,8 +168,13 @@ def test_the_guide_trains_its_dataset_net_task_strategy_and_callback(tmp_path: P
 def test_the_guide_top_config_composes_litforge_and_the_project(tmp_path: Path):
     root = write_project(tmp_path / "project")
     flags = ("--config-dir", str(root / "myproject" / "conf"), "--config-name", "myproject", "--cfg", "job")
-    result = run_cli("train.py", "data.path=diabetes.csv", log_dir=tmp_path / "logs", extra_args=flags,
-                     env=with_project_on_path(root))
+    result = run_cli(
+        "train.py",
+        "data.path=diabetes.csv",
+        log_dir=tmp_path / "logs",
+        extra_args=flags,
+        env=with_project_on_path(root),
+    )
     assert result.returncode == 0, result.output[-3000:]
     cfg = OmegaConf.create(result.stdout)
     assert cfg.task._target_ == "myproject.tasks.RegressionTask" and cfg.data.target == "progression"

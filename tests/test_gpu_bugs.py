@@ -20,8 +20,13 @@ from litforge.tasks.language_model import LanguageModelTask
 def _tiny_language_model():
     torch.manual_seed(0)
     net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": 2, "heads": 2}
-    return LanguageModelTask(net=net, optimizer={"_target_": "torch.optim.AdamW", "_partial_": True}, vocab_size=11,
-                             block_size=8, vocab=list("\nabcdefghij"))
+    return LanguageModelTask(
+        net=net,
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True},
+        vocab_size=11,
+        block_size=8,
+        vocab=list("\nabcdefghij"),
+    )
 
 
 def _text_sample_on_sharded_ranks(rank: int, world_size: int, tp: int) -> str:
@@ -30,8 +35,15 @@ def _text_sample_on_sharded_ranks(rank: int, world_size: int, tp: int) -> str:
     task = _tiny_language_model()
     mesh = init_device_mesh("cpu", (world_size // tp, tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
     shard(task.net, mesh)
-    trainer = SimpleNamespace(sanity_checking=False, is_global_zero=rank == 0, global_rank=rank, world_size=world_size,
-                              current_epoch=0, global_step=0, loggers=[])
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        is_global_zero=rank == 0,
+        global_rank=rank,
+        world_size=world_size,
+        current_epoch=0,
+        global_step=0,
+        loggers=[],
+    )
     callback = TextSamples(max_new_tokens=6)
     callback.on_validation_epoch_end(trainer, task)
     dist.barrier()
@@ -61,8 +73,9 @@ def test_a_gpu_runs_sharded_checkpoint_consolidates_on_a_cpu_only_machine(tmp_pa
     dcp.save({"state_dict": {"net.weight": torch.ones(2, 2)}}, checkpoint_id=str(folder), no_dist=True)
     with monkeypatch.context() as patched:  # what torch.save writes for a tensor on cuda:0
         patched.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
-        torch.save({"callbacks": {"ModelCheckpoint": {"best_model_score": torch.tensor(0.25)}}, "epoch": 3},
-                   folder / META)
+        torch.save(
+            {"callbacks": {"ModelCheckpoint": {"best_model_score": torch.tensor(0.25)}}, "epoch": 3}, folder / META
+        )
     assert not torch.cuda.is_available()
     with pytest.raises(RuntimeError, match="CUDA"):  # the simulation holds: a plain load fails here
         torch.load(folder / META, weights_only=True)
@@ -98,14 +111,17 @@ def test_each_rank_resumes_its_own_rng_state(ranks: GlooRanks):
     assert results[0][0] != results[1][0]
 
 
-@pytest.mark.parametrize(("overrides", "says"), [
-    (["strategy=fsdp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
-    (["strategy=tp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
-    (["strategy=fsdp", "channels_last=true"], "channels_last=true fails under"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["strategy=fsdp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
+        (["strategy=tp", "trainer.sync_batchnorm=true"], "trainer.sync_batchnorm=true is ignored under"),
+        (["strategy=fsdp", "channels_last=true"], "channels_last=true fails under"),
+    ],
+)
 def test_options_that_fsdp_and_tp_ignore_or_break_are_refused_in_one_line(compose_cfg, overrides, says):
-    from litforge.core.errors import ConfigError
     from litforge.config.validation import check_config
+    from litforge.core.errors import ConfigError
 
     check_config(compose_cfg("strategy=ddp", "trainer.sync_batchnorm=true", "channels_last=true"))  # fine under DDP
     with pytest.raises(ConfigError, match=says) as error:
@@ -136,9 +152,9 @@ def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monke
 
 def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compose_cfg):
     """predict.py and generate.py ran on the CPU even on a GPU machine; `device: auto` now takes the GPU."""
-    from litforge.core.errors import ConfigError
     from litforge.checkpointing.restore import inference_device
     from litforge.config.validation import check_value
+    from litforge.core.errors import ConfigError
 
     assert inference_device("auto") == torch.device("cpu") and inference_device("cpu") == torch.device("cpu")
     with pytest.raises(ConfigError, match="device=cuda but this machine has no CUDA GPU: pass device=auto"):
@@ -157,7 +173,7 @@ def test_the_gpu_smoke_script_says_so_and_passes_without_cuda(capsys):
 
     assert main() == 0
     assert capsys.readouterr().out.strip().splitlines() == [
-        "gpu_smoke: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run"]
+        "gpu_smoke: no CUDA GPU on this machine (torch.cuda.is_available() is False): nothing to run"
+    ]
     runs = _runs(Path("/tmp"))
-    assert len(runs) >= 12 and {script for _, script, *_ in runs} >= {"train.py", "eval.py", "export.py",
-                                                                      "generate.py"}
+    assert len(runs) >= 12 and {script for _, script, *_ in runs} >= {"train.py", "eval.py", "export.py", "generate.py"}

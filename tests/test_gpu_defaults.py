@@ -12,11 +12,11 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from litforge.records import provenance
-from litforge.data.pinned import pin_memory_for
-from litforge.core.errors import ConfigError
-from litforge.jobs.train import apply_matmul_precision
 from litforge.config.validation import check_run
+from litforge.core.errors import ConfigError
+from litforge.data.pinned import pin_memory_for
+from litforge.jobs.train import apply_matmul_precision
+from litforge.records import provenance
 
 
 def test_trainer_gpu_holds_the_gpu_defaults(compose_cfg):
@@ -136,8 +136,12 @@ def test_on_device_auto_is_the_default_and_decides_once_for_all_splits(compose_c
         dm = instantiate(cfg.data, _convert_="all")
         dm.setup()
         nbytes = sum(t.numel() * t.element_size() for split in dm._splits.values() for t in split)
-        dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)), global_rank=0,
-                                     world_size=1, distributed_sampler_kwargs=None)
+        dm.trainer = SimpleNamespace(
+            strategy=SimpleNamespace(root_device=torch.device(device)),
+            global_rank=0,
+            world_size=1,
+            distributed_sampler_kwargs=None,
+        )
         for loader in (dm.train_dataloader, dm.val_dataloader, dm.test_dataloader):
             loader()
         return moved[:], nbytes

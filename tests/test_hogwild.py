@@ -17,8 +17,13 @@ import torch
 from conftest import read_metrics, run_cli, single_run
 from gloo import GlooRanks
 
-QUIET = ["trainer=cpu", "callbacks.model_summary=null", "logger=csv", "print_config=false",
-         "callbacks.progress_bar=null"]
+QUIET = [
+    "trainer=cpu",
+    "callbacks.model_summary=null",
+    "logger=csv",
+    "print_config=false",
+    "callbacks.progress_bar=null",
+]
 STEPS, SLOW_S = 12, 0.05  # rank 1 sleeps SLOW_S in each of its STEPS training steps
 
 
@@ -41,8 +46,9 @@ def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root
             if self.global_rank == 1:  # slow: the weights this step read may change while it computes
                 before = torch.cat([p.detach().reshape(-1).clone() for p in self.parameters()])
                 time.sleep(SLOW_S)
-                self.foreign_writes += not torch.equal(before, torch.cat([p.detach().reshape(-1) for p in
-                                                                           self.parameters()]))
+                self.foreign_writes += not torch.equal(
+                    before, torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+                )
             x, y = batch
             return torch.nn.functional.mse_loss(self.net(x), y)
 
@@ -58,15 +64,30 @@ def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root
             x = torch.randn(STEPS * 2 * 4, 8, generator=torch.Generator().manual_seed(0))
             return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)  # STEPS per rank
 
-    strategy = Hogwild(process_group_backend="gloo") if strategy_name == "hogwild" else \
-        DDPStrategy(process_group_backend="gloo")  # "ddp": the same run with waiting, to compare by hand
-    trainer = pl.Trainer(accelerator="cpu", devices=world_size, strategy=strategy, max_epochs=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, default_root_dir=root)
+    strategy = (
+        Hogwild(process_group_backend="gloo")
+        if strategy_name == "hogwild"
+        else DDPStrategy(process_group_backend="gloo")
+    )  # "ddp": the same run with waiting, to compare by hand
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=world_size,
+        strategy=strategy,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=root,
+    )
     module = Tiny()
     trainer.fit(module)
-    out = {"steps_s": module.last_step_done - module.first_step_done, "foreign_writes": module.foreign_writes,
-           "final": torch.cat([p.detach().reshape(-1) for p in module.parameters()]).tolist()}
+    out = {
+        "steps_s": module.last_step_done - module.first_step_done,
+        "foreign_writes": module.foreign_writes,
+        "final": torch.cat([p.detach().reshape(-1) for p in module.parameters()]).tolist(),
+    }
     if strategy_name == "hogwild":
         out.update(stale_max=strategy._stale_max, steps=strategy._stale_steps)
     return out
@@ -88,9 +109,9 @@ def test_hogwild_workers_update_one_shared_copy_without_waiting(ranks: GlooRanks
 
 
 def test_hogwild_refusals_name_the_key_and_the_fix(compose_cfg):
+    from litforge.config.validation import check_run
     from litforge.core.errors import ConfigError
     from litforge.parallel.hogwild import Hogwild, refuse_batch_norm
-    from litforge.config.validation import check_run
 
     with pytest.raises(ConfigError, match="BatchNorm.*model=mlp"):
         refuse_batch_norm(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)))

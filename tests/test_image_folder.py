@@ -13,10 +13,10 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from litforge.core.errors import ConfigError, DataError
 from litforge.data.image_folder import ImageFolderDataModule
 from litforge.data.images import find_images, image_extensions, load_image_tensor
 from litforge.data.loader import InMemoryLoader
-from litforge.core.errors import ConfigError, DataError
 
 CLASSES = ["cat", "dog", "emu"]
 
@@ -205,8 +205,14 @@ def test_predict_finds_exactly_the_files_training_reads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_streaming_dataloader_path(tmp_path: Path, num_workers: int) -> None:
     written = write_folder(tmp_path, per_class=6)
-    dm = ImageFolderDataModule(root=str(tmp_path), batch_size=4, num_workers=num_workers, max_in_memory_mb=0,
-                               val_fraction=0.2, test_fraction=0.2)
+    dm = ImageFolderDataModule(
+        root=str(tmp_path),
+        batch_size=4,
+        num_workers=num_workers,
+        max_in_memory_mb=0,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
     dm.setup()
     assert dm.in_memory is False
     loader = dm.train_dataloader()
@@ -227,8 +233,9 @@ def test_streaming_dataloader_path(tmp_path: Path, num_workers: int) -> None:
 def test_streaming_reports_mixed_sizes_when_reached(tmp_path: Path) -> None:
     write_folder(tmp_path, per_class=2)
     write_image(tmp_path / "dog" / "zz_big.png", 99, size_hw=(9, 8))
-    dm = ImageFolderDataModule(root=str(tmp_path), max_in_memory_mb=0, mean=[0.5] * 3, std=[0.25] * 3,
-                               val_fraction=0.0, test_fraction=0.0)
+    dm = ImageFolderDataModule(
+        root=str(tmp_path), max_in_memory_mb=0, mean=[0.5] * 3, std=[0.25] * 3, val_fraction=0.0, test_fraction=0.0
+    )
     dm.setup()  # streaming does not decode everything up front
     with pytest.raises(DataError, match="data.image_size=8"):
         list(dm.train_dataloader())
@@ -256,10 +263,19 @@ class _TinyNet(pl.LightningModule):
 @pytest.mark.parametrize("max_in_memory_mb", [256.0, 0.0])
 def test_trainer_fits_on_both_paths(tmp_path: Path, max_in_memory_mb: float) -> None:
     write_folder(tmp_path / "images", per_class=4, mode="L")
-    dm = ImageFolderDataModule(root=str(tmp_path / "images"), batch_size=4, max_in_memory_mb=max_in_memory_mb,
-                               augment=True)
-    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    dm = ImageFolderDataModule(
+        root=str(tmp_path / "images"), batch_size=4, max_in_memory_mb=max_in_memory_mb, augment=True
+    )
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(_TinyNet(64, dm.num_classes), datamodule=dm)
     assert trainer.global_step == 3  # 12 images - 2 test - 1 val = 9 train → 3 batches of ≤4
     assert dm.in_memory is (max_in_memory_mb > 0)
@@ -370,24 +386,33 @@ def write_jpegs(root: Path, per_class: int, size_hw: tuple[int, int], mode: str 
         for i in range(per_class):
             ramp = np.linspace(0, 60, size_hw[1])[None, :]
             pixels = rng.normal(128, 50, size_hw) + ramp
-            pixels = (np.stack([pixels, pixels[::-1], ramp.repeat(size_hw[0], 0)], -1) if mode == "RGB"
-                      else pixels).clip(0, 255)
+            pixels = (
+                np.stack([pixels, pixels[::-1], ramp.repeat(size_hw[0], 0)], -1) if mode == "RGB" else pixels
+            ).clip(0, 255)
             path = root / name / f"{i}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels.astype(np.uint8), mode).save(path, quality=90)
 
 
 @pytest.mark.parametrize("max_in_memory_mb", [256.0, 0.0])
-def test_torchvision_and_pil_decoders_give_the_same_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            max_in_memory_mb: float) -> None:
+def test_torchvision_and_pil_decoders_give_the_same_tensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_in_memory_mb: float
+) -> None:
     """Tolerance: 0 at the native size (PIL and torchvision both decode with libjpeg-turbo, same settings), at most
     1 grey level per pixel after a resize (torchvision's antialiased bilinear filter follows PIL's)."""
     write_jpegs(tmp_path / "rgb", per_class=3, size_hw=(20, 24))
     write_jpegs(tmp_path / "grey", per_class=2, size_hw=(20, 24), mode="L")
     for folder, image_size, tolerance in (("rgb", None, 0), ("grey", None, 0), ("rgb", [11, 9], 1)):
+
         def arrays(decoder: str, folder: str = folder, image_size: list[int] | None = image_size) -> Tensor:
-            dm = ImageFolderDataModule(root=str(tmp_path / folder), image_size=image_size, decoder=decoder,
-                                       max_in_memory_mb=max_in_memory_mb, val_fraction=0.0, test_fraction=0.0)
+            dm = ImageFolderDataModule(
+                root=str(tmp_path / folder),
+                image_size=image_size,
+                decoder=decoder,
+                max_in_memory_mb=max_in_memory_mb,
+                val_fraction=0.0,
+                test_fraction=0.0,
+            )
             return dm.split_arrays("train")[0]
 
         pil = arrays("pil")
@@ -398,8 +423,10 @@ def test_torchvision_and_pil_decoders_give_the_same_tensors(tmp_path: Path, monk
         assert (fast.int() - pil.int()).abs().max() <= tolerance, folder
         path = next((tmp_path / folder).rglob("*.jpg"))  # predict.py's reader follows the same decoder
         size = image_size or (20, 24)
-        assert (load_image_tensor(path, pil.shape[1], size).int()
-                - load_image_tensor(path, pil.shape[1], size, decoder="pil").int()).abs().max() <= tolerance
+        assert (
+            load_image_tensor(path, pil.shape[1], size).int()
+            - load_image_tensor(path, pil.shape[1], size, decoder="pil").int()
+        ).abs().max() <= tolerance
 
 
 def test_torchvision_decoder_keeps_the_checks(tmp_path: Path) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tests.conftest import make_image_folder
 
+from litforge.core.errors import ConfigError
 from litforge.data.base import fold_indices
 from litforge.data.digits import DigitsDataModule
-from litforge.core.errors import ConfigError
-from tests.conftest import make_image_folder
 
 
 def _rows(images: torch.Tensor) -> list[bytes]:
@@ -34,7 +34,10 @@ def test_fold_indices_are_disjoint_cover_the_pool_stratified_and_seeded():
         for c in range(4):  # each fold holds 1/K of every class, within one sample
             share = int((labels == c).sum()) / k
             assert abs(int((labels[val] == c).sum()) - share) < 1
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(folds, [fold_indices(labels, k, i, 3) for i in range(k)], strict=True))
+    assert all(
+        torch.equal(a, b)
+        for (_, a), (_, b) in zip(folds, [fold_indices(labels, k, i, 3) for i in range(k)], strict=True)
+    )
     assert not torch.equal(fold_indices(labels, k, 0, seed=4)[1], folds[0][1]), "another split_seed, other folds"
 
 
@@ -57,11 +60,14 @@ def test_digits_folds_split_the_pool_and_leave_the_test_split_alone():
     assert torch.equal(torch.bincount(torch.cat(val_labels)), torch.bincount(pool_labels))
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"num_folds": 1}, "data.num_folds=1 must be an integer >= 2"),
-    ({"num_folds": 5, "fold": 5}, "data.fold=5 is outside [0, 5)"),
-    ({"num_folds": 3, "fold": -1}, "data.fold=-1 is outside [0, 3)"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"num_folds": 1}, "data.num_folds=1 must be an integer >= 2"),
+        ({"num_folds": 5, "fold": 5}, "data.fold=5 is outside [0, 5)"),
+        ({"num_folds": 3, "fold": -1}, "data.fold=-1 is outside [0, 3)"),
+    ],
+)
 def test_bad_fold_keys_are_refused_at_construction(kwargs, words):
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         DigitsDataModule(**kwargs)
@@ -107,8 +113,9 @@ def test_aggregate_gives_mean_and_std_over_the_folds(tmp_path: Path, capsys):
         run = sweep / str(fold)
         (run / ".hydra").mkdir(parents=True)
         (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["data.num_folds=3", f"data.fold={fold}"]))
-        (run / "metrics.json").write_text(json.dumps({"metrics": {"val/acc": acc},
-                                                      "objective": {"metric": "val/acc", "mode": "max"}}))
+        (run / "metrics.json").write_text(
+            json.dumps({"metrics": {"val/acc": acc}, "objective": {"metric": "val/acc", "mode": "max"}})
+        )
     assert main([str(sweep)]) == 0
     md = (sweep / "aggregate.md").read_text()
     mean, std = torch.tensor(accs).mean().item(), torch.tensor(accs).std().item()

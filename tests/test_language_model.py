@@ -118,10 +118,21 @@ def test_language_model_on_image_data_names_the_data_kind(compose_cfg):
 @pytest.mark.slow
 def test_gpt_char_learns_and_generates(tmp_path: Path):
     """A short gpt_char run ends well below the unigram baseline; generate.py continues a prompt from its checkpoint."""
-    result = run_cli("train.py", "experiment=gpt_char", "data.max_chars=40000", "data.block_size=32",
-                     "model.dim=64", "model.depth=2", "trainer.max_epochs=8", "trainer.val_check_interval=1.0",
-                     "callbacks.progress_bar=null", "print_config=false", "callbacks.text_samples.max_new_tokens=20",
-                     log_dir=tmp_path, timeout=600)
+    result = run_cli(
+        "train.py",
+        "experiment=gpt_char",
+        "data.max_chars=40000",
+        "data.block_size=32",
+        "model.dim=64",
+        "model.depth=2",
+        "trainer.max_epochs=8",
+        "trainer.val_check_interval=1.0",
+        "callbacks.progress_bar=null",
+        "print_config=false",
+        "callbacks.text_samples.max_new_tokens=20",
+        log_dir=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.output[-3000:]
     run = single_run(tmp_path, "gpt_char")
     import json
@@ -137,8 +148,13 @@ def test_gpt_char_learns_and_generates(tmp_path: Path):
     eval_metrics = json.loads((single_run(tmp_path, "eval") / "metrics.json").read_text())["metrics"]
     assert eval_metrics["test/loss"] == pytest.approx(metrics["test/loss"], abs=1e-5)
     assert eval_metrics["test/ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-4)
-    gen = run_cli("generate.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "prompt=The ",
-                  "max_new_tokens=30", log_dir=tmp_path)
+    gen = run_cli(
+        "generate.py",
+        f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+        "prompt=The ",
+        "max_new_tokens=30",
+        log_dir=tmp_path,
+    )
     assert gen.returncode == 0, gen.output[-2000:]
     sample = (single_run(tmp_path, "generate") / "samples.txt").read_text()
     assert sample.startswith("The ") and len(sample) >= 30  # 30 tokens: characters (a "\r\n" could merge)

@@ -67,6 +67,8 @@ def test_checkpointed_units_survive_pickling_as_ddp_spawn_sends_the_task():
     task = _Task(GPT(vocab_size=5, block_size=4, dim=8, depth=2, heads=1))
     apply_activation_checkpointing(task, "full")
     copy_ = pickle.loads(pickle.dumps(task.net))
-    assert all(is_checkpointed(b) and b.forward.args[0] is b for b in copy_.blocks)  # bound to the copy, not the original
+    assert all(
+        is_checkpointed(b) and b.forward.args[0] is b for b in copy_.blocks
+    )  # bound to the copy, not the original
     idx = torch.randint(0, 5, (2, 4), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(copy_(idx), task.net(idx))

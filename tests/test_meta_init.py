@@ -61,23 +61,29 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
     torch.manual_seed(0)
     reference = GPT(**GPT_KW)
     whole = sum(p.numel() * p.element_size() for p in reference.parameters())
-    largest_module = max(sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
-                         for m in reference.modules())
+    largest_module = max(
+        sum(p.numel() * p.element_size() for p in m.parameters(recurse=False)) for m in reference.modules()
+    )
     mesh = init_device_mesh("cpu", (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
     torch.manual_seed(0)
     with LiveBytes() as counter:
         net = build_on_meta(lambda: GPT(**GPT_KW))
         shard(net, mesh)
         materialize(net, "cpu")
-    local = {t.to_local().untyped_storage().data_ptr(): t.to_local().untyped_storage().nbytes()
-             for t in net.parameters()}
-    equal_init = all(torch.equal(p.full_tensor(), q) for p, q in zip(net.parameters(), reference.parameters(), strict=True))
+    local = {
+        t.to_local().untyped_storage().data_ptr(): t.to_local().untyped_storage().nbytes() for t in net.parameters()
+    }
+    equal_init = all(
+        torch.equal(p.full_tensor(), q) for p, q in zip(net.parameters(), reference.parameters(), strict=True)
+    )
     torch.manual_seed(1)  # starting weights (task.init_from) load into another seed's sharded net after meta init
     other = build_on_meta(lambda: GPT(**GPT_KW))
     shard(other, mesh)
     materialize(other, "cpu")
     other.load_state_dict(shard_like(other, reference.state_dict()))
-    loaded = all(torch.equal(p.full_tensor(), q) for p, q in zip(other.parameters(), reference.parameters(), strict=True))
+    loaded = all(
+        torch.equal(p.full_tensor(), q) for p, q in zip(other.parameters(), reference.parameters(), strict=True)
+    )
     idx = torch.randint(0, 17, (4, 17), generator=torch.Generator().manual_seed(1))
     opt = torch.optim.SGD(net.parameters(), lr=0.3)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.3)
@@ -89,9 +95,20 @@ def meta_probe(rank: int, world: int) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
         losses.append(float(_loss(reference, idx).detach()))
-    max_diff = max(float((p.full_tensor() - q).detach().abs().max()) for p, q in zip(net.parameters(), reference.parameters(), strict=True))
-    return {"whole": whole, "largest_module": largest_module, "peak": counter.peak,
-            "local": sum(local.values()), "equal_init": equal_init, "loaded": loaded, "max_diff": max_diff, "losses": losses}
+    max_diff = max(
+        float((p.full_tensor() - q).detach().abs().max())
+        for p, q in zip(net.parameters(), reference.parameters(), strict=True)
+    )
+    return {
+        "whole": whole,
+        "largest_module": largest_module,
+        "peak": counter.peak,
+        "local": sum(local.values()),
+        "equal_init": equal_init,
+        "loaded": loaded,
+        "max_diff": max_diff,
+        "losses": losses,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from litforge.jobs.build import build_task
 from litforge.core.errors import ConfigError
+from litforge.jobs.build import build_task
 
 SHAPE = {"input_shape": [1, 8, 8], "num_classes": 10, "class_names": [str(i) for i in range(10)]}
 
@@ -77,10 +77,20 @@ def test_trivialaugment_with_cutmix_trains(compose_cfg, tmp_path: Path):
 
     out = tmp_path / "run"
     out.mkdir()
-    cfg = compose_cfg("data.augment=trivialaugment", "task.mix=cutmix", "trainer.max_epochs=2", "optimizer.lr=0.01",
-                      f"paths.output_dir={out}", "print_config=false", "logger=[]", "callbacks=none",
-                      "trainer.enable_progress_bar=false", "trainer.enable_checkpointing=false",
-                      "test_after_training=false", "trainer.limit_val_batches=1")
+    cfg = compose_cfg(
+        "data.augment=trivialaugment",
+        "task.mix=cutmix",
+        "trainer.max_epochs=2",
+        "optimizer.lr=0.01",
+        f"paths.output_dir={out}",
+        "print_config=false",
+        "logger=[]",
+        "callbacks=none",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_checkpointing=false",
+        "test_after_training=false",
+        "trainer.limit_val_batches=1",
+    )
     metrics = train(cfg)["metrics"]
     assert math.isfinite(metrics["train/loss"]) and math.isfinite(metrics["val/loss"])
     assert metrics["val/acc"] > 0.3 and metrics["train/acc"] > 0.2, metrics  # chance is 0.1

@@ -23,7 +23,8 @@ def test_committed_notebooks_have_no_outputs(path: Path):
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             assert cell.get("outputs") == [] and cell.get("execution_count") is None, (
-                f"{path.name} has outputs: clear them before committing (jupyter nbconvert --clear-output --inplace)")
+                f"{path.name} has outputs: clear them before committing (jupyter nbconvert --clear-output --inplace)"
+            )
 
 
 @pytest.mark.slow
@@ -36,19 +37,30 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path, monkeypatch):
     # folder rather than installed globally
     kernels = tmp_path / "jupyter" / "kernels" / "litforge-test"
     kernels.mkdir(parents=True)
-    (kernels / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "litforge (tests)", "language": "python"}))
+    (kernels / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "litforge (tests)",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("LITFORGE_NOTEBOOK_LOGS", str(tmp_path / "logs"))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline, as in Jupyter
 
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, kernel_name="litforge-test", timeout=300,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        notebook, kernel_name="litforge-test", timeout=300, resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    plots = [o for c in notebook.cells for o in c.get("outputs", [])
-             if o.get("output_type") == "display_data" and "image/png" in o.get("data", {})]
+    plots = [
+        o
+        for c in notebook.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "display_data" and "image/png" in o.get("data", {})
+    ]
     if path.stem == "quickstart":
         assert len(plots) == 2, "the predictions and the learning curves were drawn"

@@ -48,8 +48,16 @@ def write_jpegs(folder: Path) -> list[Path]:
     folder.mkdir(parents=True)
     rng = np.random.default_rng(1)
     files = []
-    for i, (level, size, mode) in enumerate([(40, (20, 14), "RGB"), (120, (8, 8), "RGB"), (200, (30, 30), "L"),
-                                              (80, (16, 24), "RGB"), (160, (11, 9), "L"), (230, (8, 8), "RGB")]):
+    for i, (level, size, mode) in enumerate(
+        [
+            (40, (20, 14), "RGB"),
+            (120, (8, 8), "RGB"),
+            (200, (30, 30), "L"),
+            (80, (16, 24), "RGB"),
+            (160, (11, 9), "L"),
+            (230, (8, 8), "RGB"),
+        ]
+    ):
         channels = 3 if mode == "RGB" else 1
         pixels = np.clip(rng.normal(level, 25, size=(size[1], size[0], channels)), 0, 255).astype("uint8")
         path = folder / f"photo_{i}.jpg"
@@ -69,20 +77,38 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from litforge.jobs.train import train
 
     tmp = tmp_path_factory.mktemp("onnx_deploy")
-    root = make_image_folder(tmp / "images", classes=("dark", "mid", "light"), per_class=10, size=(12, 12),
-                             mode="RGB")
+    root = make_image_folder(tmp / "images", classes=("dark", "mid", "light"), per_class=10, size=(12, 12), mode="RGB")
 
     def cfg(name: str, *overrides: str, out: str | None = None):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             return compose(config_name=name, overrides=[f"paths.output_dir={tmp / (out or name)}", *overrides])
 
-    checkpoint = train(cfg("train", "data=image_folder", f"data.root={root}", "data.image_size=8",
-                           "data.batch_size=8", "model=mlp", *TINY, "test_after_training=false",
-                           "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-                           "logger=csv"))["best_checkpoint"]
-    export(cfg("export", f"ckpt_path={checkpoint}", "quantize=[onnx_dynamic]", "report.batch_sizes=[1]",
-               "report.threads=[1]", "report.rounds=1"))
+    checkpoint = train(
+        cfg(
+            "train",
+            "data=image_folder",
+            f"data.root={root}",
+            "data.image_size=8",
+            "data.batch_size=8",
+            "model=mlp",
+            *TINY,
+            "test_after_training=false",
+            "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false",
+            "logger=csv",
+        )
+    )["best_checkpoint"]
+    export(
+        cfg(
+            "export",
+            f"ckpt_path={checkpoint}",
+            "quantize=[onnx_dynamic]",
+            "report.batch_sizes=[1]",
+            "report.threads=[1]",
+            "report.rounds=1",
+        )
+    )
     files = write_jpegs(tmp / "photos")
     from litforge.jobs.predict import predict
 
@@ -90,18 +116,41 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     predict(cfg("predict", f"ckpt_path={checkpoint}", f"input={files[0].parent}", f"output={out_csv}"))
     with out_csv.open() as handle:
         predicted = {Path(row["input"]).name: row["class_name"] for row in csv.DictReader(handle)}
+
     def export_float():  # called by the test that needs it: the export takes a while
-        return export(cfg("export", f"ckpt_path={checkpoint}", "input_dtype=float32", "quantize=[]",
-                          "report.batch_sizes=[1]", "report.threads=[1]", "report.rounds=1", out="export_float"))
+        return export(
+            cfg(
+                "export",
+                f"ckpt_path={checkpoint}",
+                "input_dtype=float32",
+                "quantize=[]",
+                "report.batch_sizes=[1]",
+                "report.threads=[1]",
+                "report.rounds=1",
+                out="export_float",
+            )
+        )
+
     GlobalHydra.instance().clear()
-    return {"checkpoint": Path(checkpoint), "out": tmp / "export", "tmp": tmp, "files": files,
-            "predicted": predicted, "export_float": export_float}
+    return {
+        "checkpoint": Path(checkpoint),
+        "out": tmp / "export",
+        "tmp": tmp,
+        "files": files,
+        "predicted": predicted,
+        "export_float": export_float,
+    }
 
 
 def classify(model: Path, files: list[Path], cwd: Path) -> dict[str, str]:
     """{file name: class} as examples/classify_onnx.py prints them, run where torch and litforge cannot be imported."""
-    result = subprocess.run([sys.executable, "-I", "-c", BOOTSTRAP, str(EXAMPLE), str(model), *map(str, files)],
-                            capture_output=True, text=True, timeout=120, cwd=cwd)
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", BOOTSTRAP, str(EXAMPLE), str(model), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return {Path(path).name: name for path, name in (line.rsplit(" ", 1) for line in result.stdout.splitlines())}
 
@@ -144,11 +193,32 @@ def test_every_exported_file_states_what_a_deployer_needs(exported: dict):
         assert session.get_inputs()[0].name == meta["input_name"] == "images"
         assert session.get_inputs()[0].type == "tensor(uint8)"
         assert session.get_inputs()[0].shape[1:] == [3, 8, 8]
-        assert {k: meta[k] for k in ("input_layout", "input_dtype", "input_range", "input_channels", "color_mode",
-                                     "resize", "normalization", "task", "output_name", "variant")} == {
-            "input_layout": "NCHW", "input_dtype": "uint8", "input_range": "[0, 255]", "input_channels": "3",
-            "color_mode": "RGB", "resize": "bilinear", "normalization": "in-graph", "task": "classification",
-            "output_name": "logits", "variant": variant}
+        assert {
+            k: meta[k]
+            for k in (
+                "input_layout",
+                "input_dtype",
+                "input_range",
+                "input_channels",
+                "color_mode",
+                "resize",
+                "normalization",
+                "task",
+                "output_name",
+                "variant",
+            )
+        } == {
+            "input_layout": "NCHW",
+            "input_dtype": "uint8",
+            "input_range": "[0, 255]",
+            "input_channels": "3",
+            "color_mode": "RGB",
+            "resize": "bilinear",
+            "normalization": "in-graph",
+            "task": "classification",
+            "output_name": "logits",
+            "variant": variant,
+        }
         assert json.loads(meta["input_size"]) == [8, 8]
         assert json.loads(meta["class_names"]) == ["dark", "light", "mid"]  # image_folder sorts its class folders
         mean, std = json.loads(meta["mean"]), json.loads(meta["std"])

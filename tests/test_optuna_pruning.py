@@ -32,11 +32,21 @@ def test_median_pruner_stops_a_hopeless_trial_early_and_the_summary_ranks_only_c
         study.enqueue_trial({"optimizer.lr": lr})
 
     tiny = [o for o in TINY if not o.startswith(("trainer.max_epochs=", "trainer.limit_train_batches="))]
-    result = run_cli("train.py", *tiny, SEARCH, *FIXED, f"trainer.max_epochs={MAX_EPOCHS}",
-                     "trainer.limit_train_batches=2",
-                     "optimizer.lr=choice(0.05,1e-7)", "hydra.sweeper.n_trials=3", "hydra.sweeper.pruner=median",
-                     "hydra.sweeper.pruner_args={n_startup_trials:2,n_warmup_steps:0}",
-                     f"hydra.sweep.dir={sweep_dir}", log_dir=tmp_path / "logs", extra_args=("-m",))
+    result = run_cli(
+        "train.py",
+        *tiny,
+        SEARCH,
+        *FIXED,
+        f"trainer.max_epochs={MAX_EPOCHS}",
+        "trainer.limit_train_batches=2",
+        "optimizer.lr=choice(0.05,1e-7)",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.pruner=median",
+        "hydra.sweeper.pruner_args={n_startup_trials:2,n_warmup_steps:0}",
+        f"hydra.sweep.dir={sweep_dir}",
+        log_dir=tmp_path / "logs",
+        extra_args=("-m",),
+    )
     assert result.returncode == 0, result.output[-4000:]
     assert "3 trials: 2 complete, 1 pruned, 0 failed" in result.output
 
@@ -67,8 +77,17 @@ def test_pruner_none_adds_no_callback_and_bad_pruner_settings_are_refused_in_one
     from litforge.records.optuna_study import build_pruner
 
     def sweeper(pruner: str, **args) -> LitforgeOptunaSweeper:
-        return LitforgeOptunaSweeper(direction="max", study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db",
-                                     n_trials=2, n_jobs=1, sampler={}, params={}, pruner=pruner, pruner_args=args)
+        return LitforgeOptunaSweeper(
+            direction="max",
+            study_name="s",
+            storage=f"sqlite:///{tmp_path}/optuna.db",
+            n_trials=2,
+            n_jobs=1,
+            sampler={},
+            params={},
+            pruner=pruner,
+            pruner_args=args,
+        )
 
     assert sweeper("none")._pruning_overrides(0) == []
     assert sweeper("none", n_warmup_steps=1)._pruning_overrides(0) == [], "none ignores a search config's args"
@@ -80,9 +99,13 @@ def test_pruner_none_adds_no_callback_and_bad_pruner_settings_are_refused_in_one
 
     with pytest.raises(ValueError, match=r"^hydra.sweeper.pruner='asha': use one of none, median, hyperband"):
         sweeper("asha")
-    with pytest.raises(ValueError, match=r"^hydra.sweeper.pruner_args for pruner=median: .*n_warmup_step.*"
-                                         r"MedianPruner takes: n_startup_trials, n_warmup_steps"):
+    with pytest.raises(
+        ValueError,
+        match=r"^hydra.sweeper.pruner_args for pruner=median: .*n_warmup_step.*"
+        r"MedianPruner takes: n_startup_trials, n_warmup_steps",
+    ):
         sweeper("median", n_warmup_step=1)
     with pytest.raises(ValueError, match=r"^hydra.sweeper.pruner=median needs hydra.sweeper.storage"):
-        LitforgeOptunaSweeper(direction="max", study_name="s", storage=None, n_trials=2, n_jobs=1, sampler={},
-                              params={}, pruner="median")
+        LitforgeOptunaSweeper(
+            direction="max", study_name="s", storage=None, n_trials=2, n_jobs=1, sampler={}, params={}, pruner="median"
+        )

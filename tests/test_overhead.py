@@ -54,8 +54,9 @@ def test_progress_bar_does_its_per_batch_work_only_when_a_redraw_is_due(monkeypa
     assert drawn == [0, 4, 8, 9]  # every 0.25 s, and the epoch's last batch (the count the epoch ends on)
 
 
-def test_a_default_run_goes_through_lightnings_own_callback_dispatch_with_one_tensorboard_callback(compose_cfg,
-                                                                                                  monkeypatch):
+def test_a_default_run_goes_through_lightnings_own_callback_dispatch_with_one_tensorboard_callback(
+    compose_cfg, monkeypatch
+):
     """No litforge replacement of Lightning's `_call_callback_hooks`: the saving comes from fewer callbacks (the
     TensorBoard extras are one), and every hook a callback overrides is called as often as Lightning calls it."""
     import pytorch_lightning as pl
@@ -79,10 +80,18 @@ def test_a_default_run_goes_through_lightnings_own_callback_dispatch_with_one_te
             seen.extend(trainer.callbacks)
 
     real = train_job.instantiate_named
-    monkeypatch.setattr(train_job, "instantiate_named",
-                        lambda group, node: real(group, node) + ([Counts()] if group == "callbacks" else []))
-    cfg = compose_cfg("trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
-                      "test_after_training=false", "print_config=false")
+    monkeypatch.setattr(
+        train_job,
+        "instantiate_named",
+        lambda group, node: real(group, node) + ([Counts()] if group == "callbacks" else []),
+    )
+    cfg = compose_cfg(
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "test_after_training=false",
+        "print_config=false",
+    )
     train_job.train(cfg)
     assert calls == ["batch_end"] * 3
     assert call._call_callback_hooks is lightning_dispatch
@@ -141,18 +150,27 @@ def test_steps_per_call_auto_trains_with_the_chosen_n(compose_cfg, monkeypatch):
 
     chosen: list[int] = []
     real_choose = steps_per_call.choose_steps_per_call
-    monkeypatch.setattr(steps_per_call, "choose_steps_per_call",  # a 10x cheaper step than measured: a larger N
-                        lambda step, overhead, batches: chosen.append(real_choose(step / 10, overhead, batches))
-                        or chosen[-1])
+    monkeypatch.setattr(
+        steps_per_call,
+        "choose_steps_per_call",  # a 10x cheaper step than measured: a larger N
+        lambda step, overhead, batches: chosen.append(real_choose(step / 10, overhead, batches)) or chosen[-1],
+    )
     seen: list[int] = []
     real_install = steps_per_call.install
 
     def install(steps, task, *args):
         real_install(steps, task, *args)
         seen.append(task)
+
     monkeypatch.setattr(steps_per_call, "install", install)
-    cfg = compose_cfg("steps_per_call=auto", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
-                      "test_after_training=false", "print_config=false", "callbacks.progress_bar=null")
+    cfg = compose_cfg(
+        "steps_per_call=auto",
+        "trainer.max_epochs=1",
+        "trainer.limit_val_batches=1",
+        "test_after_training=false",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+    )
     result = train_job.train(cfg)
     assert len(chosen) == 1 and 1 <= chosen[0] <= 21
     assert seen[0].steps_per_call.steps == chosen[0]
@@ -180,17 +198,27 @@ def _fit_counting_saves(compose_cfg, monkeypatch, *overrides: str) -> tuple[Any,
 
     saved: list[int] = []
     real_save = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (
-        saved.append(obj["global_step"]) if isinstance(obj, dict) and "global_step" in obj else None)
-        or real_save(obj, f, *a, **k))
-    cfg = compose_cfg("trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "test_after_training=false",
-                      "print_config=false", "callbacks.progress_bar=null", *overrides)
+    monkeypatch.setattr(
+        torch,
+        "save",
+        lambda obj, f, *a, **k: (
+            (saved.append(obj["global_step"]) if isinstance(obj, dict) and "global_step" in obj else None)
+            or real_save(obj, f, *a, **k)
+        ),
+    )
+    cfg = compose_cfg(
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=2",
+        "test_after_training=false",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        *overrides,
+    )
     train_job.train(cfg)
     return cfg, saved
 
 
-def test_best_and_last_are_two_lightning_model_checkpoints_and_last_follows_the_latest_step(compose_cfg,
-                                                                                             monkeypatch):
+def test_best_and_last_are_two_lightning_model_checkpoints_and_last_follows_the_latest_step(compose_cfg, monkeypatch):
     """lr=1e-12 (the predictions never change): the first epoch is the best and no later one beats it. The monitored
     ModelCheckpoint keeps that file; the unmonitored one rewrites last.ckpt at every epoch end, so resume=auto and
     metrics.json's last_checkpoint get the latest step, not the best one (Lightning's save_last would stay there)."""
@@ -199,8 +227,9 @@ def test_best_and_last_are_two_lightning_model_checkpoints_and_last_follows_the_
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    cfg, saved = _fit_counting_saves(compose_cfg, monkeypatch, "trainer.max_epochs=3", "optimizer.lr=1e-12",
-                                     "scheduler=none")
+    cfg, saved = _fit_counting_saves(
+        compose_cfg, monkeypatch, "trainer.max_epochs=3", "optimizer.lr=1e-12", "scheduler=none"
+    )
     folder = Path(cfg.paths.output_dir) / "checkpoints"
     best, last = folder / "epoch000-step000004.ckpt", folder / "last.ckpt"
     assert saved == [4, 4, 8, 12], "epoch 0: the best file and last.ckpt; epochs 1, 2: last.ckpt alone"

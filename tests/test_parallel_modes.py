@@ -42,10 +42,16 @@ def _tiny_fit(max_epochs: int, ckpt_in: Path | None = None, ckpt_out: Path | Non
             x = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
             return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)  # 6 steps an epoch
 
-    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=DiLoCo(sync_every=4, outer_lr=0.7, outer_momentum=0.9,
-                                                                       process_group_backend="gloo"),
-                         max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        strategy=DiLoCo(sync_every=4, outer_lr=0.7, outer_momentum=0.9, process_group_backend="gloo"),
+        max_epochs=max_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     module = Tiny()
     trainer.fit(module, ckpt_path=ckpt_in)
     if ckpt_out is not None:
@@ -83,10 +89,20 @@ def test_diloco_every_step_without_outer_momentum_is_ddp(tmp_path: Path):
     """H=1, outer lr 1, no outer momentum on 2 gloo processes: DDP's weights (inner SGD with momentum and weight
     decay is linear in the gradient, so averaging the replicas after a step equals stepping on averaged gradients);
     the run logs the bytes it all-reduced per optimizer step (the parameters, fp32) and checkpoints the outer state."""
-    common = [*TINY, *QUIET, "model.dropout=0.0", "callbacks.early_stopping=null", "trainer.max_epochs=1",
-              "optimizer=sgd", "trainer.devices=2", "data.batch_size=16"]
-    runs = {"ddp": ["strategy=ddp"],
-            "diloco": ["strategy=diloco", "strategy.sync_every=1", "strategy.outer_lr=1", "strategy.outer_momentum=0"]}
+    common = [
+        *TINY,
+        *QUIET,
+        "model.dropout=0.0",
+        "callbacks.early_stopping=null",
+        "trainer.max_epochs=1",
+        "optimizer=sgd",
+        "trainer.devices=2",
+        "data.batch_size=16",
+    ]
+    runs = {
+        "ddp": ["strategy=ddp"],
+        "diloco": ["strategy=diloco", "strategy.sync_every=1", "strategy.outer_lr=1", "strategy.outer_momentum=0"],
+    }
     ckpts = {}
     for name, strategy in runs.items():
         result = run_cli("train.py", *common, *strategy, log_dir=tmp_path / name, timeout=300)

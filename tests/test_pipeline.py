@@ -37,8 +37,11 @@ def test_stages_compose_to_the_whole_net(num_stages: int) -> None:
         assert torch.equal(y, net(x)), type(net).__name__
         # every tensor is in exactly one stage, except the GPT's tied embedding/head (first and last)
         shared = {name: where for name, where in owners(net, stages).items() if len(where) > 1}
-        assert shared == ({"tok_embed.weight": [0, num_stages - 1], "head.weight": [0, num_stages - 1]}
-                          if isinstance(net, GPT) else {})
+        assert shared == (
+            {"tok_embed.weight": [0, num_stages - 1], "head.weight": [0, num_stages - 1]}
+            if isinstance(net, GPT)
+            else {}
+        )
 
 
 def test_unsplittable_nets_are_refused_in_one_line() -> None:
@@ -85,20 +88,34 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     stages = split_net(task.net, world_size)
     held = {f"net.{name}": where for name, where in owners(task.net, stages).items()}
     tied = [p for p in stages[rank].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
-    loop = PipelineLoop(task, stages[rank], rank, world_size, schedule, 4, group=None,
-                        stage_ranks=list(range(world_size)), tied=tied,
-                        tied_group=dist.new_group(list(range(world_size))) if tied else None,
-                        device=torch.device("cpu"), net_inputs=net_inputs(task))
+    loop = PipelineLoop(
+        task,
+        stages[rank],
+        rank,
+        world_size,
+        schedule,
+        4,
+        group=None,
+        stage_ranks=list(range(world_size)),
+        tied=tied,
+        tied_group=dist.new_group(list(range(world_size))) if tied else None,
+        device=torch.device("cpu"),
+        net_inputs=net_inputs(task),
+    )
     out: dict[str, float] = {"loss": 0.0, "grad": 0.0, "weight": 0.0, "metric": 0.0, "full_net": 1.0, "optimizer": 1.0}
     opt, ref_opt = task.configure_optimizers(), reference.configure_optimizers()  # SGD with momentum (state)
     for step, size in enumerate((8, 8, 6, 8)):  # 6: a partial batch, 3 micro-batches
         if step == 3:  # a checkpoint and an exact resume: the full net and optimizer on every rank, a fresh start
             sync_full_net(task, held)
-            out["full_net"] = max((a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters(), strict=True))
+            out["full_net"] = max(
+                (a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters(), strict=True)
+            )
             saved = {"state_dict": task.state_dict(), "optimizer": merged_optimizer_state(opt.state_dict(), world_size)}
             ref_state = ref_opt.state_dict()["state"]
-            out["optimizer"] = max((saved["optimizer"]["state"][k]["momentum_buffer"] - v["momentum_buffer"]).abs()
-                                   .max().item() for k, v in ref_state.items())
+            out["optimizer"] = max(
+                (saved["optimizer"]["state"][k]["momentum_buffer"] - v["momentum_buffer"]).abs().max().item()
+                for k, v in ref_state.items()
+            )
             assert sorted(saved["optimizer"]["state"]) == sorted(ref_state)
             task = _task(kind)
             if kind == "mlp":  # the resumed task's metric starts afresh, so does the reference's
@@ -107,11 +124,23 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
             opt = task.configure_optimizers()
             opt.load_state_dict(saved["optimizer"])
             stages = split_net(task.net, world_size)
-            tied = [p for p in stages[rank].parameters()
-                    if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
-            loop = PipelineLoop(task, stages[rank], rank, world_size, schedule, 4, group=None,
-                                stage_ranks=list(range(world_size)), tied=tied, tied_group=loop.tied_group,
-                                device=torch.device("cpu"), net_inputs=net_inputs(task))
+            tied = [
+                p for p in stages[rank].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1
+            ]
+            loop = PipelineLoop(
+                task,
+                stages[rank],
+                rank,
+                world_size,
+                schedule,
+                4,
+                group=None,
+                stage_ranks=list(range(world_size)),
+                tied=tied,
+                tied_group=loop.tied_group,
+                device=torch.device("cpu"),
+                net_inputs=net_inputs(task),
+            )
         batch = _batch(kind, size)
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)
@@ -132,9 +161,9 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     return out
 
 
-
-def _gap_to_reference(task: torch.nn.Module, reference: torch.nn.Module, held: dict[str, list[int]], stage: int,
-                      grads: bool) -> float:
+def _gap_to_reference(
+    task: torch.nn.Module, reference: torch.nn.Module, held: dict[str, list[int]], stage: int, grads: bool
+) -> float:
     """Largest |difference| to the one-process reference over the parameters `stage` holds (their gradients, which
     must exist, or their values)."""
     mine, gap = dict(task.named_parameters(remove_duplicate=False)), 0.0
@@ -144,6 +173,7 @@ def _gap_to_reference(task: torch.nn.Module, reference: torch.nn.Module, held: d
                 assert mine[name].grad is not None, name
             gap = max(gap, ((mine[name].grad - p.grad) if grads else (mine[name] - p)).abs().max().item())
     return gap
+
 
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -181,13 +211,24 @@ def test_strategy_refusals_name_the_key_and_the_fix() -> None:
         strategy.check_task(ClassificationTask(net=cnn, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3))
     mlp = {"_target_": "litforge.models.mlp.MLP", "_partial_": True}
     with pytest.raises(ConfigError, match=r"pass task.mix=none"):
-        strategy.check_task(ClassificationTask(net=mlp, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3,
-                                               mix="mixup"))
+        strategy.check_task(
+            ClassificationTask(net=mlp, optimizer=sgd, input_shape=[1, 8, 8], num_classes=3, mix="mixup")
+        )
 
 
-QUIET = ["trainer=cpu", "callbacks.model_summary=null", "logger=csv", "print_config=false",
-         "callbacks.progress_bar=null", "model=mlp", "model.dropout=0", "trainer.max_epochs=1",
-         "+trainer.limit_train_batches=4", "+trainer.limit_val_batches=2", "+trainer.limit_test_batches=2"]
+QUIET = [
+    "trainer=cpu",
+    "callbacks.model_summary=null",
+    "logger=csv",
+    "print_config=false",
+    "callbacks.progress_bar=null",
+    "model=mlp",
+    "model.dropout=0",
+    "trainer.max_epochs=1",
+    "+trainer.limit_train_batches=4",
+    "+trainer.limit_val_batches=2",
+    "+trainer.limit_test_batches=2",
+]
 
 
 @pytest.mark.slow
@@ -195,8 +236,9 @@ QUIET = ["trainer=cpu", "callbacks.model_summary=null", "logger=csv", "print_con
 def test_pipeline_cli_trains_like_one_process_and_eval_reads_its_checkpoint(tmp_path: Path) -> None:
     """`python train.py strategy=pipeline trainer.devices=2 model=mlp`: the metrics of a one-process run (the
     same batches, losses and weights), and eval.py on its single-file checkpoint reproduces its test metrics."""
-    piped = run_cli("train.py", *QUIET, "strategy=pipeline", "trainer.devices=2", log_dir=tmp_path / "pipe",
-                    timeout=300)
+    piped = run_cli(
+        "train.py", *QUIET, "strategy=pipeline", "trainer.devices=2", log_dir=tmp_path / "pipe", timeout=300
+    )
     assert piped.returncode == 0, piped.output[-3000:]
     alone = run_cli("train.py", *QUIET, "trainer.devices=1", log_dir=tmp_path / "one", timeout=300)
     assert alone.returncode == 0, alone.output[-3000:]
@@ -205,11 +247,16 @@ def test_pipeline_cli_trains_like_one_process_and_eval_reads_its_checkpoint(tmp_
     for key in ("train/acc", "val/loss", "val/acc", "test/loss", "test/acc"):
         assert pipe_metrics[key] == pytest.approx(one_metrics[key], abs=1e-6), (key, pipe_metrics, one_metrics)
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert set(checkpoint["state_dict"]) == {f"net.{k}" for k in
-                                             ("net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias",
-                                              "net.5.weight", "net.5.bias")}
-    evaluated = run_cli("eval.py", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
-                        "+trainer.limit_test_batches=2", log_dir=tmp_path / "eval", timeout=300)
+    assert set(checkpoint["state_dict"]) == {
+        f"net.{k}" for k in ("net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight", "net.5.bias")
+    }
+    evaluated = run_cli(
+        "eval.py",
+        f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+        "+trainer.limit_test_batches=2",
+        log_dir=tmp_path / "eval",
+        timeout=300,
+    )
     assert evaluated.returncode == 0, evaluated.output[-3000:]
     eval_metrics = read_metrics(single_run(tmp_path / "eval", "eval"))["metrics"]
     assert eval_metrics["test/acc"] == pytest.approx(pipe_metrics["test/acc"], abs=1e-6), eval_metrics

@@ -51,10 +51,12 @@ def test_the_command_line_is_refused_before_hydra_starts(overrides: list[str], s
 def test_good_command_lines_pass_unchanged(tmp_path: Path):
     from litforge.cli.preflight import checked_overrides
 
-    for overrides in (["trainer.gradient_clip_val=0.5", "model=cnn", "model.channels=[8,16]"],
-                      ["data=image_folder", f"data.root={tmp_path}", "data.image_size=[32,48]"],  # a ??? key given
-                      ["experiment=cartpole_dqn", "trainer.max_epochs=-1", "trainer.max_steps=100"],
-                      ["+callbacks.extra._target_=x.Y", "+callbacks.extra.mode=min"]):
+    for overrides in (
+        ["trainer.gradient_clip_val=0.5", "model=cnn", "model.channels=[8,16]"],
+        ["data=image_folder", f"data.root={tmp_path}", "data.image_size=[32,48]"],  # a ??? key given
+        ["experiment=cartpole_dqn", "trainer.max_epochs=-1", "trainer.max_steps=100"],
+        ["+callbacks.extra._target_=x.Y", "+callbacks.extra.mode=min"],
+    ):
         args = [f"paths.log_dir={tmp_path}", *overrides]
         assert checked_overrides(CONF, "train", args) == args
     for job in ("eval", "predict", "export", "generate"):
@@ -64,11 +66,14 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
         checked_overrides(CONF, "eval", [f"paths.log_dir={tmp_path}"])
 
 
-@pytest.mark.parametrize(("override", "says"), [
-    ("a.flag=maybe", "a.flag='maybe': expected true or false (the default is false)"),
-    ("a.n=many", "a.n='many': expected an integer (the default is 3)"),
-    ("a.xs=1", "a.xs=1: expected a list (the default is [1,2])"),
-])
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("a.flag=maybe", "a.flag='maybe': expected true or false (the default is false)"),
+        ("a.n=many", "a.n='many': expected an integer (the default is 3)"),
+        ("a.xs=1", "a.xs=1: expected a list (the default is [1,2])"),
+    ],
+)
 def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -82,13 +87,16 @@ def test_a_key_without_a_rule_keeps_the_kind_of_its_default(override: str, says:
         check_value_types(baseline, cfg, parsed)
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
-    (["-m", "resume=auto", "seed=1,2"], "resume= continues one run"),
-    (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
-    # values are each job's to check: the sweep records the failed job and runs the others (tests/test_sweeps.py)
-    (["-m", "model.dropout=choice(0.1,1.5)", "optimizer.lr=interval(0.0,0.1)"], None),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
+        (["-m", "resume=auto", "seed=1,2"], "resume= continues one run"),
+        (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
+        # values are each job's to check: the sweep records the failed job and runs the others (tests/test_sweeps.py)
+        (["-m", "model.dropout=choice(0.1,1.5)", "optimizer.lr=interval(0.0,0.1)"], None),
+    ],
+)
 def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says: str | None, tmp_path: Path, capsys):
     from litforge.cli.preflight import prepare_command_line
 
@@ -110,11 +118,13 @@ def test_a_refused_command_line_costs_no_torch_import():
 
     from conftest import ROOT
 
-    probe = ("import runpy, sys\n"
-             "sys.argv = ['train.py', 'data.batch_size=0']\n"
-             "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
-             "except SystemExit as exc:\n    print('EXIT', exc.code)\n"
-             "print('IMPORTED', sorted(m for m in ('torch', 'pytorch_lightning') if m in sys.modules))\n")
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['train.py', 'data.batch_size=0']\n"
+        "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
+        "except SystemExit as exc:\n    print('EXIT', exc.code)\n"
+        "print('IMPORTED', sorted(m for m in ('torch', 'pytorch_lightning') if m in sys.modules))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "EXIT 1" in proc.stdout and "IMPORTED []" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr.count("litforge: error: data.batch_size=0") == 1, proc.stderr

@@ -117,9 +117,15 @@ def test_sigterm_mid_validation_exits_within_the_grace_and_the_resume_validates_
     after its first batch: the run stops after that batch, saves and exits 143 well within 30 s. resume=auto runs
     that validation again in full (Lightning alone would skip it): weights, metrics and the best-checkpoint choice
     are those of the uninterrupted run (the same samples, in batches of 16 instead of 256)."""
-    slow_val = [*COMMON, "+data.eval_batch_size=16", "trainer.limit_val_batches=null", "trainer.limit_test_batches=null"]
-    killed = run_cli("train.py", *slow_val, *fault("SignalInValidation", step=12, batch=0, sleep=4),
-                     log_dir=tmp_path, env=FAULTS_ENV)
+    slow_val = [
+        *COMMON,
+        "+data.eval_batch_size=16",
+        "trainer.limit_val_batches=null",
+        "trainer.limit_test_batches=null",
+    ]
+    killed = run_cli(
+        "train.py", *slow_val, *fault("SignalInValidation", step=12, batch=0, sleep=4), log_dir=tmp_path, env=FAULTS_ENV
+    )
     ended = time.time()
     assert killed.returncode == 143, killed.output[-3000:]
     signalled = float(re.search(r"FAULT SIGTERM in validation batch 0 at ([0-9.]+)", killed.output).group(1))
@@ -133,12 +139,16 @@ def test_sigterm_mid_validation_exits_within_the_grace_and_the_resume_validates_
     expected, got = last_ckpt(uninterrupted), last_ckpt(run_dir)
     assert_same_weights(expected, got)
     for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
-        assert read_metrics(run_dir)["metrics"][name] == \
-            pytest.approx(read_metrics(uninterrupted)["metrics"][name], abs=1e-6), name
+        assert read_metrics(run_dir)["metrics"][name] == pytest.approx(
+            read_metrics(uninterrupted)["metrics"][name], abs=1e-6
+        ), name
     # the monitored ModelCheckpoint's state (the unmonitored one beside it keeps last.ckpt)
-    (expected_cb,), (got_cb,) = ([v for v in ckpt["callbacks"].values() if v.get("monitor")] for ckpt in (expected, got))
-    assert Path(got_cb["best_model_path"]).name == Path(expected_cb["best_model_path"]).name, \
+    (expected_cb,), (got_cb,) = (
+        [v for v in ckpt["callbacks"].values() if v.get("monitor")] for ckpt in (expected, got)
+    )
+    assert Path(got_cb["best_model_path"]).name == Path(expected_cb["best_model_path"]).name, (
         "the interrupted validation (step 12) took part in picking the best checkpoint"
+    )
     # last.ckpt's record of the best file is current: it names the best file on disk (once, it named the previous
     # epoch's, deleted since: last.ckpt was written before Lightning's epoch-end top-k save)
     for folder, record in ((uninterrupted, expected_cb), (run_dir, got_cb)):
@@ -151,8 +161,15 @@ def test_sigterm_ends_a_hung_run_within_the_grace_with_its_stacks_and_keeps_its_
     """A run blocked forever at step 8 (a lock, as a rank in an unmatched collective) gets SIGTERM: the loop never
     reaches its next step, so the watchdog ends it hang_grace (2 s) later, exit 143, naming the blocked frame; the
     epoch-end last.ckpt (step 6) is kept."""
-    result = run_cli("train.py", *COMMON, "callbacks.checkpoint_on_signal.hang_grace=2", *fault("HangAt", step=8),
-                     log_dir=tmp_path, env=FAULTS_ENV, timeout=120)
+    result = run_cli(
+        "train.py",
+        *COMMON,
+        "callbacks.checkpoint_on_signal.hang_grace=2",
+        *fault("HangAt", step=8),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+        timeout=120,
+    )
     ended = time.time()
     assert result.returncode == 143, result.output[-3000:]
     hung_at = float(re.search(r"FAULT hang at ([0-9.]+)", result.output).group(1))
@@ -172,8 +189,14 @@ def test_last_ckpt_is_the_latest_step_when_the_metric_stops_improving(uninterrup
     objective.mode=min on val/acc (which rises every epoch here) keeps epoch 0 the best: before the fix, last.ckpt
     stayed at step 6 and resume=auto retrained epoch 1. SIGKILL at step 15 (mid-epoch 2).
     """
-    killed = run_cli("train.py", *COMMON, "objective.mode=min", *fault("SignalAt", step=15, signal="SIGKILL"),
-                     log_dir=tmp_path, env=FAULTS_ENV)
+    killed = run_cli(
+        "train.py",
+        *COMMON,
+        "objective.mode=min",
+        *fault("SignalAt", step=15, signal="SIGKILL"),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     run_dir = single_run(tmp_path)
     assert [p.name for p in (run_dir / "checkpoints").glob("epoch*.ckpt")] == ["epoch000-step000006.ckpt"]
@@ -190,8 +213,14 @@ def test_last_ckpt_is_the_latest_step_when_the_metric_stops_improving(uninterrup
 
 def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterrupted, tmp_path):
     """checkpoint_every=4: last.ckpt at step 8 (epoch 1, batch 2 of 6); SIGKILL at step 10; resume=auto is exact."""
-    killed = run_cli("train.py", *COMMON, "checkpoint_every=4", *fault("SignalAt", step=10, signal="SIGKILL"),
-                     log_dir=tmp_path, env=FAULTS_ENV)
+    killed = run_cli(
+        "train.py",
+        *COMMON,
+        "checkpoint_every=4",
+        *fault("SignalAt", step=10, signal="SIGKILL"),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     run_dir = single_run(tmp_path)
     saved = last_ckpt(run_dir)
@@ -235,8 +264,15 @@ def test_resume_auto_without_an_interrupted_run_starts_a_new_one(tmp_path):
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
-    result = run_cli("train.py", *COMMON, "trainer.max_epochs=5", "trainer.limit_train_batches=4",
-                     *fault("PoisonAt", step=10), log_dir=tmp_path, env=FAULTS_ENV)
+    result = run_cli(
+        "train.py",
+        *COMMON,
+        "trainer.max_epochs=5",
+        "trainer.limit_train_batches=4",
+        *fault("PoisonAt", step=10),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+    )
     assert result.returncode == 1, result.output[-3000:]
     assert "Traceback" not in result.output
     assert "the loss became nan at step 10 (epoch 2, batch 2)" in result.output, result.output[-2000:]
@@ -316,8 +352,8 @@ print("second saved", flush=True)
 
 
 def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
-    from litforge.config.instantiate import instantiate_group
     from litforge.checkpointing.io import AtomicCheckpointIO
+    from litforge.config.instantiate import instantiate_group
     from litforge.jobs.build import build_trainer
 
     cfg = compose_cfg()
@@ -328,11 +364,26 @@ def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
 @pytest.mark.distributed
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_rank_that_dies_makes_the_others_exit_within_a_minute(rank: int, tmp_path):
-    cmd = [sys.executable, str(ROOT / "train.py"), f"paths.log_dir={tmp_path}", *COMMON, "trainer.max_epochs=50",
-           "strategy.name=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
-           *fault("SignalAt", step=3, signal="SIGKILL", rank=rank)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **FAULTS_ENV}, start_new_session=True)
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"paths.log_dir={tmp_path}",
+        *COMMON,
+        "trainer.max_epochs=50",
+        "strategy.name=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        *fault("SignalAt", step=3, signal="SIGKILL", rank=rank),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **FAULTS_ENV},
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=240)
     finally:
@@ -360,8 +411,9 @@ def _group_alive(pgid: int) -> bool:
 
 def test_a_failed_sweep_job_keeps_the_others_results_and_the_sweep_says_so(tmp_path):
     missing = tmp_path / "missing.ckpt"
-    result = run_cli("train.py", *TINY, "trainer.max_epochs=1", f"ckpt_path=null,{missing}", log_dir=tmp_path,
-                     extra_args=("-m",))
+    result = run_cli(
+        "train.py", *TINY, "trainer.max_epochs=1", f"ckpt_path=null,{missing}", log_dir=tmp_path, extra_args=("-m",)
+    )
     assert result.returncode == 1, result.output[-3000:]
     assert "litforge: sweep job 1 failed" in result.output and "1 of 2 jobs failed" in result.output
     sweep = next((tmp_path / "train" / "multiruns").iterdir())
@@ -393,8 +445,8 @@ def test_full_disk_and_read_only_folders_are_refused(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from litforge.core.errors import ConfigError
     from litforge.checkpointing.folders import check_folder
+    from litforge.core.errors import ConfigError
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
@@ -415,7 +467,9 @@ def test_no_shell_in_litforge():
     starts is `git` in litforge.records.provenance, with an argv list (never a string a shell would parse)."""
     import ast
 
-    allowed = ROOT / "src" / "litforge" / "records" / "provenance.py"  # asks git for the commit: fixed argv, no config value
+    allowed = (
+        ROOT / "src" / "litforge" / "records" / "provenance.py"
+    )  # asks git for the commit: fixed argv, no config value
     offenders = []
     for path in [*(ROOT / "src" / "litforge").rglob("*.py"), *ROOT.glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -425,31 +479,64 @@ def test_no_shell_in_litforge():
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
-                names = [f"os.{node.attr}"] if node.attr in ("system", "popen") or \
-                    node.attr.startswith(("exec", "spawn")) else []
+                names = (
+                    [f"os.{node.attr}"]
+                    if node.attr in ("system", "popen") or node.attr.startswith(("exec", "spawn"))
+                    else []
+                )
             elif isinstance(node, ast.keyword) and node.arg == "shell":
                 names = ["shell="]
-            elif (path == allowed and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"):
+            elif (
+                path == allowed
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "subprocess"
+            ):
                 argv = node.args[0] if node.args else None
-                starts_with_git = (isinstance(argv, ast.List) and argv.elts and isinstance(argv.elts[0], ast.Constant)
-                                   and argv.elts[0].value == "git")
+                starts_with_git = (
+                    isinstance(argv, ast.List)
+                    and argv.elts
+                    and isinstance(argv.elts[0], ast.Constant)
+                    and argv.elts[0].value == "git"
+                )
                 names = [] if starts_with_git else ["subprocess call whose argv is not a ['git', ...] list"]
-            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
-                          if (n.split(".")[0] in ("subprocess", "pty") and path != allowed)
-                          or n.startswith(("os.", "subprocess call")) or n == "shell="]
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
+                for n in names
+                if (n.split(".")[0] in ("subprocess", "pty") and path != allowed)
+                or n.startswith(("os.", "subprocess call"))
+                or n == "shell="
+            ]
     assert offenders == [], offenders
 
 
 # ---- sharded runs (strategy=fsdp/tp, 2 gloo processes): kill -9 of the whole job, then resume=auto ----------------
 # 2 epochs of 4 batches; checkpoint_every=3 saves at step 3 (mid-epoch 0), 4 (epoch end) and 6 (mid-epoch 1, after
 # an epoch boundary: where the data order used to drift); the job is SIGKILLed at step 7 and resumes from step 6.
-SHARDED = ["experiment=gpt_char", "data.max_chars=20000", "data.block_size=16", "data.batch_size=8", "model.dim=32",
-           "model.depth=2", "model.heads=2", "trainer.max_epochs=2", "trainer.limit_train_batches=4",
-           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.val_check_interval=1.0",
-           "callbacks=[default]", "callbacks.progress_bar=null", "callbacks.early_stopping=null",
-           "callbacks.model_summary=null", "print_config=false", "logger=csv", "trainer=cpu", "trainer.devices=2",
-           "checkpoint_every=3"]
+SHARDED = [
+    "experiment=gpt_char",
+    "data.max_chars=20000",
+    "data.block_size=16",
+    "data.batch_size=8",
+    "model.dim=32",
+    "model.depth=2",
+    "model.heads=2",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=4",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.val_check_interval=1.0",
+    "callbacks=[default]",
+    "callbacks.progress_bar=null",
+    "callbacks.early_stopping=null",
+    "callbacks.model_summary=null",
+    "print_config=false",
+    "logger=csv",
+    "trainer=cpu",
+    "trainer.devices=2",
+    "checkpoint_every=3",
+]
 # strategy -> (weights atol, metrics atol). fsdp is bit-equal: every parameter is sharded, each rank owns its slice.
 # tp: the parameters it does not split (embeddings, norms) are replicated, and each rank computes their gradients
 # itself; the two copies differ in the last bits (measured ~6e-8 after 4 steps), and the distributed checkpoint holds
@@ -472,14 +559,22 @@ def sharded_uninterrupted(tmp_path_factory) -> dict:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", list(SHARDED_RESUME))
-def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run(strategy, sharded_uninterrupted,
-                                                                                 tmp_path):
+def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run(
+    strategy, sharded_uninterrupted, tmp_path
+):
     from litforge.checkpointing.load import load_checkpoint
     from litforge.parallel.consolidate import is_distributed_checkpoint
 
     weights_atol, metrics_atol = SHARDED_RESUME[strategy]
-    killed = run_cli("train.py", *SHARDED, f"strategy={strategy}", *fault("KillJobAt", step=7), log_dir=tmp_path,
-                     env=FAULTS_ENV, timeout=300)
+    killed = run_cli(
+        "train.py",
+        *SHARDED,
+        f"strategy={strategy}",
+        *fault("KillJobAt", step=7),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     assert "FAULT kill -9 job at step 7" in killed.output
     run_dir = single_run(tmp_path, "gpt_char")
@@ -488,8 +583,15 @@ def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run
     saved = torch.load(last / "meta.pt" if strategy != "pipeline" else last, weights_only=True)
     assert (saved["epoch"], saved["global_step"]) == (1, 6), "the step-6 clock save, mid-epoch 1"
 
-    resumed = run_cli("train.py", "experiment=gpt_char", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path,
-                      env=FAULTS_ENV, timeout=300)
+    resumed = run_cli(
+        "train.py",
+        "experiment=gpt_char",
+        "resume=auto",
+        "+callbacks.fault.step=-1",
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert "from last.ckpt" in resumed.output and single_run(tmp_path, "gpt_char") == run_dir
 
@@ -506,14 +608,22 @@ def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run
 
 @pytest.mark.distributed
 def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resume_auto_continues_from_it(
-        sharded_uninterrupted, tmp_path):
+    sharded_uninterrupted, tmp_path
+):
     """strategy=fsdp: the job is SIGKILLed while it overwrites last.ckpt at step 4 (every rank's shards written, meta.pt
     and the rename not): last.ckpt is still the step-3 folder, whole, resume=auto continues from it, and the run ends
     bit-equal to the uninterrupted one."""
     from litforge.checkpointing.load import load_checkpoint
 
-    killed = run_cli("train.py", *SHARDED, "strategy=fsdp", *fault("KillJobDuringSave", step=4), log_dir=tmp_path,
-                     env=FAULTS_ENV, timeout=300)
+    killed = run_cli(
+        "train.py",
+        *SHARDED,
+        "strategy=fsdp",
+        *fault("KillJobDuringSave", step=4),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     assert "FAULT kill -9 job while saving" in killed.output and ".last.ckpt.partial" in killed.output
     run_dir = single_run(tmp_path, "gpt_char")
@@ -523,8 +633,15 @@ def test_a_kill_9_during_a_sharded_save_leaves_the_previous_checkpoint_and_resum
     assert torch.load(checkpoints / "last.ckpt" / "meta.pt", weights_only=True)["global_step"] == 3
     assert load_checkpoint(checkpoints / "last.ckpt")["global_step"] == 3  # loadable: the shards merge
 
-    resumed = run_cli("train.py", "experiment=gpt_char", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path,
-                      env=FAULTS_ENV, timeout=300)
+    resumed = run_cli(
+        "train.py",
+        "experiment=gpt_char",
+        "resume=auto",
+        "+callbacks.fault.step=-1",
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert not (checkpoints / ".last.ckpt.partial").exists(), "the next save replaced the leftover"
     expected = load_checkpoint(sharded_uninterrupted["fsdp"] / "checkpoints" / "last.ckpt")
@@ -554,10 +671,21 @@ def test_resume_auto_takes_the_previous_sharded_folder_when_a_kill_fell_between_
 
 
 # DQN: 3 epochs of 60 gradient steps; the checkpoint at step 80 is mid-epoch, mid-episode, and falls on a target sync
-DQN = ["experiment=cartpole_dqn", "print_config=false", "callbacks.progress_bar=null", "logger=csv",
-       "trainer.max_epochs=3", "data.steps_per_epoch=60", "data.val_episodes=2", "data.test_episodes=2",
-       "task.warmup_steps=100", "task.target_sync_steps=20", "task.eps_decay_steps=150", "data.batch_size=32",
-       "callbacks.early_stopping=null"]
+DQN = [
+    "experiment=cartpole_dqn",
+    "print_config=false",
+    "callbacks.progress_bar=null",
+    "logger=csv",
+    "trainer.max_epochs=3",
+    "data.steps_per_epoch=60",
+    "data.val_episodes=2",
+    "data.test_episodes=2",
+    "task.warmup_steps=100",
+    "task.target_sync_steps=20",
+    "task.eps_decay_steps=150",
+    "data.batch_size=32",
+    "callbacks.early_stopping=null",
+]
 
 
 def test_dqn_kill_9_mid_episode_resumes_exactly(tmp_path):
@@ -568,8 +696,14 @@ def test_dqn_kill_9_mid_episode_resumes_exactly(tmp_path):
     uninterrupted = single_run(tmp_path / "whole", "cartpole_dqn")
 
     env = {**FAULTS_ENV, "OMP_NUM_THREADS": "1"}
-    killed = run_cli("train.py", *DQN, "checkpoint_every=80", *fault("SignalAt", step=90, signal="SIGKILL"),
-                     log_dir=tmp_path / "killed", env=env)
+    killed = run_cli(
+        "train.py",
+        *DQN,
+        "checkpoint_every=80",
+        *fault("SignalAt", step=90, signal="SIGKILL"),
+        log_dir=tmp_path / "killed",
+        env=env,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     run_dir = single_run(tmp_path / "killed", "cartpole_dqn")
     saved = last_ckpt(run_dir)
@@ -577,8 +711,14 @@ def test_dqn_kill_9_mid_episode_resumes_exactly(tmp_path):
     acting = saved["litforge_dqn_acting"]
     assert acting["env"]["elapsed_steps"] > 0, "the checkpoint should fall mid-episode (pick another step)"
 
-    resumed = run_cli("train.py", "resume=auto", "task_name=cartpole_dqn", "+callbacks.fault.step=-1",
-                      log_dir=tmp_path / "killed", env=env)
+    resumed = run_cli(
+        "train.py",
+        "resume=auto",
+        "task_name=cartpole_dqn",
+        "+callbacks.fault.step=-1",
+        log_dir=tmp_path / "killed",
+        env=env,
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert "starts a new episode" not in resumed.output
     assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))

@@ -18,8 +18,15 @@ from litforge.checkpointing.resume import Resume, decide
 from litforge.core.errors import CheckpointError, ConfigError
 
 
-def make_run(log_dir: Path, name: str, *, mtime: int, finished: bool = False, ckpt: str = "checkpoints/last.ckpt",
-             task_name: str = "train") -> Path:
+def make_run(
+    log_dir: Path,
+    name: str,
+    *,
+    mtime: int,
+    finished: bool = False,
+    ckpt: str = "checkpoints/last.ckpt",
+    task_name: str = "train",
+) -> Path:
     """A run folder with one checkpoint written at `mtime` (seconds), finished when it holds metrics.json."""
     run = log_dir / task_name / "runs" / name
     path = run / ckpt
@@ -56,8 +63,9 @@ def test_auto_continues_the_newest_interrupted_run_of_the_task_in_its_folder(res
     make_run(tmp_path, "finished_later", mtime=4_000, finished=True)
     make_run(tmp_path, "other_task", mtime=5_000, task_name="other")
     decided = decide(resume, ckpt_path, tmp_path, "train")
-    assert decided == Resume(checkpoint=str((newest / "checkpoints" / "last.ckpt").resolve()),
-                             run_dir=newest.resolve(), asked="auto")
+    assert decided == Resume(
+        checkpoint=str((newest / "checkpoints" / "last.ckpt").resolve()), run_dir=newest.resolve(), asked="auto"
+    )
 
 
 def test_a_run_folder_continues_from_its_newest_checkpoint(tmp_path):
@@ -73,7 +81,8 @@ def test_a_ckpt_file_continues_in_the_run_folder_that_holds_it(tmp_path):
     run = make_run(tmp_path, "r", mtime=1_000)
     in_checkpoints = run / "checkpoints" / "last.ckpt"
     assert decide(str(in_checkpoints), None, tmp_path, "train") == Resume(
-        checkpoint=str(in_checkpoints.resolve()), run_dir=run.resolve(), asked=str(in_checkpoints))
+        checkpoint=str(in_checkpoints.resolve()), run_dir=run.resolve(), asked=str(in_checkpoints)
+    )
     loose = tmp_path / "elsewhere" / "x.ckpt"
     loose.parent.mkdir()
     loose.write_bytes(b"weights")
@@ -88,12 +97,15 @@ def test_the_jobs_second_call_agrees_with_the_clis_first(tmp_path):
     assert (again.checkpoint, again.run_dir) == (first.checkpoint, first.run_dir) != (None, None)
 
 
-@pytest.mark.parametrize(("resume", "ckpt_path", "multirun", "says"), [
-    ("auto", "a.ckpt", False, "pass either resume=auto (continue a run in its folder) or ckpt_path=<file>"),
-    ("auto", "last", False, "pass either resume=... or ckpt_path=last, not both"),
-    ("auto", None, True, "resume= continues one run; a sweep's jobs each take ckpt_path=<file>"),
-    (None, "last", True, "resume= continues one run"),
-])
+@pytest.mark.parametrize(
+    ("resume", "ckpt_path", "multirun", "says"),
+    [
+        ("auto", "a.ckpt", False, "pass either resume=auto (continue a run in its folder) or ckpt_path=<file>"),
+        ("auto", "last", False, "pass either resume=... or ckpt_path=last, not both"),
+        ("auto", None, True, "resume= continues one run; a sweep's jobs each take ckpt_path=<file>"),
+        (None, "last", True, "resume= continues one run"),
+    ],
+)
 def test_contradictions_are_refused_before_anything_is_looked_up(resume, ckpt_path, multirun, says, tmp_path):
     with pytest.raises(ConfigError, match=re.escape(says)):
         decide(resume, ckpt_path, tmp_path / "absent", "train", in_multirun=multirun)
@@ -117,8 +129,13 @@ def test_the_cli_writes_the_resumed_run_in_its_own_folder_with_its_own_overrides
     OmegaConf.save(OmegaConf.create(["trainer.max_epochs=3", "seed=7"]), run / ".hydra" / "overrides.yaml")
     argv = ["train.py", f"paths.log_dir={tmp_path}", "resume=auto", "seed=8"]
     prepare_command_line(CONF, "train", argv)
-    assert argv[1:] == ["trainer.max_epochs=3", "seed=8", f"paths.log_dir={tmp_path}",
-                        f"hydra.run.dir='{run.resolve()}'", f"resume='{(run / 'checkpoints' / 'last.ckpt').resolve()}'"]
+    assert argv[1:] == [
+        "trainer.max_epochs=3",
+        "seed=8",
+        f"paths.log_dir={tmp_path}",
+        f"hydra.run.dir='{run.resolve()}'",
+        f"resume='{(run / 'checkpoints' / 'last.ckpt').resolve()}'",
+    ]
     assert f"litforge: resuming {run.resolve()} from last.ckpt" in capsys.readouterr().err
 
 

@@ -39,6 +39,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
         def call(*args, **kwargs):
             calls.append(name)
             return real[name](*args, **kwargs)
+
         return call
 
     class Tiny(pl.LightningModule):
@@ -53,8 +54,9 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
         def train_dataloader(self):
-            return DataLoader(TensorDataset(torch.randn(80, 4, generator=torch.Generator().manual_seed(0))),
-                              batch_size=4)  # 40 samples, 10 batches per rank
+            return DataLoader(
+                TensorDataset(torch.randn(80, 4, generator=torch.Generator().manual_seed(0))), batch_size=4
+            )  # 40 samples, 10 batches per rank
 
     per_batch: list[list[str]] = []
 
@@ -71,10 +73,19 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
-    trainer = pl.Trainer(accelerator="cpu", devices=world_size, strategy=DDPStrategy(process_group_backend="gloo"),
-                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=root, log_every_n_steps=4,
-                         callbacks=[Record(), *([on_signal] if litforge else [])])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=world_size,
+        strategy=DDPStrategy(process_group_backend="gloo"),
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        log_every_n_steps=4,
+        callbacks=[Record(), *([on_signal] if litforge else [])],
+    )
     for name in COUNTED:
         setattr(dist, name, counted(name))
     exit_code = 0
@@ -85,8 +96,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
     finally:
         for name in COUNTED:
             setattr(dist, name, real[name])
-    return {"per_batch": per_batch, "step": trainer.global_step, "saved": on_signal.saved_path,
-            "exit_code": exit_code}
+    return {"per_batch": per_batch, "step": trainer.global_step, "saved": on_signal.saved_path, "exit_code": exit_code}
 
 
 GLOO_PRELOAD = ("pytorch_lightning", "litforge.jobs.train")  # what the shared `ranks` fixture (conftest) imports first
@@ -157,10 +167,19 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=2)
-    trainer = pl.Trainer(accelerator="cpu", devices=world_size, strategy=DDPStrategy(process_group_backend="gloo"),
-                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=root, num_sanity_val_steps=0,
-                         callbacks=[Record(), on_signal])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=world_size,
+        strategy=DDPStrategy(process_group_backend="gloo"),
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        num_sanity_val_steps=0,
+        callbacks=[Record(), on_signal],
+    )
     exit_code = 0
     try:
         fit_or_stop(trainer, Tiny(), None, None, Path(root))
@@ -177,5 +196,6 @@ def test_sigterm_to_one_rank_mid_validation_stops_every_rank_at_the_same_validat
         assert seen["saved"] == str(tmp_path / "checkpoints" / "last.ckpt"), f"rank {rank} saved nothing"
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2
-    assert saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["total"]["completed"] == 0, \
+    assert saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["total"]["completed"] == 0, (
         "the resumed run must validate again from the first batch"
+    )

@@ -63,8 +63,11 @@ def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatc
 
     counter = CountCalls()
     real = train_job.instantiate_named
-    monkeypatch.setattr(train_job, "instantiate_named",
-                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    monkeypatch.setattr(
+        train_job,
+        "instantiate_named",
+        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []),
+    )
     cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false")
     train_job.train(cfg)  # the default run: logger, Rich progress bar, checkpointing, early stopping, LR monitor
     assert counter.per_step is not None, "the counting window was never reached"
@@ -107,8 +110,11 @@ def test_default_run_python_calls_per_epoch_boundary_within_budget(compose_cfg, 
 
     counter = CountEpochBoundary()
     real = train_job.instantiate_named
-    monkeypatch.setattr(train_job, "instantiate_named",
-                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    monkeypatch.setattr(
+        train_job,
+        "instantiate_named",
+        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []),
+    )
     cfg = compose_cfg("trainer.max_epochs=3", "test_after_training=false", "print_config=false")
     train_job.train(cfg)
     assert counter.total is not None, "the counting window was never reached"
@@ -125,8 +131,11 @@ def test_steps_per_call_cuts_python_calls_per_optimizer_step(compose_cfg, monkey
 
     counter = CountCalls(start=0, steps=2)  # 2 Lightning steps of epoch 1 = 16 optimizer steps (21 per epoch)
     real = train_job.instantiate_named
-    monkeypatch.setattr(train_job, "instantiate_named",
-                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    monkeypatch.setattr(
+        train_job,
+        "instantiate_named",
+        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []),
+    )
     cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "steps_per_call=8")
     train_job.train(cfg)
     assert counter.per_step is not None, "the counting window was never reached"
@@ -137,14 +146,20 @@ def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_c
     """The cheaper logging writes the same metric names, at Lightning's log_every_n_steps cadence."""
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("trainer.max_epochs=2", "trainer.log_every_n_steps=5", "logger=csv", "print_config=false",
-                      "callbacks.progress_bar=null")
+    cfg = compose_cfg(
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=5",
+        "logger=csv",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+    )
     result = train(cfg)
     rows = (tmp_path / "csv").rglob("metrics.csv")
     text = next(rows).read_text().splitlines()
     header = text[0].split(",")
-    steps_with_loss = [int(r.split(",")[header.index("step")]) for r in text[1:]
-                       if r.split(",")[header.index("train/loss")]]
+    steps_with_loss = [
+        int(r.split(",")[header.index("step")]) for r in text[1:] if r.split(",")[header.index("train/loss")]
+    ]
     assert steps_with_loss and all((s + 1) % 5 == 0 for s in steps_with_loss), steps_with_loss
     assert len(steps_with_loss) == 2 * 21 // 5  # 21 steps per epoch on digits: every 5th step of 42
     epochs_with_acc = [r for r in text[1:] if r.split(",")[header.index("train/acc")]]
@@ -160,13 +175,18 @@ def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypat
 
     # the eager backend traces the net like inductor does but skips code generation (minutes on 2 busy cores);
     # the names in the state dict do not depend on the backend
-    cfg = compose_cfg("compile={backend:eager}", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "print_config=false",
-                      "callbacks.progress_bar=null")
+    cfg = compose_cfg(
+        "compile={backend:eager}",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+    )
     compiled: list[dict[str, Any]] = []
     real_compile = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, **kw: compiled.append(kw) or real_compile(self, **kw))
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(kw) or real_compile(self, **kw))
     result = train(cfg)
     assert compiled == [{"backend": "eager"}]
     last = str(Path(result["best_checkpoint"]).parent / "last.ckpt")
@@ -197,7 +217,8 @@ def test_channels_last_converts_weights_and_inputs():
     task.net = CNN(3, (8, 8), 10)
     seen: list[bool] = []
     task.net.features[0].register_forward_pre_hook(
-        lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+        lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
+    )
     reference = {k: v.clone() for k, v in task.state_dict().items()}
     apply_speed_options(task, channels_last=True)
     conv = task.net.features[0][0].weight
@@ -210,9 +231,16 @@ def test_channels_last_converts_weights_and_inputs():
 def test_on_device_is_a_no_op_on_cpu_and_trains(compose_cfg):
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("data.on_device=true", "trainer=cpu", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
-                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "print_config=false",
-                      "callbacks.progress_bar=null")
+    cfg = compose_cfg(
+        "data.on_device=true",
+        "trainer=cpu",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+    )
     assert "test/acc" in train(cfg)["metrics"]
 
 
@@ -234,8 +262,9 @@ def test_on_device_moves_splits_to_the_trainer_device(monkeypatch):
         return real_to(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "to", fake_to)
-    dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")), global_rank=0,
-                                 world_size=1)
+    dm.trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("meta")), global_rank=0, world_size=1
+    )
     dm._split_on_device("train")
     assert moved == ["meta", "meta"]  # images and labels
 
@@ -244,9 +273,16 @@ def test_ema_callback_saves_averaged_weights(compose_cfg):
     from litforge.checkpointing.load import load_checkpoint
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("callbacks=[default,ema]", "callbacks.ema.decay=0.5", "trainer.max_epochs=1",
-                      "trainer.limit_train_batches=4", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
-                      "print_config=false", "callbacks.progress_bar=null")
+    cfg = compose_cfg(
+        "callbacks=[default,ema]",
+        "callbacks.ema.decay=0.5",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+    )
     result = train(cfg)
     checkpoint = load_checkpoint(result["best_checkpoint"])
     averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
@@ -294,12 +330,14 @@ def _patch_sync_methods(monkeypatch, counter: CountSyncs) -> None:
 
     def wrap(name: str, real: Any) -> Any:
         def counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if counter.counting and not (self.device.type == "cpu" and self.dtype == torch.float64
-                                         and self.numel() == 1):
+            if counter.counting and not (
+                self.device.type == "cpu" and self.dtype == torch.float64 and self.numel() == 1
+            ):
                 caller = traceback.extract_stack(limit=3)[0]
                 if f"torch{__import__('os').sep}optim" not in caller.filename:
                     counter.calls.append(f"{name} from {Path(caller.filename).name}:{caller.lineno}")
             return real(self, *args, **kwargs)
+
         return counted
 
     for name in SYNC_METHODS:
@@ -315,11 +353,19 @@ def test_default_run_makes_at_most_one_host_sync_per_logging_interval(compose_cf
 
     counter = CountSyncs()
     real = train_job.instantiate_named
-    monkeypatch.setattr(train_job, "instantiate_named",
-                        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []))
+    monkeypatch.setattr(
+        train_job,
+        "instantiate_named",
+        lambda group, node: real(group, node) + ([counter] if group == "callbacks" else []),
+    )
     _patch_sync_methods(monkeypatch, counter)
-    cfg = compose_cfg("trainer.max_epochs=1", "trainer.log_every_n_steps=5", "trainer.limit_val_batches=1",
-                      "test_after_training=false", "print_config=false")
+    cfg = compose_cfg(
+        "trainer.max_epochs=1",
+        "trainer.log_every_n_steps=5",
+        "trainer.limit_val_batches=1",
+        "test_after_training=false",
+        "print_config=false",
+    )
     train_job.train(cfg)
     steps = counter.stop - counter.start  # 19 steps: logging steps every 5 of them
     assert len(counter.calls) <= -(-steps // 5), counter.calls

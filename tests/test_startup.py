@@ -9,8 +9,16 @@ import pytest
 
 from conftest import ROOT
 
-HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "torchvision", "torchmetrics", "sklearn", "matplotlib",
-         "tensorboard")
+HEAVY = (
+    "torch",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "torchvision",
+    "torchmetrics",
+    "sklearn",
+    "matplotlib",
+    "tensorboard",
+)
 
 # run the real entry point in a fresh interpreter, then report which heavy packages it imported
 PROBE = """
@@ -26,8 +34,13 @@ print("IMPORTED", sorted(m for m in {heavy!r} if m in sys.modules))
 
 @pytest.mark.parametrize("args", [("--help",), ("--cfg", "job")], ids=["help", "cfg-job"])
 def test_help_and_config_do_not_import_torch(args: tuple[str, ...]):
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(args=list(args), heavy=HEAVY)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=list(args), heavy=HEAVY)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout, proc.stdout[-2000:]
     if args == ("--help",):

@@ -24,9 +24,16 @@ def _logged_steps(out: Path, metric: str) -> list[int]:
 def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("trainer.max_epochs=2", "test_after_training=false", "print_config=false", "logger=csv",
-                      "callbacks.progress_bar=null", "callbacks.model_summary=null", "callbacks.tensorboard_extras.model_graph=false",
-                      *overrides)
+    cfg = compose_cfg(
+        "trainer.max_epochs=2",
+        "test_after_training=false",
+        "print_config=false",
+        "logger=csv",
+        "callbacks.progress_bar=null",
+        "callbacks.model_summary=null",
+        "callbacks.tensorboard_extras.model_graph=false",
+        *overrides,
+    )
     with open_dict(cfg):
         cfg.paths.output_dir = str(out)
     result = train(cfg)
@@ -34,10 +41,14 @@ def _train(compose_cfg, out: Path, *overrides: str) -> tuple[dict, dict]:
     return result, ckpt
 
 
-@pytest.mark.parametrize("extra", [
-    [],  # cosine over epochs (default); 21 steps per epoch = 5 full batches of 4 + one of 1
-    ["scheduler=onecycle", "trainer.gradient_clip_val=0.05"],  # per-step schedule sized to the run; clipping active
-], ids=["cosine", "onecycle+clip"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # cosine over epochs (default); 21 steps per epoch = 5 full batches of 4 + one of 1
+        ["scheduler=onecycle", "trainer.gradient_clip_val=0.05"],  # per-step schedule sized to the run; clipping active
+    ],
+    ids=["cosine", "onecycle+clip"],
+)
 def test_steps_per_call_trains_exactly_like_one_step_per_call(compose_cfg, tmp_path: Path, extra: list[str]):
     _, one = _train(compose_cfg, tmp_path / "one", *extra)
     result, four = _train(compose_cfg, tmp_path / "four", "steps_per_call=4", *extra)
@@ -54,8 +65,17 @@ def test_steps_per_call_trains_exactly_like_one_step_per_call(compose_cfg, tmp_p
 
 def test_steps_per_call_trains_the_language_model_exactly_like_one_step_per_call(compose_cfg, tmp_path: Path):
     """Any task with a per-step loss gets steps_per_call: the GPT on packed text, clipping and a step schedule on."""
-    small = ["experiment=gpt_char", "data.max_chars=6000", "data.block_size=16", "data.batch_size=8", "model.dim=32",
-             "model.depth=1", "trainer.val_check_interval=null", "callbacks.text_samples=null", "scheduler=onecycle"]
+    small = [
+        "experiment=gpt_char",
+        "data.max_chars=6000",
+        "data.block_size=16",
+        "data.batch_size=8",
+        "model.dim=32",
+        "model.depth=1",
+        "trainer.val_check_interval=null",
+        "callbacks.text_samples=null",
+        "scheduler=onecycle",
+    ]
     _, one = _train(compose_cfg, tmp_path / "one", *small)
     _, three = _train(compose_cfg, tmp_path / "three", *small, "steps_per_call=3")
     assert three["global_step"] == one["global_step"] > 3
@@ -67,10 +87,16 @@ def test_steps_per_call_trains_the_language_model_exactly_like_one_step_per_call
 def test_steps_per_call_resumes_like_an_uninterrupted_run(compose_cfg, tmp_path: Path, K: int):
     _, whole = _train(compose_cfg, tmp_path / "whole", f"steps_per_call={K}", "trainer.max_epochs=3")
     # the same schedule (cosine over 3 epochs), stopped by a step budget after epoch 0 (21 steps)
-    first, _ = _train(compose_cfg, tmp_path / "part", f"steps_per_call={K}", "trainer.max_epochs=3",
-                      "trainer.max_steps=21")
-    _, resumed = _train(compose_cfg, tmp_path / "resumed", f"steps_per_call={K}", "trainer.max_epochs=3",
-                        f"ckpt_path={first['last_checkpoint']}")
+    first, _ = _train(
+        compose_cfg, tmp_path / "part", f"steps_per_call={K}", "trainer.max_epochs=3", "trainer.max_steps=21"
+    )
+    _, resumed = _train(
+        compose_cfg,
+        tmp_path / "resumed",
+        f"steps_per_call={K}",
+        "trainer.max_epochs=3",
+        f"ckpt_path={first['last_checkpoint']}",
+    )
     assert resumed["global_step"] == whole["global_step"] == 63
     for key, value in whole["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][key], value, rtol=0, atol=0, msg=key)
@@ -87,14 +113,17 @@ def test_plateau_scheduler_steps_on_the_monitored_metric(compose_cfg, tmp_path: 
     assert state["last_epoch"] == 3 and state["best"] < 1.0  # stepped once per epoch with val/loss
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["steps_per_call=0"], "steps_per_call=0: expected an integer >= 1"),
-    (["steps_per_call=2", "strategy=ddp", "trainer.devices=2"], "runs on one device"),
-    (["steps_per_call=2", "trainer.accumulate_grad_batches=2"], "accumulate_grad_batches=2 cannot be combined"),
-    (["steps_per_call=2", "trainer.precision=16-mixed"], "does not do fp16 loss scaling"),
-    (["steps_per_call=2", "callbacks=[default,ema]"], "EMAWeightAveraging averages once per Lightning step"),
-    (["steps_per_call=2", "experiment=cartpole_dqn"], "needs a task with a per-step loss"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["steps_per_call=0"], "steps_per_call=0: expected an integer >= 1"),
+        (["steps_per_call=2", "strategy=ddp", "trainer.devices=2"], "runs on one device"),
+        (["steps_per_call=2", "trainer.accumulate_grad_batches=2"], "accumulate_grad_batches=2 cannot be combined"),
+        (["steps_per_call=2", "trainer.precision=16-mixed"], "does not do fp16 loss scaling"),
+        (["steps_per_call=2", "callbacks=[default,ema]"], "EMAWeightAveraging averages once per Lightning step"),
+        (["steps_per_call=2", "experiment=cartpole_dqn"], "needs a task with a per-step loss"),
+    ],
+)
 def test_settings_steps_per_call_would_change_are_refused(compose_cfg, overrides: list[str], expected: str):
     from litforge.jobs.train import train
 
@@ -112,5 +141,4 @@ def test_nonfinite_guard_names_the_exact_step_inside_a_batch_of_steps():
     trainer = MagicMock(global_step=40, current_epoch=1, checkpoint_callback=None)
     guard.on_train_batch_start(trainer, None, None, 3)
     with pytest.raises(TrainingStopped, match="loss became nan at step 42 "):
-        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor([0.5, 0.4, float("nan"), float("nan")])},
-                                 None, 3)
+        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor([0.5, 0.4, float("nan"), float("nan")])}, None, 3)

@@ -72,8 +72,8 @@ def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
 
 
 def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
-    from litforge.runtime.ranks import is_rank_zero
     from litforge.parallel.launch import config_flags
+    from litforge.runtime.ranks import is_rank_zero
 
     for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK"):
         monkeypatch.delenv(var, raising=False)
@@ -87,10 +87,9 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 
 
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
-    from litforge.jobs.build import build_strategy
     from litforge.config.instantiate import instantiate_group
     from litforge.core.errors import ConfigError
-    from litforge.jobs.build import build_trainer
+    from litforge.jobs.build import build_strategy, build_trainer
 
     cfg = compose_cfg("strategy=tpu")
     assert cfg.trainer.accelerator == "tpu" and cfg.trainer.devices == 8 and cfg.strategy.name == "xla"
@@ -124,9 +123,16 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
     common = [*TINY, *QUIET, "model.dropout=0.0", "callbacks.early_stopping=null", "trainer.max_epochs=1"]
     single = run_cli("train.py", *common, "data.batch_size=32", log_dir=tmp_path / "one", timeout=300)
     assert single.returncode == 0, single.output[-3000:]
-    ddp = run_cli("train.py", *common, "strategy=ddp", "trainer.devices=2", "data.batch_size=16",
-                  "activation_checkpointing=full",  # recomputing the MLP's layers changes nothing but memory
-                  log_dir=tmp_path / "ddp", timeout=300)
+    ddp = run_cli(
+        "train.py",
+        *common,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "data.batch_size=16",
+        "activation_checkpointing=full",  # recomputing the MLP's layers changes nothing but memory
+        log_dir=tmp_path / "ddp",
+        timeout=300,
+    )
     assert ddp.returncode == 0, ddp.output[-3000:]
 
     run = single_run(tmp_path / "ddp")  # exactly one run folder
@@ -134,8 +140,10 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
     assert files == [".hydra", "checkpoints", "csv", "metrics.json", "provenance.json", "train.log"]
     assert len(list((run / "checkpoints").glob("epoch*.ckpt"))) == 1 and (run / "checkpoints" / "last.ckpt").is_file()
     assert "test/acc" in read_metrics(run)["metrics"]
-    weights = [torch.load(single_run(tmp_path / d) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-               for d in ("one", "ddp")]
+    weights = [
+        torch.load(single_run(tmp_path / d) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for d in ("one", "ddp")
+    ]
     assert weights[0].keys() == weights[1].keys()
     for key in weights[0]:
         torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
@@ -147,8 +155,17 @@ def test_single_rank_fsdp_tests_from_its_best_checkpoint(tmp_path: Path):
     DTensor weights and the final trainer.test(ckpt_path=best) loads it. Before, the net stayed unsharded on one rank
     and Lightning's loader refused ("Could not find a distributed model"): found by benchmarks/gpu_smoke.py on an
     H200."""
-    result = run_cli("train.py", *TINY, *QUIET, *TINY_VIT, "trainer.max_epochs=1", "strategy=fsdp", "trainer.devices=1",
-                     log_dir=tmp_path, timeout=300)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        *TINY_VIT,
+        "trainer.max_epochs=1",
+        "strategy=fsdp",
+        "trainer.devices=1",
+        log_dir=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.output[-3000:]
     run = single_run(tmp_path)
     assert "test/acc" in read_metrics(run)["metrics"]
@@ -160,8 +177,16 @@ def test_single_rank_fsdp_tests_from_its_best_checkpoint(tmp_path: Path):
 def test_ddp_spawn_trains_two_ranks_into_one_run_folder(tmp_path: Path):
     """`strategy=ddp_spawn`: ranks spawned from the running process; one folder, one set of checkpoints, a test
     metric."""
-    result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp_spawn", "trainer.devices=2",
-                     log_dir=tmp_path, timeout=300)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        "trainer.max_epochs=1",
+        "strategy=ddp_spawn",
+        "trainer.devices=2",
+        log_dir=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.output[-3000:]
     run = single_run(tmp_path)
     assert (run / "checkpoints" / "last.ckpt").is_file()
@@ -172,8 +197,18 @@ def test_ddp_spawn_trains_two_ranks_into_one_run_folder(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_inside_a_multirun_keeps_one_folder_per_job(tmp_path: Path):
-    result = run_cli("train.py", *TINY, *QUIET, "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2", "seed=1,2",
-                     log_dir=tmp_path, timeout=400, extra_args=("-m",))
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        "trainer.max_epochs=1",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "seed=1,2",
+        log_dir=tmp_path,
+        timeout=400,
+        extra_args=("-m",),
+    )
     assert result.returncode == 0, result.output[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()  # the ranks started no sweep of their own
     assert not (tmp_path / "train" / "runs").exists()
@@ -186,9 +221,17 @@ def test_ddp_inside_a_multirun_keeps_one_folder_per_job(tmp_path: Path):
 @pytest.mark.distributed
 def test_a_rank_that_raises_ends_the_whole_job_quickly(tmp_path: Path):
     start = time.time()
-    result = run_cli("train.py", *TINY, *QUIET, "strategy=ddp", "trainer.devices=2",
-                     "+callbacks.fault._target_=tests.dist_probes.RaiseOnRank", f"+callbacks.fault.out={tmp_path}",
-                     log_dir=tmp_path / "logs", timeout=300)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "+callbacks.fault._target_=tests.dist_probes.RaiseOnRank",
+        f"+callbacks.fault.out={tmp_path}",
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     ended = time.time()
     assert result.returncode != 0
     raised_at = float((tmp_path / "raised_at").read_text())
@@ -206,10 +249,18 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     from litforge.checkpointing.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
-    fsdp = run_cli("train.py", *common, "strategy=fsdp", *_probe(tmp_path / "fsdp"), "optimizer.lr=3e-3",
-                   "activation_checkpointing=selective", "strategy.reshard_after_forward=false",
-                   "trainer.num_sanity_val_steps=0",  # a no-grad forward would leave the weights gathered (below)
-                   log_dir=tmp_path / "logs", timeout=300)
+    fsdp = run_cli(
+        "train.py",
+        *common,
+        "strategy=fsdp",
+        *_probe(tmp_path / "fsdp"),
+        "optimizer.lr=3e-3",
+        "activation_checkpointing=selective",
+        "strategy.reshard_after_forward=false",
+        "trainer.num_sanity_val_steps=0",  # a no-grad forward would leave the weights gathered (below)
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     assert fsdp.returncode == 0, fsdp.output[-3000:]
     ranks = _ranks(tmp_path / "fsdp", 2)
     for rank in ranks:
@@ -229,14 +280,30 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
 
     # the consolidated file deploys like any checkpoint: ONNX export with its parity check on the test split
     consolidated = run / "checkpoints" / "last.consolidated.ckpt"
-    export = run_cli("export.py", f"ckpt_path={consolidated}", "quantize=[]", "report.rounds=1", "report.threads=[1]",
-                     "report.batch_sizes=[1]", log_dir=tmp_path / "export", timeout=300)
+    export = run_cli(
+        "export.py",
+        f"ckpt_path={consolidated}",
+        "quantize=[]",
+        "report.rounds=1",
+        "report.threads=[1]",
+        "report.batch_sizes=[1]",
+        log_dir=tmp_path / "export",
+        timeout=300,
+    )
     assert export.returncode == 0, export.output[-3000:]
     assert "ONNX parity" in export.output and (single_run(tmp_path / "export", "export") / "model.onnx").is_file()
 
-    tp = run_cli("train.py", *common, "strategy=tp", f"ckpt_path={last}", "trainer.max_epochs=3",
-                 "activation_checkpointing=full",
-                 *_probe(tmp_path / "tp"), log_dir=tmp_path / "resumed", timeout=300)
+    tp = run_cli(
+        "train.py",
+        *common,
+        "strategy=tp",
+        f"ckpt_path={last}",
+        "trainer.max_epochs=3",
+        "activation_checkpointing=full",
+        *_probe(tmp_path / "tp"),
+        log_dir=tmp_path / "resumed",
+        timeout=300,
+    )
     assert tp.returncode == 0, tp.output[-3000:]
     resumed = _ranks(tmp_path / "tp", 2)
     assert len(resumed[0]["losses"]) == 6  # only the third epoch ran: epochs 1-2 came from the checkpoint
@@ -248,14 +315,26 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_2d_data_and_tensor_parallel_on_4_processes(tmp_path: Path):
-    result = run_cli("train.py", *TINY, *QUIET, *TINY_VIT, "strategy=fsdp_tp", "trainer.devices=4",
-                     "trainer.max_epochs=1", *_probe(tmp_path / "probe"), log_dir=tmp_path / "logs", timeout=400)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        *TINY_VIT,
+        "strategy=fsdp_tp",
+        "trainer.devices=4",
+        "trainer.max_epochs=1",
+        *_probe(tmp_path / "probe"),
+        log_dir=tmp_path / "logs",
+        timeout=400,
+    )
     assert result.returncode == 0, result.output[-3000:]
     ranks = _ranks(tmp_path / "probe", 4)
     for rank in ranks:  # ~1/4 of the blocks (split 2 ways by TP, then 2 ways by FSDP), embeddings/head 1/2 by FSDP
         assert rank["local_numel"] / rank["total_numel"] < 0.35
     # ranks 0,1 form one tensor-parallel group (same batch), 2,3 the other (the other half of the global batch)
-    assert ranks[0]["losses"] == pytest.approx(ranks[1]["losses"]) and ranks[2]["losses"] == pytest.approx(ranks[3]["losses"])
+    assert ranks[0]["losses"] == pytest.approx(ranks[1]["losses"]) and ranks[2]["losses"] == pytest.approx(
+        ranks[3]["losses"]
+    )
     assert ranks[0]["losses"] != pytest.approx(ranks[2]["losses"])
     assert "test/acc" in read_metrics(single_run(tmp_path / "logs"))["metrics"]
 
@@ -264,9 +343,20 @@ def test_2d_data_and_tensor_parallel_on_4_processes(tmp_path: Path):
 @pytest.mark.distributed
 def test_local_sgd_ranks_drift_between_averages_and_meet_at_each(tmp_path: Path):
     period = 3
-    result = run_cli("train.py", *TINY, *QUIET, "strategy=local_sgd", f"strategy.period={period}", "trainer.devices=2",
-                     "trainer.max_epochs=1", "trainer.limit_train_batches=7", "model.dropout=0.0",
-                     *_probe(tmp_path / "probe"), log_dir=tmp_path / "logs", timeout=300)
+    result = run_cli(
+        "train.py",
+        *TINY,
+        *QUIET,
+        "strategy=local_sgd",
+        f"strategy.period={period}",
+        "trainer.devices=2",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=7",
+        "model.dropout=0.0",
+        *_probe(tmp_path / "probe"),
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     assert result.returncode == 0, result.output[-3000:]
     a, b = (rank["fingerprints"] for rank in _ranks(tmp_path / "probe", 2))
     assert len(a) == 7
@@ -282,12 +372,35 @@ def test_two_nodes_with_torchrun_share_one_run(tmp_path: Path):
     port = _free_port()
     run_dir = tmp_path / "logs" / "train" / "runs" / "two-nodes"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-         "--master-addr=127.0.0.1", f"--master-port={port}", str(ROOT / "train.py"), *TINY, *QUIET,
-         "trainer.max_epochs=1", "strategy=ddp", "trainer.num_nodes=2", "trainer.devices=1",
-         f"paths.log_dir={tmp_path / 'logs'}", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                f"--node-rank={node}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                str(ROOT / "train.py"),
+                *TINY,
+                *QUIET,
+                "trainer.max_epochs=1",
+                "strategy=ddp",
+                "trainer.num_nodes=2",
+                "trainer.devices=1",
+                f"paths.log_dir={tmp_path / 'logs'}",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert run_dirs(tmp_path / "logs") == [run_dir]
@@ -300,8 +413,17 @@ def test_two_nodes_with_torchrun_share_one_run(tmp_path: Path):
 
 @pytest.mark.slow
 def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
-    result = run_cli("train.py", "hydra/launcher=local", *TINY, *QUIET, "trainer.max_epochs=1", "seed=1",
-                     log_dir=tmp_path, timeout=300, extra_args=("-m",))
+    result = run_cli(
+        "train.py",
+        "hydra/launcher=local",
+        *TINY,
+        *QUIET,
+        "trainer.max_epochs=1",
+        "seed=1",
+        log_dir=tmp_path,
+        timeout=300,
+        extra_args=("-m",),
+    )
     assert result.returncode == 0, result.output[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     assert "test/acc" in read_metrics(sweep / "0")["metrics"]
@@ -311,13 +433,15 @@ def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
 
 # ---- FSDP2 options (strategy=fsdp|fsdp_tp) ---------------------------------------------------------------------------
 def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose_cfg):
-    from litforge.jobs.build import build_strategy
-    from litforge.core.errors import ConfigError
     from litforge.config.validation import check_config
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.build import build_strategy
 
-    for bad, message in (("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
-                         ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
-                         ("strategy.offload=disk", r"strategy.offload='disk'.*e.g. strategy.offload=null")):
+    for bad, message in (
+        ("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
+        ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
+        ("strategy.offload=disk", r"strategy.offload='disk'.*e.g. strategy.offload=null"),
+    ):
         with pytest.raises(ConfigError, match=message):
             check_config(compose_cfg("strategy=fsdp", bad))
     cfg = compose_cfg("strategy=fsdp_tp", "strategy.mixed_precision=bf16", "strategy.reshard_after_forward=false")
@@ -352,19 +476,34 @@ def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_proces
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)  # mixed_precision=bf16
-    variants = {"plain": ({}, "none"), "ac_full": ({}, "full"), "ac_selective": ({}, "selective"),
-                "keep_gathered": ({"reshard_after_forward": False}, "none"), "bf16": ({"mp_policy": bf16}, "none"),
-                "tp": ({"tensor_parallel": True}, "none"), "tp_ac_full": ({"tensor_parallel": True}, "full")}
+    variants = {
+        "plain": ({}, "none"),
+        "ac_full": ({}, "full"),
+        "ac_selective": ({}, "selective"),
+        "keep_gathered": ({"reshard_after_forward": False}, "none"),
+        "bf16": ({"mp_policy": bf16}, "none"),
+        "tp": ({"tensor_parallel": True}, "none"),
+        "tp_ac_full": ({"tensor_parallel": True}, "full"),
+    }
     mp.spawn(_fsdp_options_rank, args=(2, _free_port(), str(tmp_path), variants), nprocs=2, join=True)
     record = torch.load(tmp_path / "fsdp_options.pt", weights_only=True)
     reference = record["reference"]
     for name, grad in reference.items():
         torch.testing.assert_close(record["plain"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=name)
         torch.testing.assert_close(record["tp"]["grads"][name], grad, atol=1e-6, rtol=1e-5, msg=f"tp: {name}")
-        for variant, same_as in (("ac_full", "plain"), ("ac_selective", "plain"), ("keep_gathered", "plain"),
-                                 ("tp_ac_full", "tp")):
-            torch.testing.assert_close(record[variant]["grads"][name], record[same_as]["grads"][name],
-                                       atol=1e-6, rtol=0, msg=f"{variant}: {name}")
+        for variant, same_as in (
+            ("ac_full", "plain"),
+            ("ac_selective", "plain"),
+            ("keep_gathered", "plain"),
+            ("tp_ac_full", "tp"),
+        ):
+            torch.testing.assert_close(
+                record[variant]["grads"][name],
+                record[same_as]["grads"][name],
+                atol=1e-6,
+                rtol=0,
+                msg=f"{variant}: {name}",
+            )
     flat = torch.cat([g.flatten() for g in reference.values()])
     flat_bf16 = torch.cat([record["bf16"]["grads"][n].flatten() for n in reference])
     assert 0 < float((flat_bf16 - flat).norm() / flat.norm()) < 0.05  # bf16 rounding: close, not equal
@@ -417,7 +556,9 @@ def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ra
     with pytest.raises(ConfigError, match="replicate_size=2 does not divide the 3 data-parallel ranks"):
         hsdp_mesh(ThreeRanks(), 2)
     assert ModelParallel(data_parallel_size="auto", tensor_parallel_size=1, replicate_size=2).fsdp_kwargs() == {
-        "reshard_after_forward": True, "replicate_size": 2}
+        "reshard_after_forward": True,
+        "replicate_size": 2,
+    }
 
 
 @pytest.mark.distributed

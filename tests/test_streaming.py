@@ -18,8 +18,9 @@ def prepare_cfg(output: Path, *overrides: str):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="prepare", overrides=[f"output={output}", f"paths.output_dir={output.parent}",
-                                                         *overrides])
+        return compose(
+            config_name="prepare", overrides=[f"output={output}", f"paths.output_dir={output.parent}", *overrides]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,8 @@ def test_prepare_refuses_a_non_empty_output_in_one_line_and_overwrites_when_aske
     assert result.returncode == 1 and "Traceback" not in result.output
     assert f"litforge: error: output={output} is not empty: pass overwrite=true" in result.output
 
-    from litforge.data.streaming import write_shards
     from litforge.data.digits import DigitsDataModule
+    from litforge.data.streaming import write_shards
 
     source = DigitsDataModule(classes=[0, 1], train_per_class=4)
     facts = write_shards(source, str(output), overwrite=True)
@@ -75,8 +76,13 @@ def test_prepare_reads_an_image_folder_file_by_file(tmp_path: Path, monkeypatch:
     from litforge.data.image_folder import ImageFolderDataModule
     from litforge.data.streaming import StreamingImageDataModule, write_shards
 
-    source = ImageFolderDataModule(root=str(make_image_folder(tmp_path / "images", per_class=4)), mean=[0.5],
-                                   std=[0.25], val_fraction=0.2, test_fraction=0.2)
+    source = ImageFolderDataModule(
+        root=str(make_image_folder(tmp_path / "images", per_class=4)),
+        mean=[0.5],
+        std=[0.25],
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
     expected = {split: source.split_arrays(split) for split in ("train", "val", "test")}
     monkeypatch.setattr(ImageFolderDataModule, "split_arrays", None)  # never the whole split decoded at once
     write_shards(source, str(tmp_path / "shards"))
@@ -88,8 +94,8 @@ def test_prepare_reads_an_image_folder_file_by_file(tmp_path: Path, monkeypatch:
 
 
 def test_a_missing_input_dir_names_the_key_and_says_run_prepare_first(tmp_path: Path):
-    from litforge.data.streaming import StreamingImageDataModule
     from litforge.core.errors import ConfigError
+    from litforge.data.streaming import StreamingImageDataModule
 
     with pytest.raises(ConfigError, match=r"data.input_dir=.* holds no litforge_facts.json.*python prepare.py"):
         StreamingImageDataModule(input_dir=str(tmp_path))
@@ -120,8 +126,9 @@ def test_the_streaming_loader_resumes_mid_epoch_exactly(shards: Path, num_worker
     from litforge.data.streaming import StreamingImageDataModule
 
     def make():
-        return StreamingImageDataModule(input_dir=str(shards), batch_size=100, num_workers=num_workers,
-                                        shuffle_seed=3).train_dataloader()
+        return StreamingImageDataModule(
+            input_dir=str(shards), batch_size=100, num_workers=num_workers, shuffle_seed=3
+        ).train_dataloader()
 
     whole = _batches(make())
     interrupted = make()
@@ -138,8 +145,14 @@ def test_the_streaming_loader_resumes_mid_epoch_exactly(shards: Path, num_worker
         assert all(torch.equal(expected[k], got[k]) for k in ("index", "image", "label"))
 
 
-COMMON = [*TINY, "trainer.max_epochs=2", "trainer.limit_train_batches=6", "callbacks.early_stopping=null",
-          "data=streaming", "data.batch_size=16"]
+COMMON = [
+    *TINY,
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "callbacks.early_stopping=null",
+    "data=streaming",
+    "data.batch_size=16",
+]
 
 
 @pytest.mark.slow
@@ -148,16 +161,23 @@ def test_kill_9_mid_epoch_then_resume_auto_ends_like_an_uninterrupted_run(shards
     common = [*COMMON, f"data.input_dir={shards}"]
     whole = run_cli("train.py", *common, log_dir=tmp_path / "whole")
     assert whole.returncode == 0, whole.output[-3000:]
-    killed = run_cli("train.py", *common, "checkpoint_every=4", *fault("SignalAt", step=10, signal="SIGKILL"),
-                     log_dir=tmp_path / "killed", env=FAULTS_ENV)
+    killed = run_cli(
+        "train.py",
+        *common,
+        "checkpoint_every=4",
+        *fault("SignalAt", step=10, signal="SIGKILL"),
+        log_dir=tmp_path / "killed",
+        env=FAULTS_ENV,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
     run_dir = single_run(tmp_path / "killed")
     saved = last_ckpt(run_dir)
     assert (saved["epoch"], saved["global_step"]) == (1, 8), "saved mid-epoch by the clock"
     assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["num_samples_yielded"] == 2 * 16
 
-    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path / "killed",
-                      env=FAULTS_ENV)
+    resumed = run_cli(
+        "train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path / "killed", env=FAULTS_ENV
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
     uninterrupted = single_run(tmp_path / "whole")
     assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
@@ -174,8 +194,9 @@ def _epoch_indices(rank: int, world_size: int, port: int, input_dir: str, out) -
 
     from litforge.data.streaming import StreamingImageDataModule
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
+    )
     try:
         dm = StreamingImageDataModule(input_dir=input_dir, batch_size=16, shuffle_seed=0)
         loader = dm.train_dataloader()

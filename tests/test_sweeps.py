@@ -18,8 +18,13 @@ def test_search_space_parses_hydra_grammar_into_optuna_distributions():
     from hydra_plugins.litforge_optuna.sweeper import search_space, trial_overrides
 
     space, fixed = search_space(
-        {"optimizer.lr": "tag(log, interval(1e-4, 1e-1))", "model.hidden_dims": "choice([64,64], [128])",
-         "data.batch_size": "range(16, 80, 16)", "model.depth": "tag(int, interval(2, 8))", "seed": "3"},
+        {
+            "optimizer.lr": "tag(log, interval(1e-4, 1e-1))",
+            "model.hidden_dims": "choice([64,64], [128])",
+            "data.batch_size": "range(16, 80, 16)",
+            "model.depth": "tag(int, interval(2, 8))",
+            "seed": "3",
+        },
         ["trainer.max_epochs=2", "model.depth=5", "optimizer=adam,sgd"],
     )
     assert space["optimizer.lr"] == FloatDistribution(1e-4, 1e-1, log=True)
@@ -29,7 +34,10 @@ def test_search_space_parses_hydra_grammar_into_optuna_distributions():
     assert "model.depth" not in space, "a command-line value fixes a parameter the search config samples"
     assert fixed == ["seed=3", "trainer.max_epochs=2", "model.depth=5"]
     assert trial_overrides({"model.hidden_dims": "[64,64]", "optimizer.lr": 0.001, "data.batch_size": 32}) == [
-        "model.hidden_dims=[64,64]", "optimizer.lr=0.001", "data.batch_size=32"]
+        "model.hidden_dims=[64,64]",
+        "optimizer.lr=0.001",
+        "data.batch_size=32",
+    ]
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
@@ -41,8 +49,11 @@ def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[SEARCH, f"hydra/launcher={launcher}", f"paths.log_dir={tmp_path}"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "train",
+            overrides=[SEARCH, f"hydra/launcher={launcher}", f"paths.log_dir={tmp_path}"],
+            return_hydra_config=True,
+        )
     GlobalHydra.instance().clear()
     assert cfg.hydra.sweeper._target_ == "hydra_plugins.litforge_optuna.sweeper.LitforgeOptunaSweeper"
     assert cfg.hydra.sweeper.direction == "max" and cfg.hydra.sweeper.params["optimizer.lr"].startswith("tag(log")
@@ -68,9 +79,19 @@ def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp
     study.enqueue_trial({"model.dropout": "1.5"})
     study.enqueue_trial({"model.dropout": "0.1"})
 
-    result = run_cli("train.py", *TINY, SEARCH, "model.dropout=choice(0.1,1.5)", "hydra.sweeper.n_trials=3",
-                     "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                     f"hydra.sweep.dir={sweep_dir}", log_dir=tmp_path / "logs", extra_args=("-m",))
+    result = run_cli(
+        "train.py",
+        *TINY,
+        SEARCH,
+        "model.dropout=choice(0.1,1.5)",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.n_jobs=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        log_dir=tmp_path / "logs",
+        extra_args=("-m",),
+    )
     assert result.returncode == 0, result.output[-4000:]
     assert "Trial 0 was left running" in result.output
 
@@ -100,9 +121,14 @@ def _fake_run(folder: Path, overrides: list[str], acc: float | None, loss: float
     (folder / ".hydra").mkdir(parents=True)
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     if acc is not None:
-        (folder / "metrics.json").write_text(json.dumps({
-            "metrics": {"test/acc": acc, "test/loss": loss},
-            "objective": {"metric": "test/acc", "mode": "max", "value": acc}}))
+        (folder / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "metrics": {"test/acc": acc, "test/loss": loss},
+                    "objective": {"metric": "test/acc", "mode": "max", "value": acc},
+                }
+            )
+        )
 
 
 def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: Path):
@@ -111,12 +137,14 @@ def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: P
     import sys
 
     runs = tmp_path / "runs"
-    for i, (lr, seed, acc) in enumerate([("0.01", 1, 0.90), ("0.01", 2, 0.94), ("0.01", 3, 0.92),
-                                         ("0.1", 1, 0.50), ("0.1", 2, 0.70), ("0.1", 3, None)]):
+    for i, (lr, seed, acc) in enumerate(
+        [("0.01", 1, 0.90), ("0.01", 2, 0.94), ("0.01", 3, 0.92), ("0.1", 1, 0.50), ("0.1", 2, 0.70), ("0.1", 3, None)]
+    ):
         _fake_run(runs / f"r{i}", [f"optimizer.lr={lr}", f"seed={seed}", f"paths.log_dir=/x{i}"], acc)
 
-    proc = subprocess.run([sys.executable, "-m", "litforge.records.aggregate", str(runs)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "litforge.records.aggregate", str(runs)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "0.9200 ± 0.0200" in proc.stdout and "0.6000 ± 0.1414" in proc.stdout
     rows = list(csv.DictReader((runs / "aggregate.csv").open()))
@@ -127,6 +155,10 @@ def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: P
     assert float(rows[1]["test/acc_std"]) == pytest.approx(0.141421, abs=1e-5)
     assert "| optimizer.lr=0.01 | 3 | 0 | 1 2 3 | 0.9200 ± 0.0200 |" in (runs / "aggregate.md").read_text()
 
-    empty = subprocess.run([sys.executable, "-m", "litforge.records.aggregate", str(tmp_path / "nothing")],
-                           capture_output=True, text=True, timeout=60)
+    empty = subprocess.run(
+        [sys.executable, "-m", "litforge.records.aggregate", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert empty.returncode != 0 and "does not exist" in empty.stderr

@@ -26,10 +26,20 @@ def _train(tmp_path: Path, name: str, *overrides: str) -> Path:
     out = tmp_path / "logs" / name
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[f"paths.output_dir={out}", "print_config=false", "trainer.max_epochs=2",
-                                          "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
-                                          "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false",
-                                          "trainer.log_every_n_steps=1", *overrides])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.output_dir={out}",
+                "print_config=false",
+                "trainer.max_epochs=2",
+                "trainer.limit_train_batches=3",
+                "trainer.limit_val_batches=2",
+                "trainer.limit_test_batches=2",
+                "trainer.enable_progress_bar=false",
+                "trainer.log_every_n_steps=1",
+                *overrides,
+            ],
+        )
     GlobalHydra.instance().clear()
     train(cfg)
     return out
@@ -54,9 +64,21 @@ def test_tensorboard_server_shows_scalars_images_graph_and_comparable_hparams(tm
     _train(tmp_path, "lr_low", "optimizer.lr=0.001")
     port = _free_port()
     tensorboard = Path(sys.executable).with_name("tensorboard")
-    server = subprocess.Popen([str(tensorboard), "--logdir", str(tmp_path / "logs"), "--host", "127.0.0.1",
-                               "--port", str(port), "--load_fast=false", "--reload_interval=1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            str(tensorboard),
+            "--logdir",
+            str(tmp_path / "logs"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast=false",
+            "--reload_interval=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         runs = {"lr_high/tensorboard", "lr_low/tensorboard"}
@@ -72,8 +94,17 @@ def test_tensorboard_server_shows_scalars_images_graph_and_comparable_hparams(tm
             time.sleep(0.5)
 
         for run in runs:
-            assert {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW",
-                    "time/epoch_s", "time/train_samples_per_s"} <= set(scalars[run]), scalars[run]
+            assert {
+                "train/loss",
+                "train/acc",
+                "val/loss",
+                "val/acc",
+                "test/loss",
+                "test/acc",
+                "lr-AdamW",
+                "time/epoch_s",
+                "time/train_samples_per_s",
+            } <= set(scalars[run]), scalars[run]
         images = _get(base, "/data/plugin/images/tags")
         assert all({"test/confusion_matrix", "test/predictions"} <= set(images[run]) for run in runs), images
         graphs = _get(base, "/data/plugin/graphs/info")
@@ -85,11 +116,17 @@ def test_tensorboard_server_shows_scalars_images_graph_and_comparable_hparams(tm
         metrics = {info["name"]["tag"] for info in experiment["metricInfos"]}
         assert {"hp/val/acc", "hp/test/acc", "hp/test/loss"} <= metrics, metrics
 
-        groups = _get(base, "/data/plugin/hparams/session_groups",
-                      {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
-                       "colParams": [{"hparam": "optimizer/lr"},
-                                     {"metric": {"tag": "hp/test/acc", "group": ""}}],
-                       "startIndex": 0, "sliceSize": 10})
+        groups = _get(
+            base,
+            "/data/plugin/hparams/session_groups",
+            {
+                "experimentName": "",
+                "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
+                "colParams": [{"hparam": "optimizer/lr"}, {"metric": {"tag": "hp/test/acc", "group": ""}}],
+                "startIndex": 0,
+                "sliceSize": 10,
+            },
+        )
         lrs = sorted(g["hparams"]["optimizer/lr"] for g in groups["sessionGroups"])
         assert lrs == [0.001, 0.01], "each run is one comparable row of the HParams table"
         for group in groups["sessionGroups"]:

@@ -36,8 +36,12 @@ def _get(base: str, endpoint: str, **query: str) -> dict:
 
 
 def _post(base: str, endpoint: str, body: dict) -> dict:
-    request = urllib.request.Request(f"{base}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{endpoint}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
@@ -64,10 +68,24 @@ def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_
 
     port = _free_port()
     server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{log_dir / 'mlflow.db'}",
-         "--default-artifact-root", (log_dir / "mlartifacts").as_uri()],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{log_dir / 'mlflow.db'}",
+            "--default-artifact-root",
+            (log_dir / "mlartifacts").as_uri(),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         second = run_cli("train.py", *common, "resume=auto", "trainer.max_epochs=2", log_dir=log_dir, timeout=420)
         assert second.returncode == 0, second.output[-3000:]
@@ -91,7 +109,8 @@ def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_
         history = _get(base, "metrics/get-history", run_id=run_id, metric_key="val/acc")["metrics"]
         assert len(history) == 2 and history[0]["step"] < history[1]["step"]  # one curve over both attempts
         assert read_metrics(run_dir)["metrics"]["test/acc"] == pytest.approx(
-            next(m["value"] for m in run["data"]["metrics"] if m["key"] == "test/acc"))
+            next(m["value"] for m in run["data"]["metrics"] if m["key"] == "test/acc")
+        )
 
         files = {f["path"] for f in _get(base, "artifacts/list", run_id=run_id).get("files", [])}
         assert {"config.yaml", "provenance.json", "best_checkpoint.txt"} <= files, files

@@ -15,10 +15,15 @@ from litforge.models.resnet import ResNet
 from litforge.models.vit import VisionTransformer
 
 
-@pytest.mark.parametrize(("net", "head"), [
-    (ResNet(1, (8, 8), 3), "net.fc"), (CNN(1, (8, 8), 3), "head"),
-    (VisionTransformer(1, (8, 8), 3, dim=16, depth=1, heads=2), "head"), (MLP(1, (8, 8), 3, hidden_dims=(8,)), "net.4"),
-])
+@pytest.mark.parametrize(
+    ("net", "head"),
+    [
+        (ResNet(1, (8, 8), 3), "net.fc"),
+        (CNN(1, (8, 8), 3), "head"),
+        (VisionTransformer(1, (8, 8), 3, dim=16, depth=1, heads=2), "head"),
+        (MLP(1, (8, 8), 3, hidden_dims=(8,)), "net.4"),
+    ],
+)
 def test_head_and_backbone_split_every_net(net, head):
     assert transfer.head_name(net) == head
     head_params = {id(p) for p in net.get_submodule(head).parameters()}
@@ -44,8 +49,15 @@ def test_load_backbone_replaces_only_the_head():
 def _train(compose_cfg, out: Path, *overrides: str) -> dict:
     from litforge.jobs.train import train
 
-    cfg = compose_cfg(*overrides, f"paths.output_dir={out}", "print_config=false", "logger=csv",
-                      "callbacks.progress_bar=null", "callbacks.model_summary=null", "trainer.enable_progress_bar=false")
+    cfg = compose_cfg(
+        *overrides,
+        f"paths.output_dir={out}",
+        "print_config=false",
+        "logger=csv",
+        "callbacks.progress_bar=null",
+        "callbacks.model_summary=null",
+        "trainer.enable_progress_bar=false",
+    )
     out.mkdir(parents=True, exist_ok=True)
     return train(cfg)
 
@@ -55,11 +67,23 @@ def test_init_from_and_backbone_finetuning(compose_cfg, tmp_path: Path, schedule
     """Pretrain on 0-4; fine-tune on 5-9 from it: the backbone stays frozen (out of the optimizer) until the unfreeze
     epoch, then trains as a second param group. OneCycleLR cannot take a group added mid-run: a clear error."""
     small = ["model=cnn", "model.channels=[8,16]", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
-    pre = _train(compose_cfg, tmp_path / "pre", *small, "data.classes=[0,1,2,3,4]", "trainer.max_epochs=1",
-                 "trainer.limit_train_batches=3")
+    pre = _train(
+        compose_cfg,
+        tmp_path / "pre",
+        *small,
+        "data.classes=[0,1,2,3,4]",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=3",
+    )
     pre_state = torch.load(pre["last_checkpoint"], weights_only=True)["state_dict"]
-    common = [*small, "experiment=transfer_digits", f"task.init_from={pre['last_checkpoint']}", f"scheduler={scheduler}",
-              "callbacks.finetune.unfreeze_backbone_at_epoch=1", "trainer.check_val_every_n_epoch=1"]
+    common = [
+        *small,
+        "experiment=transfer_digits",
+        f"task.init_from={pre['last_checkpoint']}",
+        f"scheduler={scheduler}",
+        "callbacks.finetune.unfreeze_backbone_at_epoch=1",
+        "trainer.check_val_every_n_epoch=1",
+    ]
     if scheduler == "onecycle":
         with pytest.raises(ConfigError, match="onecycle"):
             _train(compose_cfg, tmp_path / "frozen", *common, "trainer.max_epochs=1")
@@ -81,11 +105,24 @@ def test_init_from_and_backbone_finetuning(compose_cfg, tmp_path: Path, schedule
 
 
 def test_init_from_a_different_net_is_a_clear_error(compose_cfg, tmp_path: Path):
-    pre = _train(compose_cfg, tmp_path / "pre", "model=mlp", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
-                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1")
+    pre = _train(
+        compose_cfg,
+        tmp_path / "pre",
+        "model=mlp",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=1",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+    )
     with pytest.raises(CheckpointError, match="different architecture"):
-        _train(compose_cfg, tmp_path / "ft", "model=cnn", f"task.init_from={pre['best_checkpoint']}",
-               "trainer.max_epochs=1", "trainer.limit_train_batches=1")
+        _train(
+            compose_cfg,
+            tmp_path / "ft",
+            "model=cnn",
+            f"task.init_from={pre['best_checkpoint']}",
+            "trainer.max_epochs=1",
+            "trainer.limit_train_batches=1",
+        )
 
 
 @pytest.mark.slow

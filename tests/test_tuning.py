@@ -15,14 +15,24 @@ import torch
 import yaml
 
 from conftest import CONF
+from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
 from litforge.jobs.tuning import TB_TAG, check_tuning
-from litforge.config.validation import check_run
 
 # one short epoch; the finder's 20 steps are about as many as the run's own
-SHORT = ["print_config=false", "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
-         "test_after_training=false", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-         "scheduler=none", "callbacks.tensorboard_extras.model_graph=false", "callbacks.tensorboard_extras.test_images=false", "callbacks.early_stopping=null"]
+SHORT = [
+    "print_config=false",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=1",
+    "test_after_training=false",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "scheduler=none",
+    "callbacks.tensorboard_extras.model_graph=false",
+    "callbacks.tensorboard_extras.test_images=false",
+    "callbacks.early_stopping=null",
+]
 LR_FIND = ["tune=lr_find", "tune.num_training=20"]
 
 
@@ -95,8 +105,8 @@ def test_lr_find_without_apply_reports_only_and_leaves_the_run_as_an_untuned_one
 
 
 def _build(compose_cfg, *overrides: str):
-    from litforge.jobs.build import build_task
     from litforge.config.instantiate import instantiate_group
+    from litforge.jobs.build import build_task
 
     cfg = compose_cfg(*overrides)
     datamodule = instantiate_group("data", cfg.data)
@@ -111,41 +121,59 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
     from litforge.config.instantiate import instantiate_group, to_plain
     from litforge.jobs.tuning import tune
 
-    cfg, task, datamodule = _build(compose_cfg, "tune=batch_size", "tune.max_trials=3", "tune.steps_per_trial=1",
-                                   f"tune.apply={str(apply).lower()}", "trainer.accelerator=cpu")
+    cfg, task, datamodule = _build(
+        compose_cfg,
+        "tune=batch_size",
+        "tune.max_trials=3",
+        "tune.steps_per_trial=1",
+        f"tune.apply={str(apply).lower()}",
+        "trainer.accelerator=cpu",
+    )
     record = tune(to_plain(cfg.tune), task, datamodule, instantiate_group("trainer", cfg.trainer), [], tmp_path)
     found = record["found"]
     assert found == 2 * 2 ** (3 - 1)  # init_val, then doubled on each of the other trials: no out-of-memory on CPU
     assert json.loads((tmp_path / "batch_size.json").read_text()) == record
     expected = found if apply else 64
-    assert datamodule.batch_size == datamodule.hparams["batch_size"] == datamodule.hparams_initial["batch_size"] \
-        == expected  # the last is what the loggers record
+    assert (
+        datamodule.batch_size
+        == datamodule.hparams["batch_size"]
+        == datamodule.hparams_initial["batch_size"]
+        == expected
+    )  # the last is what the loggers record
     assert task.run_config["data"]["batch_size"] == expected
     assert datamodule.train_dataloader().batch_size == expected
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["tune=batch_size", "trainer.accelerator=cpu"], "tune=batch_size finds the largest batch that fits GPU memory; "
-                                                     "this run is on CPU"),
-    (["tune=lr_find", "strategy=ddp"], "tune=lr_find runs on one device, not with DDPStrategy"),
-    (["tune=lr_find", "strategy=fsdp"], "tune=lr_find runs on one device, not with "),
-    (["tune=lr_find", "strategy.name=ddp"], "tune=lr_find runs on one device, not with strategy.name=ddp"),
-    (["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
-    (["tune=lr_find", "experiment=cartpole_dqn"], "tune=lr_find steps the task's per-batch loss"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (
+            ["tune=batch_size", "trainer.accelerator=cpu"],
+            "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU",
+        ),
+        (["tune=lr_find", "strategy=ddp"], "tune=lr_find runs on one device, not with DDPStrategy"),
+        (["tune=lr_find", "strategy=fsdp"], "tune=lr_find runs on one device, not with "),
+        (["tune=lr_find", "strategy.name=ddp"], "tune=lr_find runs on one device, not with strategy.name=ddp"),
+        (["tune=lr_find", "trainer.devices=2"], "tune=lr_find runs on one device, not trainer.devices=2"),
+        (["tune=lr_find", "experiment=cartpole_dqn"], "tune=lr_find steps the task's per-batch loss"),
+    ],
+)
 def test_finders_are_refused_in_one_line_where_they_cannot_work(compose_cfg, overrides, says):
     with pytest.raises(ConfigError) as error:
         check_tuning(compose_cfg(*overrides))
     assert says in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["tune=lr_find", "tune.mode=power"], "tune.mode=power is not a mode of tune=lr_find"),
-    (["tune=batch_size", "tune.mode=linear"], "tune.mode=linear is not a mode of tune=batch_size"),
-    (["tune=lr_find", "tune.min_lr=0.1", "tune.max_lr=0.01"], "tune.min_lr=0.1 is not below tune.max_lr=0.01"),
-    (["tune=lr_find", "tune.num_training=5"], "tune.num_training=5"),
-    (["tune=lr_find", "tune.apply=maybe"], "tune.apply='maybe'"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["tune=lr_find", "tune.mode=power"], "tune.mode=power is not a mode of tune=lr_find"),
+        (["tune=batch_size", "tune.mode=linear"], "tune.mode=linear is not a mode of tune=batch_size"),
+        (["tune=lr_find", "tune.min_lr=0.1", "tune.max_lr=0.01"], "tune.min_lr=0.1 is not below tune.max_lr=0.01"),
+        (["tune=lr_find", "tune.num_training=5"], "tune.num_training=5"),
+        (["tune=lr_find", "tune.apply=maybe"], "tune.apply='maybe'"),
+    ],
+)
 def test_bad_tune_values_are_refused_naming_the_key(compose_cfg, overrides, says):
     with pytest.raises(ConfigError) as error:
         check_run(compose_cfg(*overrides))
@@ -160,8 +188,7 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
 
 def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
     from litforge.config.instantiate import instantiate_group, to_plain
-    from litforge.jobs.tuning import tune_before_fit
-    from litforge.jobs.tuning import tune
+    from litforge.jobs.tuning import tune, tune_before_fit
 
     cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)

@@ -15,8 +15,17 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF
+from litforge.config.validation import (
+    RELATIONS,
+    RULES,
+    check_config,
+    check_group,
+    check_run,
+    check_value,
+    leaves,
+    run_notes,
+)
 from litforge.core.errors import ConfigError
-from litforge.config.validation import RELATIONS, RULES, check_config, check_group, check_run, check_value, leaves, run_notes
 
 JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
 
@@ -184,8 +193,9 @@ MODEL_VALUES = [
 ]
 
 
-@pytest.mark.parametrize(("option", "key", "value", "needle"), MODEL_VALUES,
-                         ids=[f"{o}:{k}={v!r}" for o, k, v, _ in MODEL_VALUES])
+@pytest.mark.parametrize(
+    ("option", "key", "value", "needle"), MODEL_VALUES, ids=[f"{o}:{k}={v!r}" for o, k, v, _ in MODEL_VALUES]
+)
 def test_a_bad_net_argument_is_refused_by_the_nets_signature(option: str, key: str, value: object, needle: str):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
@@ -221,36 +231,65 @@ def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, 
     check_value(key, OverridesParser.create().parse_override(f"x={example}").value())  # the example itself passes
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("trainer.max_epochs", -1), ("trainer.devices", "auto"), ("trainer.devices", [0, 1]), ("trainer.devices", "0,1"),
-    ("trainer.precision", 16), ("trainer.precision", "bf16-mixed"), ("trainer.limit_val_batches", 0),
-    ("trainer.limit_train_batches", 1.0), ("trainer.limit_train_batches", 3), ("trainer.fast_dev_run", 5),
-    ("data.image_size", 64), ("data.image_size", [32, 48]), ("data.classes", None), ("model.hidden_dims", []),
-    ("callbacks.model_checkpoint.save_top_k", -1), ("callbacks.tensorboard_extras.normalize", True),
-    ("compile", {"mode": "max-autotune"}), ("loss.alpha", [1.0, 2.0]), ("strategy.data_parallel_size", "auto"),
-    ("some.key.without.a.rule", object()),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("trainer.max_epochs", -1),
+        ("trainer.devices", "auto"),
+        ("trainer.devices", [0, 1]),
+        ("trainer.devices", "0,1"),
+        ("trainer.precision", 16),
+        ("trainer.precision", "bf16-mixed"),
+        ("trainer.limit_val_batches", 0),
+        ("trainer.limit_train_batches", 1.0),
+        ("trainer.limit_train_batches", 3),
+        ("trainer.fast_dev_run", 5),
+        ("data.image_size", 64),
+        ("data.image_size", [32, 48]),
+        ("data.classes", None),
+        ("model.hidden_dims", []),
+        ("callbacks.model_checkpoint.save_top_k", -1),
+        ("callbacks.tensorboard_extras.normalize", True),
+        ("compile", {"mode": "max-autotune"}),
+        ("loss.alpha", [1.0, 2.0]),
+        ("strategy.data_parallel_size", "auto"),
+        ("some.key.without.a.rule", object()),
+    ],
+)
 def test_valid_edge_values_pass(key: str, value: object):
     check_value(key, value)
 
 
 # ---- relations, groups, runs ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("group", "node", "needle"), [
-    ("optimizer", {"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.0, "nesterov": True},
-     "optimizer.nesterov=true needs momentum, but optimizer.momentum=0.0"),
-    ("callbacks.pruning", {"_target_": "x", "start_epoch": 3, "end_epoch": 1},
-     "callbacks.pruning.end_epoch=1 is before callbacks.pruning.start_epoch=3"),
-    ("trainer", {"max_epochs": 3, "min_epochs": 5}, "trainer.min_epochs=5 is more than trainer.max_epochs=3"),
-    ("data", {"_target_": "x", "root": "???"}, "data.root has no value and is required: pass data.root=<value>"),
-])
+@pytest.mark.parametrize(
+    ("group", "node", "needle"),
+    [
+        (
+            "optimizer",
+            {"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.0, "nesterov": True},
+            "optimizer.nesterov=true needs momentum, but optimizer.momentum=0.0",
+        ),
+        (
+            "callbacks.pruning",
+            {"_target_": "x", "start_epoch": 3, "end_epoch": 1},
+            "callbacks.pruning.end_epoch=1 is before callbacks.pruning.start_epoch=3",
+        ),
+        ("trainer", {"max_epochs": 3, "min_epochs": 5}, "trainer.min_epochs=5 is more than trainer.max_epochs=3"),
+        ("data", {"_target_": "x", "root": "???"}, "data.root has no value and is required: pass data.root=<value>"),
+    ],
+)
 def test_a_group_is_checked_with_its_relations_as_it_is_built(group: str, node: dict, needle: str):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
         check_group(group, OmegaConf.create(node))
 
 
 def test_relations_across_groups_are_checked_for_the_run():
-    cfg = OmegaConf.create({"trainer": {"enable_checkpointing": False},
-                            "callbacks": {"model_checkpoint": {"_target_": "pytorch_lightning.callbacks.ModelCheckpoint"}}})
+    cfg = OmegaConf.create(
+        {
+            "trainer": {"enable_checkpointing": False},
+            "callbacks": {"model_checkpoint": {"_target_": "pytorch_lightning.callbacks.ModelCheckpoint"}},
+        }
+    )
     with pytest.raises(ConfigError, match="also pass callbacks.model_checkpoint=null"):
         check_run(cfg)
     cfg.callbacks.model_checkpoint = None
@@ -258,43 +297,65 @@ def test_relations_across_groups_are_checked_for_the_run():
 
 
 def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
-    cfg = OmegaConf.create({"seed": 1, "paths": {"output_dir": "${hydra:runtime.output_dir}", "log_dir": "logs"},
-                            "data": {"shuffle_seed": "${seed}", "batch_size": 8}})
+    cfg = OmegaConf.create(
+        {
+            "seed": 1,
+            "paths": {"output_dir": "${hydra:runtime.output_dir}", "log_dir": "logs"},
+            "data": {"shuffle_seed": "${seed}", "batch_size": 8},
+        }
+    )
     check_config(cfg)
     cfg.seed = -1  # an interpolated value is checked under its own key first
     with pytest.raises(ConfigError, match=r"^seed=-1"):
         check_config(cfg)
 
 
-@pytest.mark.parametrize(("trainer", "data", "says"), [
-    ({"limit_val_batches": 0}, {}, "trainer.limit_val_batches=0"),
-    ({"max_epochs": 3, "check_val_every_n_epoch": 5}, {}, "trainer.check_val_every_n_epoch=5 > trainer.max_epochs=3"),
-    ({}, {"val_fraction": 0.0}, "data.val_fraction=0"),
-    ({"max_epochs": 5, "check_val_every_n_epoch": 5}, {"val_fraction": 0.1}, None),
-])
+@pytest.mark.parametrize(
+    ("trainer", "data", "says"),
+    [
+        ({"limit_val_batches": 0}, {}, "trainer.limit_val_batches=0"),
+        (
+            {"max_epochs": 3, "check_val_every_n_epoch": 5},
+            {},
+            "trainer.check_val_every_n_epoch=5 > trainer.max_epochs=3",
+        ),
+        ({}, {"val_fraction": 0.0}, "data.val_fraction=0"),
+        ({"max_epochs": 5, "check_val_every_n_epoch": 5}, {"val_fraction": 0.1}, None),
+    ],
+)
 def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str | None):
     notes = run_notes(OmegaConf.create({"trainer": trainer, "data": data}))
     assert (says in notes[0] and "no validation" in notes[0]) if says else not notes
 
 
 # ---- configs composed in code meet the same rules where each group is built ----------------------------------------
-@pytest.mark.parametrize(("override", "says"), [
-    ("data.batch_size=0", "data.batch_size=0"),
-    ("optimizer.lr=-1", "optimizer.lr=-1"),
-    ("callbacks.early_stopping.patience=-1", "callbacks.early_stopping.patience=-1"),
-    ("trainer.max_epochs=0", "trainer.max_epochs=0 trains nothing"),
-    ("seed=-1", "seed=-1"),
-    ("+model.foo=1", "model.foo is not an argument of litforge.models.mlp.MLP (it takes: in_channels"),
-    ("+task.foo=1", "task.foo is not an argument of litforge.tasks.classification.ClassificationTask"),
-    ("+callbacks.early_stopping.foo=1", "callbacks.early_stopping.foo is not an argument of"),
-    ("+trainer.foo=1", "trainer.foo is not an argument of pytorch_lightning.Trainer"),
-])
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("data.batch_size=0", "data.batch_size=0"),
+        ("optimizer.lr=-1", "optimizer.lr=-1"),
+        ("callbacks.early_stopping.patience=-1", "callbacks.early_stopping.patience=-1"),
+        ("trainer.max_epochs=0", "trainer.max_epochs=0 trains nothing"),
+        ("seed=-1", "seed=-1"),
+        ("+model.foo=1", "model.foo is not an argument of litforge.models.mlp.MLP (it takes: in_channels"),
+        ("+task.foo=1", "task.foo is not an argument of litforge.tasks.classification.ClassificationTask"),
+        ("+callbacks.early_stopping.foo=1", "callbacks.early_stopping.foo is not an argument of"),
+        ("+trainer.foo=1", "trainer.foo is not an argument of pytorch_lightning.Trainer"),
+    ],
+)
 def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override: str, says: str, compose_cfg):
     from litforge.jobs.train import train
 
-    cfg = compose_cfg("print_config=false", "trainer.max_epochs=1", "trainer.limit_train_batches=1",
-                      "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false",
-                      "logger=csv", override)
+    cfg = compose_cfg(
+        "print_config=false",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=1",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+        "logger=csv",
+        override,
+    )
     with pytest.raises(ConfigError) as info:
         train(cfg)
     assert says in str(info.value), str(info.value)
@@ -302,8 +363,8 @@ def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override
 
 def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
     """The groups are checked where they are built, and nowhere twice (one table, one boundary)."""
-    import litforge.jobs.build
     import litforge.config.instantiate
+    import litforge.jobs.build
     from litforge.config import validation
     from litforge.jobs.train import train
 
@@ -317,8 +378,18 @@ def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
     monkeypatch.setattr(litforge.jobs.build, "check_group", counting)
     cfg = compose_cfg("print_config=false", "trainer.fast_dev_run=true", "logger=csv", "callbacks.progress_bar=null")
     train(cfg)
-    expected = {"data", "model", "optimizer", "scheduler", "loss", "task", "trainer", "strategy",
-                *(f"callbacks.{name}" for name, node in cfg.callbacks.items() if node is not None), "logger.csv"}
+    expected = {
+        "data",
+        "model",
+        "optimizer",
+        "scheduler",
+        "loss",
+        "task",
+        "trainer",
+        "strategy",
+        *(f"callbacks.{name}" for name, node in cfg.callbacks.items() if node is not None),
+        "logger.csv",
+    }
     assert sorted(seen) == sorted(expected)
 
 

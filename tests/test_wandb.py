@@ -19,9 +19,15 @@ pytestmark = pytest.mark.slow
 
 def _inspect(record: Path) -> dict:
     """`wandb leet inspect --summary --json`: the run id, state, project, config and latest metrics of one log."""
-    return json.loads(subprocess.run(
-        [str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--summary", "--json", str(record)],
-        capture_output=True, text=True, check=True, env={**os.environ, "WANDB_SILENT": "true"}).stdout)
+    return json.loads(
+        subprocess.run(
+            [str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--summary", "--json", str(record)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "WANDB_SILENT": "true"},
+        ).stdout
+    )
 
 
 def test_wandb_offline_files_hold_the_run_and_resume_continues_the_run_id(tmp_path, monkeypatch):

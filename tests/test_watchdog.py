@@ -53,11 +53,13 @@ def _free_port() -> int:
 def test_a_rank_blocked_in_a_collective_ends_after_the_grace_with_its_stack():
     port = str(_free_port())
     env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    peer = subprocess.Popen([sys.executable, "-c", RANK, "1", port], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    peer = subprocess.Popen(
+        [sys.executable, "-c", RANK, "1", port], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        blocked = subprocess.run([sys.executable, "-c", RANK, "0", port], env=env, capture_output=True, text=True,
-                                 timeout=120)
+        blocked = subprocess.run(
+            [sys.executable, "-c", RANK, "0", port], env=env, capture_output=True, text=True, timeout=120
+        )
         ended = time.time()
     finally:
         peer.send_signal(signal.SIGKILL)

@@ -43,5 +43,6 @@ class LitforgeOptunaSweeperConf:
     params: Dict[str, str] = field(default_factory=dict)
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="litforge_optuna", node=LitforgeOptunaSweeperConf,
-                             provider="litforge")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="litforge_optuna", node=LitforgeOptunaSweeperConf, provider="litforge"
+)

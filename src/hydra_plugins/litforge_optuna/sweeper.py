@@ -41,9 +41,18 @@ class SearchSpaceError(ValueError):
 
 
 class LitforgeOptunaSweeper(Sweeper):
-    def __init__(self, direction: str, study_name: str, storage: str | None, n_trials: int, n_jobs: int,
-                 sampler: Mapping[str, Any], params: Mapping[str, str] | None, pruner: str = "none",
-                 pruner_args: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        direction: str,
+        study_name: str,
+        storage: str | None,
+        n_trials: int,
+        n_jobs: int,
+        sampler: Mapping[str, Any],
+        params: Mapping[str, str] | None,
+        pruner: str = "none",
+        pruner_args: Mapping[str, Any] | None = None,
+    ) -> None:
         from litforge.records.optuna_study import build_pruner
 
         if str(direction).lower() not in DIRECTIONS:
@@ -55,16 +64,20 @@ class LitforgeOptunaSweeper(Sweeper):
         self.storage = storage
         self.n_trials = n_trials
         self.n_jobs = n_jobs
-        self.sampler_cfg = dict(OmegaConf.to_container(sampler, resolve=True) if OmegaConf.is_config(sampler)
-                                else sampler)
+        self.sampler_cfg = dict(
+            OmegaConf.to_container(sampler, resolve=True) if OmegaConf.is_config(sampler) else sampler
+        )
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.pruner = str(pruner).lower()
-        self.pruner_args = dict(OmegaConf.to_container(pruner_args, resolve=True) if OmegaConf.is_config(pruner_args)
-                                else pruner_args or {})
+        self.pruner_args = dict(
+            OmegaConf.to_container(pruner_args, resolve=True) if OmegaConf.is_config(pruner_args) else pruner_args or {}
+        )
         build_pruner(self.pruner, self.pruner_args)  # an unknown name or argument: one line before any trial
         if self.pruner != "none" and not storage:
-            raise ValueError(f"hydra.sweeper.pruner={self.pruner} needs hydra.sweeper.storage (each trial reports "
-                             "to the study through it): keep the default sqlite:///${hydra.sweep.dir}/optuna.db")
+            raise ValueError(
+                f"hydra.sweeper.pruner={self.pruner} needs hydra.sweeper.storage (each trial reports "
+                "to the study through it): keep the default sqlite:///${hydra.sweep.dir}/optuna.db"
+            )
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
@@ -73,7 +86,8 @@ class LitforgeOptunaSweeper(Sweeper):
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def sweep(self, arguments: list[str]) -> list[Any]:
         import optuna
@@ -84,25 +98,40 @@ class LitforgeOptunaSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         space, fixed = search_space(self.params, arguments)
         if not space:
-            raise SearchSpaceError("the search space is empty: set hydra.sweeper.params (see "
-                                   "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
-                                   "optimizer.lr='interval(1e-4,1e-1)'")
+            raise SearchSpaceError(
+                "the search space is empty: set hydra.sweeper.params (see "
+                "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
+                "optimizer.lr='interval(1e-4,1e-1)'"
+            )
         from litforge.records.optuna_study import build_pruner, study_storage
 
         url = self._storage_url()
-        study = optuna.create_study(study_name=self.study_name, storage=study_storage(url) if url else None,
-                                    sampler=self._sampler(), pruner=build_pruner(self.pruner, self.pruner_args),
-                                    direction=self.direction, load_if_exists=True)
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=study_storage(url) if url else None,
+            sampler=self._sampler(),
+            pruner=build_pruner(self.pruner, self.pruner_args),
+            direction=self.direction,
+            load_if_exists=True,
+        )
         fail_stale_trials(study)
-        log.info("Optuna study %r (%s, %s, pruner %s): %d of %d trials done; searching %s", self.study_name,
-                 self.direction, url or "in memory", self.pruner, finished_count(study), self.n_trials,
-                 ", ".join(space))
+        log.info(
+            "Optuna study %r (%s, %s, pruner %s): %d of %d trials done; searching %s",
+            self.study_name,
+            self.direction,
+            url or "in memory",
+            self.pruner,
+            finished_count(study),
+            self.n_trials,
+            ", ".join(space),
+        )
 
         returns: list[Any] = []
         while (done := finished_count(study)) < self.n_trials:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - done))]
-            batch = [tuple(fixed + trial_overrides(trial.params) + self._pruning_overrides(trial.number))
-                     for trial in trials]
+            batch = [
+                tuple(fixed + trial_overrides(trial.params) + self._pruning_overrides(trial.number)) for trial in trials
+            ]
             try:
                 self.validate_batch_is_legal(batch)
             except Exception as exc:  # a search-space key the config does not have: no job could ever run
@@ -148,9 +177,15 @@ class LitforgeOptunaSweeper(Sweeper):
         assert url is not None
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):  # a job may run in another folder
             url = "sqlite:///" + str(Path(url.removeprefix("sqlite:///")).resolve())
-        callback = {"_target_": "litforge.callbacks.optuna_pruning.OptunaPruning", "storage": url,
-                    "study_name": self.study_name, "trial_number": number, "monitor": self._metric_name(),
-                    "pruner": self.pruner, "pruner_args": self.pruner_args}
+        callback = {
+            "_target_": "litforge.callbacks.optuna_pruning.OptunaPruning",
+            "storage": url,
+            "study_name": self.study_name,
+            "trial_number": number,
+            "monitor": self._metric_name(),
+            "pruner": self.pruner,
+            "pruner_args": self.pruner_args,
+        }
         return [f"++{PRUNING_KEY}={override_value_text(callback)}"]
 
     def _sampler(self) -> Any:
@@ -204,14 +239,15 @@ def distribution(key: str, override: Override) -> Any:
         if "int" in sweep.tags:
             return IntDistribution(int(sweep.start), int(sweep.end), log=log_scale)
         return FloatDistribution(float(sweep.start), float(sweep.end), log=log_scale)
-    raise SearchSpaceError(f"{key}: {override.input_line!r} cannot be sampled; use choice(a,b,...), range(a,b), "
-                           "interval(a,b), tag(log, interval(a,b)) or tag(int, interval(a,b))")
+    raise SearchSpaceError(
+        f"{key}: {override.input_line!r} cannot be sampled; use choice(a,b,...), range(a,b), "
+        "interval(a,b), tag(log, interval(a,b)) or tag(int, interval(a,b))"
+    )
 
 
 def trial_overrides(params: Mapping[str, Any]) -> list[str]:
     """A trial's parameters as Hydra overrides (categoricals already are override text)."""
-    return [f"{key}={value if isinstance(value, str) else override_value_text(value)}"
-            for key, value in params.items()]
+    return [f"{key}={value if isinstance(value, str) else override_value_text(value)}" for key, value in params.items()]
 
 
 def job_outcome(result: Any) -> tuple[float | None, str | None]:
@@ -225,8 +261,9 @@ def job_outcome(result: Any) -> tuple[float | None, str | None]:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        return None, (f"the job returned {value!r}, not a number: does the run log the metric named by "
-                      "objective.metric?")
+        return None, (
+            f"the job returned {value!r}, not a number: does the run log the metric named by objective.metric?"
+        )
     if not math.isfinite(number):
         return None, f"the job returned {number}"
     return number, None
@@ -250,8 +287,12 @@ def note_pruned(trial: Any, result: Any, sweep_dir: Path, error: str | None) -> 
     """Log a pruned trial and mark its job PRUNED in the sweep summary (its run folder and logs stay as they are)."""
     from litforge.records.sweeps import mark_pruned, write_summary
 
-    log.info("Trial %d pruned after %d validations (%s)", trial.number, (trial.last_step or 0) + 1,
-             "its job then failed: " + error if error else "its run folder is kept")
+    log.info(
+        "Trial %d pruned after %d validations (%s)",
+        trial.number,
+        (trial.last_step or 0) + 1,
+        "its job then failed: " + error if error else "its run folder is kept",
+    )
     job_dir = OmegaConf.select(getattr(result, "hydra_cfg", None) or {}, "hydra.runtime.output_dir", default=None)
     if error is None:
         mark_pruned(Path(job_dir) if job_dir else sweep_dir / str(trial.number), trial.last_step)
@@ -261,10 +302,14 @@ def note_pruned(trial: Any, result: Any, sweep_dir: Path, error: str | None) -> 
 def trial_counts_text(study: Any) -> str:
     from optuna.trial import TrialState
 
-    counts = {state: len(study.get_trials(deepcopy=False, states=(state,)))
-              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
-    return (f"{sum(counts.values())} trials: {counts[TrialState.COMPLETE]} complete, "
-            f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL]} failed")
+    counts = {
+        state: len(study.get_trials(deepcopy=False, states=(state,)))
+        for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    }
+    return (
+        f"{sum(counts.values())} trials: {counts[TrialState.COMPLETE]} complete, "
+        f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL]} failed"
+    )
 
 
 def fail_stale_trials(study: Any) -> None:
@@ -285,19 +330,31 @@ def write_best(study: Any, sweep_dir: Path, fixed: list[str], storage: str | Non
 
     from litforge.records.sweeps import atomic_write
 
-    counts = {state.name.lower(): len(study.get_trials(deepcopy=False, states=(state,)))
-              for state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)}
+    counts = {
+        state.name.lower(): len(study.get_trials(deepcopy=False, states=(state,)))
+        for state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    }
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     best: dict[str, Any] | None = None
     if complete:
         trial = study.best_trial
         overrides = fixed + trial_overrides(trial.params)
-        best = {"trial": trial.number, "value": trial.value, "params": dict(trial.params),
-                "job_dir": str(sweep_dir / str(trial.number)),
-                "command": "python train.py " + " ".join(f"'{o}'" if any(c in o for c in " []()") else o
-                                                         for o in overrides)}
-    document = {"study": study.study_name, "storage": storage, "direction": study.direction.name.lower(),
-                "metric": metric, "trials": counts, "best": best}
+        best = {
+            "trial": trial.number,
+            "value": trial.value,
+            "params": dict(trial.params),
+            "job_dir": str(sweep_dir / str(trial.number)),
+            "command": "python train.py "
+            + " ".join(f"'{o}'" if any(c in o for c in " []()") else o for o in overrides),
+        }
+    document = {
+        "study": study.study_name,
+        "storage": storage,
+        "direction": study.direction.name.lower(),
+        "metric": metric,
+        "trials": counts,
+        "best": best,
+    }
     atomic_write(sweep_dir / BEST_FILE, OmegaConf.to_yaml(OmegaConf.create(document)))
 
 

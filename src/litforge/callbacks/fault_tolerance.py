@@ -26,12 +26,12 @@ import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.errors import TrainingStopped
+from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
 from litforge.runtime.host_reads import StepLosses, Where
-from litforge.runtime.watchdog import HangWatchdog, run_log_file
 from litforge.runtime.ranks import meets_now
+from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -61,14 +61,16 @@ class StopOnNonFiniteLoss(Callback):
         task = getattr(pl_module, "step_losses", None)
         return task if isinstance(task, StepLosses) else self._own
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._where = (trainer.global_step, trainer.current_epoch, batch_idx)
         task = getattr(pl_module, "step_losses", None)
         self._task_kept = task.kept if isinstance(task, StepLosses) else -1
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         task = getattr(pl_module, "step_losses", None)
         if not (isinstance(task, StepLosses) and task.kept > self._task_kept):  # the module did not keep it
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -82,8 +84,9 @@ class StopOnNonFiniteLoss(Callback):
             self.check(trainer, pl_module)
 
     # checkpoints and validation must never see weights updated from a non-finite loss
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         self.check(trainer, pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -104,8 +107,10 @@ class StopOnNonFiniteLoss(Callback):
                     found = (where, bad, values[bad])
         if _distributed():
             if trainer.strategy.reduce_boolean_decision(found is not None, all=False) and found is None:
-                raise TrainingStopped("training stopped: another rank's loss became NaN/inf (its log names the "
-                                      f"step); no checkpoint was written from that step on. {_last_good(trainer)}")
+                raise TrainingStopped(
+                    "training stopped: another rank's loss became NaN/inf (its log names the "
+                    f"step); no checkpoint was written from that step on. {_last_good(trainer)}"
+                )
         if found is None:
             return
         (step, epoch, batch), offset, value = found
@@ -117,8 +122,11 @@ class StopOnNonFiniteLoss(Callback):
 
 
 def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized() \
+    return (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
         and torch.distributed.get_world_size() > 1
+    )
 
 
 class CheckpointOnSignal(Callback):
@@ -145,8 +153,9 @@ class CheckpointOnSignal(Callback):
     metrics, checkpoint choice and early stopping with it.
     """
 
-    def __init__(self, filename: str = "last", hang_grace: float | None = 60,
-                 check_every_n_steps: int | None = None) -> None:
+    def __init__(
+        self, filename: str = "last", hang_grace: float | None = 60, check_every_n_steps: int | None = None
+    ) -> None:
         super().__init__()
         self.filename = filename
         self.saved_path: str | None = None
@@ -180,8 +189,15 @@ class CheckpointOnSignal(Callback):
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
 
-    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         # Lightning's evaluation loop stops at the next batch once `received_sigterm` is set; under several ranks
         # only an agreement sets it (the same batch on every rank: each validates the same number of batches)
         if self._validating and self._agree is not None and _distributed() and (batch_idx + 1) % self._every == 0:
@@ -201,8 +217,11 @@ class CheckpointOnSignal(Callback):
             path, _ = save_latest(trainer)  # the run's last.ckpt, its checkpoint callbacks' state naming it
         else:
             checkpoint_cb = trainer.checkpoint_callback
-            folder = Path(checkpoint_cb.dirpath) if isinstance(checkpoint_cb, ModelCheckpoint) \
-                and checkpoint_cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+            folder = (
+                Path(checkpoint_cb.dirpath)
+                if isinstance(checkpoint_cb, ModelCheckpoint) and checkpoint_cb.dirpath
+                else Path(trainer.default_root_dir) / "checkpoints"
+            )
             path = str(folder / f"{self.filename}.ckpt")
             trainer.save_checkpoint(path)
         self.saved_path = path
@@ -213,4 +232,3 @@ def _last_good(trainer: pl.Trainer) -> str:
     if last and Path(last).exists():
         return f"The last good checkpoint is {last}."
     return "No checkpoint had been written yet."
-

@@ -20,7 +20,9 @@ class BackboneFinetuning(_BackboneFinetuning):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         for config in trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, OneCycleLR):
-                raise ConfigError("callbacks.finetune cannot be combined with scheduler=onecycle (OneCycleLR cannot "
-                                  "schedule the backbone's param group added at unfreeze): use scheduler=cosine, "
-                                  "step or none")
+                raise ConfigError(
+                    "callbacks.finetune cannot be combined with scheduler=onecycle (OneCycleLR cannot "
+                    "schedule the backbone's param group added at unfreeze): use scheduler=cosine, "
+                    "step or none"
+                )
         super().on_fit_start(trainer, pl_module)

@@ -27,18 +27,29 @@ class ClassificationImages(pl.Callback):
         self._samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def _active(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
-        return (getattr(pl_module, "data_kind", None) == "image" and hasattr(pl_module, "class_names")
-                and any(True for _ in tensorboard_loggers(trainer)))
+        return (
+            getattr(pl_module, "data_kind", None) == "image"
+            and hasattr(pl_module, "class_names")
+            and any(True for _ in tensorboard_loggers(trainer))
+        )
 
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._samples = []
         self._confusion = None
         if self._active(trainer, pl_module):
-            self._confusion = MulticlassConfusionMatrix(num_classes=len(pl_module.class_names),
-                                                        normalize=self.normalize).to(pl_module.device)
+            self._confusion = MulticlassConfusionMatrix(
+                num_classes=len(pl_module.class_names), normalize=self.normalize
+            ).to(pl_module.device)
 
-    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if self._confusion is None:
             return
         images, labels = batch[0], batch[1]
@@ -73,8 +84,7 @@ class ClassificationImages(pl.Callback):
         self._confusion = None
 
 
-def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor,
-                    class_names: list[str]) -> Any:
+def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> Any:
     """A grid of images titled `predicted / true`, green when right and red when wrong."""
     from matplotlib.figure import Figure
 
@@ -91,8 +101,9 @@ def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch
         else:
             ax.imshow(image[:3].permute(1, 2, 0).numpy())
         right = bool(predicted[i] == labels[i])
-        ax.set_title(f"{class_names[predicted[i]]} / {class_names[labels[i]]}", fontsize=8,
-                     color="green" if right else "red")
+        ax.set_title(
+            f"{class_names[predicted[i]]} / {class_names[labels[i]]}", fontsize=8, color="green" if right else "red"
+        )
         ax.axis("off")
     fig.suptitle("predicted / true", fontsize=9)
     fig.tight_layout()

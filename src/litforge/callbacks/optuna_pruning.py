@@ -36,6 +36,7 @@ from litforge.records.optuna_study import build_pruner, study_storage
 
 log = logging.getLogger(__name__)
 
+
 class OptunaPruning(pl.Callback):
     """Report `monitor` to Optuna trial `trial_number` of `study_name` after each validation; stop when pruned.
 
@@ -51,8 +52,15 @@ class OptunaPruning(pl.Callback):
             pruner: median
     """
 
-    def __init__(self, storage: str, study_name: str, trial_number: int, monitor: str, pruner: str = "median",
-                 pruner_args: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        storage: str,
+        study_name: str,
+        trial_number: int,
+        monitor: str,
+        pruner: str = "median",
+        pruner_args: Mapping[str, Any] | None = None,
+    ) -> None:
         build_pruner(pruner, pruner_args)  # a bad name or argument fails when the callback is built, in one line
         self.storage = storage
         self.study_name = study_name
@@ -73,24 +81,30 @@ class OptunaPruning(pl.Callback):
         from optuna.trial import TrialState
 
         storage = study_storage(self.storage)
-        study = optuna.load_study(study_name=self.study_name, storage=storage,
-                                  pruner=build_pruner(self.pruner, self.pruner_args))
+        study = optuna.load_study(
+            study_name=self.study_name, storage=storage, pruner=build_pruner(self.pruner, self.pruner_args)
+        )
         frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == self.trial_number), None)
         if frozen is None or frozen.state != TrialState.RUNNING:
-            raise ConfigError(f"callbacks.optuna_pruning: study {self.study_name!r} has no running trial "
-                              f"{self.trial_number} ({'not found' if frozen is None else frozen.state.name}); this "
-                              "callback is added by the Optuna sweeper (hydra.sweeper.pruner), not by hand")
-        trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(self.study_name),
-                                                                   self.trial_number)
+            raise ConfigError(
+                f"callbacks.optuna_pruning: study {self.study_name!r} has no running trial "
+                f"{self.trial_number} ({'not found' if frozen is None else frozen.state.name}); this "
+                "callback is added by the Optuna sweeper (hydra.sweeper.pruner), not by hand"
+            )
+        trial_id = storage.get_trial_id_from_study_id_trial_number(
+            storage.get_study_id_from_name(self.study_name), self.trial_number
+        )
         return optuna.trial.Trial(study, trial_id)  # what study.ask() returns, for a trial asked by the sweeper
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         if self.monitor not in trainer.callback_metrics:  # the same keys on every rank: all raise together
-            raise ConfigError(f"objective.metric={self.monitor!r} was not logged at validation (logged: "
-                              f"{', '.join(sorted(trainer.callback_metrics)) or 'nothing'}): pruning needs the "
-                              "objective metric every validation; set objective.metric to a val/* metric")
+            raise ConfigError(
+                f"objective.metric={self.monitor!r} was not logged at validation (logged: "
+                f"{', '.join(sorted(trainer.callback_metrics)) or 'nothing'}): pruning needs the "
+                "objective metric every validation; set objective.metric to a val/* metric"
+            )
         step, self.reports = self.reports, self.reports + 1
         prune = False
         if trainer.is_global_zero:
@@ -107,5 +121,11 @@ class OptunaPruning(pl.Callback):
             from optuna.trial import TrialState
 
             self._trial.study.tell(self.trial_number, state=TrialState.PRUNED)
-            log.info("Optuna trial %d pruned at validation %d (epoch %d, %s=%.4f)", self.trial_number, step,
-                     trainer.current_epoch, self.monitor, float(trainer.callback_metrics[self.monitor]))
+            log.info(
+                "Optuna trial %d pruned at validation %d (epoch %d, %s=%.4f)",
+                self.trial_number,
+                step,
+                trainer.current_epoch,
+                self.monitor,
+                float(trainer.callback_metrics[self.monitor]),
+            )

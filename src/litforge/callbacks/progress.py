@@ -28,8 +28,9 @@ class RichProgressBar(LightningRichProgressBar):
         super().on_train_epoch_start(trainer, pl_module)
         self._next_train_update = 0.0  # the first batch of each epoch draws
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         now = time.monotonic()
         if now < self._next_train_update and batch_idx + 1 < self.total_train_batches:
             return

@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.callbacks.selection import restart_selection
-from litforge.runtime.compat import pruning_targets, set_pruning_targets
 from litforge.core.errors import ConfigError
+from litforge.runtime.compat import pruning_targets, set_pruning_targets
 
 PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -54,21 +54,29 @@ class Pruning(ModelPruning):
             pruning does not count against early-stopping patience. Earlier checkpoints stay on disk.
     """
 
-    def __init__(self, method: str = "l1_unstructured", amount: float = 0.5, start_epoch: int = 0,
-                 end_epoch: int | None = None, norm: int = 2, exclude: list[str] | None = None,
-                 select_after_schedule: bool = True, verbose: int = 0) -> None:
+    def __init__(
+        self,
+        method: str = "l1_unstructured",
+        amount: float = 0.5,
+        start_epoch: int = 0,
+        end_epoch: int | None = None,
+        norm: int = 2,
+        exclude: list[str] | None = None,
+        select_after_schedule: bool = True,
+        verbose: int = 0,
+    ) -> None:
         # method, amount and the epochs (0 <= start_epoch <= end_epoch) are checked by litforge.config.validation
         end_epoch = start_epoch if end_epoch is None else end_epoch
         structured = method.endswith("_structured") and not method.endswith("_unstructured")
         super().__init__(
             pruning_fn=method,
-            parameter_names=["weight"],                  # never biases
-            use_global_unstructured=not structured,      # unstructured: one ranking across layers
-            amount=0.0,                                  # unused: this class computes each step's amount itself
-            apply_pruning=False,                         # and decides when to prune (at epoch start, see below)
-            make_pruning_permanent=True,                 # checkpoints hold plain weights with real zeros
-            use_lottery_ticket_hypothesis=False,         # keep the trained values of the surviving weights
-            pruning_dim=0 if structured else None,       # structured: whole output channels / neurons
+            parameter_names=["weight"],  # never biases
+            use_global_unstructured=not structured,  # unstructured: one ranking across layers
+            amount=0.0,  # unused: this class computes each step's amount itself
+            apply_pruning=False,  # and decides when to prune (at epoch start, see below)
+            make_pruning_permanent=True,  # checkpoints hold plain weights with real zeros
+            use_lottery_ticket_hypothesis=False,  # keep the trained values of the surviving weights
+            pruning_dim=0 if structured else None,  # structured: whole output channels / neurons
             pruning_norm=norm if method == "ln_structured" else None,
             verbose=verbose,
         )
@@ -79,8 +87,8 @@ class Pruning(ModelPruning):
         self.end_epoch = end_epoch
         self.exclude = tuple(exclude or ())
         self.select_after_schedule = select_after_schedule
-        self._names: list[str] = []                    # qualified module names of the pruned layers
-        self._restored_masks: dict[str, Tensor] = {}   # masks from a checkpoint, applied when training resumes
+        self._names: list[str] = []  # qualified module names of the pruned layers
+        self._restored_masks: dict[str, Tensor] = {}  # masks from a checkpoint, applied when training resumes
         self._module: pl.LightningModule | None = None
 
     # ---- schedule ---------------------------------------------------------------------------------------------------
@@ -108,8 +116,10 @@ class Pruning(ModelPruning):
         super().setup(trainer, pl_module, stage)
         self._names = [self._module_names[m] for m, _ in pruning_targets(self)]
         if not self._names:
-            raise ConfigError(f"callbacks.pruning found no Linear/Conv weights to prune in {type(pl_module).__name__}"
-                              f" (exclude={list(self.exclude)}): check callbacks.pruning.exclude")
+            raise ConfigError(
+                f"callbacks.pruning found no Linear/Conv weights to prune in {type(pl_module).__name__}"
+                f" (exclude={list(self.exclude)}): check callbacks.pruning.exclude"
+            )
 
     def _excluded(self, module: nn.Module) -> bool:
         name = self._module_names.get(module, "")
@@ -180,4 +190,3 @@ class Pruning(ModelPruning):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_masks = {k: v.float() for k, v in state_dict.get("masks", {}).items()}
-

@@ -102,8 +102,9 @@ class QuantizationAwareTraining(pl.Callback):
             the tested (and converted) weights are QAT-trained ones.
     """
 
-    def __init__(self, start_epoch: int = 0, save: bool = True, module: str = "net",
-                 restart_selection: bool = True) -> None:
+    def __init__(
+        self, start_epoch: int = 0, save: bool = True, module: str = "net", restart_selection: bool = True
+    ) -> None:
         self.start_epoch = start_epoch
         self.save = save
         self.module_name = module
@@ -115,8 +116,9 @@ class QuantizationAwareTraining(pl.Callback):
     def _net(self, pl_module: pl.LightningModule) -> nn.Module:
         net = getattr(pl_module, self.module_name, None)
         if not isinstance(net, nn.Module):
-            raise ConfigError(f"callbacks.qat.module={self.module_name!r}: {type(pl_module).__name__} has no such "
-                              "nn.Module attribute")
+            raise ConfigError(
+                f"callbacks.qat.module={self.module_name!r}: {type(pl_module).__name__} has no such nn.Module attribute"
+            )
         return net
 
     def _prepare(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -124,8 +126,10 @@ class QuantizationAwareTraining(pl.Callback):
             return
         swapped = prepare_qat(self._net(pl_module))
         if not swapped:
-            raise ConfigError(f"callbacks.qat found no nn.Linear in {type(pl_module).__name__}.{self.module_name} "
-                              "(torchao QAT quantizes Linear layers): use a net with Linear layers or drop qat")
+            raise ConfigError(
+                f"callbacks.qat found no nn.Linear in {type(pl_module).__name__}.{self.module_name} "
+                "(torchao QAT quantizes Linear layers): use a net with Linear layers or drop qat"
+            )
         self.prepared = True
         if self.restart_selection and trainer.current_epoch == self.start_epoch and self.start_epoch > 0:
             restart_selection(trainer, "QAT started")
@@ -144,12 +148,20 @@ class QuantizationAwareTraining(pl.Callback):
         num_classes = int(pl_module.hparams.get("num_classes", 0)) if hasattr(pl_module, "hparams") else 0
         # the metric lives on the module's device, not beside the CPU int8 net: compute() gathers its state across
         # ranks, and NCCL has no CPU backend ("No backend type associated with device type cpu")
-        self._acc = MulticlassAccuracy(num_classes=num_classes, average="micro").to(pl_module.device) \
-            if num_classes else None
+        self._acc = (
+            MulticlassAccuracy(num_classes=num_classes, average="micro").to(pl_module.device) if num_classes else None
+        )
 
     @torch.inference_mode()
-    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if self._int8 is None or self._acc is None:
             return
         images, labels = batch
@@ -180,8 +192,7 @@ def _checkpoint_dir(trainer: pl.Trainer) -> Path | None:
     return Path(dirpath) if dirpath else None
 
 
-def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path,
-                    source: str | None = None) -> Path:
+def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path, source: str | None = None) -> Path:
     """Save the int8 net with what is needed to rebuild it (plain data + tensors: loads with weights_only=True).
 
     `source`: the file name of the checkpoint whose weights were converted (the tested, usually best, one).
@@ -189,9 +200,17 @@ def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     hparams = {k: v for k, v in dict(pl_module.hparams).items()}
     cls = type(pl_module)
-    torch.save({"state_dict": int8_net.state_dict(), "hyper_parameters": hparams, "scheme": SCHEME,
-                "task_class": f"{cls.__module__}.{cls.__qualname__}", "module": "net", "source_checkpoint": source},
-               path)
+    torch.save(
+        {
+            "state_dict": int8_net.state_dict(),
+            "hyper_parameters": hparams,
+            "scheme": SCHEME,
+            "task_class": f"{cls.__module__}.{cls.__qualname__}",
+            "module": "net",
+            "source_checkpoint": source,
+        },
+        path,
+    )
     return path
 
 

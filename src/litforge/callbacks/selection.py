@@ -30,5 +30,4 @@ def restart_selection(trainer: pl.Trainer, reason: str) -> None:
         elif isinstance(callback, EarlyStopping):
             callback.wait_count = 0
             callback.best_score = torch.tensor(torch.inf if callback.monitor_op == torch.lt else -torch.inf)
-    log.info("%s: best-checkpoint selection and early stopping restart now (earlier checkpoints stay on disk)",
-             reason)
+    log.info("%s: best-checkpoint selection and early stopping restart now (earlier checkpoints stay on disk)", reason)

@@ -52,8 +52,7 @@ class HParamsSummary(pl.Callback):
             return
         params = run_hparams(pl_module)
         for logger in tensorboard_loggers(trainer):
-            logger.log_hyperparams(params, metrics={f"hp/{k}": v for k, v in metrics.items()},
-                                   step=trainer.global_step)
+            logger.log_hyperparams(params, metrics={f"hp/{k}": v for k, v in metrics.items()}, step=trainer.global_step)
             logger.experiment.flush()
 
 
@@ -111,5 +110,3 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
     # Lightning's connectors set it; Trainer does not declare it
     shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")  # type: ignore[attr-defined]
     return torch.zeros(1, *shape) if shape else None
-
-

@@ -21,9 +21,16 @@ class TensorBoardExtras(pl.Callback):
     """Throughput scalars, the HParams entry, the model graph and the test-time images as one callback, each with its
     switch (conf/callbacks/default.yaml's `tensorboard_extras`); the parts behave exactly as their own classes."""
 
-    def __init__(self, throughput: bool = True, hparams: bool = True, model_graph: bool = True,
-                 test_images: bool = True, after_test: bool = True, max_samples: int = 32,
-                 normalize: str | None = None) -> None:
+    def __init__(
+        self,
+        throughput: bool = True,
+        hparams: bool = True,
+        model_graph: bool = True,
+        test_images: bool = True,
+        after_test: bool = True,
+        max_samples: int = 32,
+        normalize: str | None = None,
+    ) -> None:
         self.throughput = Throughput() if throughput else None
         self.hparams = HParamsSummary(after_test=after_test) if hparams else None
         self.model_graph = ModelGraph() if model_graph else None
@@ -37,8 +44,9 @@ class TensorBoardExtras(pl.Callback):
         if self.throughput is not None:
             self.throughput.on_train_epoch_start(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.throughput is not None:
             self.throughput.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
@@ -58,8 +66,15 @@ class TensorBoardExtras(pl.Callback):
         if self.test_images is not None:
             self.test_images.on_test_epoch_start(trainer, pl_module)
 
-    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if self.test_images is not None:
             self.test_images.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 

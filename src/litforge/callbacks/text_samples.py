@@ -25,8 +25,15 @@ class TextSamples(pl.Callback):
     draws a new sample each time, from a seed all ranks share (the global step).
     """
 
-    def __init__(self, prompt: str = "", max_new_tokens: int = 200, temperature: float = 0.8,
-                 top_k: int | None = None, every_n_epochs: int = 1, seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        every_n_epochs: int = 1,
+        seed: int | None = 0,
+    ) -> None:
         self.prompt, self.max_new_tokens, self.temperature, self.top_k = prompt, max_new_tokens, temperature, top_k
         self.every_n_epochs, self.seed = every_n_epochs, seed
         self.last_sample: str | None = None  # the latest text, on every rank

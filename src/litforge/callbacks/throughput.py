@@ -31,8 +31,9 @@ class Throughput(pl.Callback):
         self._start = self._last_batch_end = time.perf_counter()
         self._samples = 0
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._samples += _batch_size(batch)
         self._last_batch_end = time.perf_counter()
 
@@ -43,8 +44,9 @@ class Throughput(pl.Callback):
             return
         pl_module.log("time/epoch_s", now - self._start, rank_zero_only=True)
         if train_time > 0:
-            pl_module.log("time/train_samples_per_s", self._samples * trainer.world_size / train_time,
-                          rank_zero_only=True)
+            pl_module.log(
+                "time/train_samples_per_s", self._samples * trainer.world_size / train_time, rank_zero_only=True
+            )
 
 
 def _batch_size(batch: Any) -> int:

@@ -30,8 +30,8 @@ from pytorch_lightning.callbacks import Callback
 
 from litforge.checkpointing.model_checkpoint import save_latest
 from litforge.config.durations import is_time_limit, parse_duration
-from litforge.runtime.ranks import meets_now
 from litforge.core.errors import ConfigError, TrainingStopped
+from litforge.runtime.ranks import meets_now
 
 EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): not finished, run it again
 FLOOR_S = 30.0
@@ -51,14 +51,17 @@ def process_start_time() -> float:
         return time.time()
 
 
-def resolve_deadline(value: Any, env: Mapping[str, str] = os.environ,
-                     started: Callable[[], float] = process_start_time) -> float | None:
+def resolve_deadline(
+    value: Any, env: Mapping[str, str] = os.environ, started: Callable[[], float] = process_start_time
+) -> float | None:
     """The Unix time `time_limit=value` ends at (None: no limit), SLURM's job end time included where it is set."""
     if value is None:
         return None
     if not is_time_limit(value):
-        raise ConfigError(f"time_limit={value!r} is not a duration: pass e.g. time_limit=3h55min, time_limit=04:00:00 "
-                          "or time_limit=auto (SLURM's job end time)")
+        raise ConfigError(
+            f"time_limit={value!r} is not a duration: pass e.g. time_limit=3h55min, time_limit=04:00:00 "
+            "or time_limit=auto (SLURM's job end time)"
+        )
     limits = []
     if value != "auto":
         seconds = parse_duration(value)
@@ -87,8 +90,9 @@ class TimeLimit(Callback):
             save = 3 * params / ASSUMED_WRITE_BYTES_PER_S
         return self.floor_s + 2 * self.slowest_step + self.slowest_validation + 2 * save
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step_start = self.clock()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -98,8 +102,9 @@ class TimeLimit(Callback):
         if self._validation_start is not None:
             self.slowest_validation = max(self.slowest_validation, self.clock() - self._validation_start)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         now = self.clock()
         if self._step_start is not None:
             self.slowest_step = max(self.slowest_step, now - self._step_start)

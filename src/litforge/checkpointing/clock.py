@@ -31,13 +31,21 @@ def checkpoint_every(every: int | str, dirpath: str | Path | None = None) -> Mod
     wall time (`30min`, `2h`)."""
     parsed = parse_every(every)
     if parsed is None:
-        raise ConfigError(f"checkpoint_every={every!r} is neither a step count nor a duration: pass e.g. "
-                          "checkpoint_every=500 or checkpoint_every=30min")
+        raise ConfigError(
+            f"checkpoint_every={every!r} is neither a step count nor a duration: pass e.g. "
+            "checkpoint_every=500 or checkpoint_every=30min"
+        )
     unit, interval = parsed
     if unit == "steps":
         return last_checkpoint(dirpath, every_n_train_steps=int(interval))
-    return ClockCheckpoint(dirpath=dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False,
-                           train_time_interval=timedelta(seconds=float(interval)))
+    return ClockCheckpoint(
+        dirpath=dirpath,
+        filename=LAST,
+        monitor=None,
+        save_top_k=1,
+        enable_version_counter=False,
+        train_time_interval=timedelta(seconds=float(interval)),
+    )
 
 
 class ClockCheckpoint(ModelCheckpoint):
@@ -47,14 +55,16 @@ class ClockCheckpoint(ModelCheckpoint):
     so there the clock is read every `strategy.decide_every` steps (litforge.runtime.ranks.meets_now, as the NaN stop
     and time_limit do). Synchronous strategies meet every step: nothing changes for them."""
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if meets_now(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
-def clock_callbacks(checkpoint_every_: Any, time_limit: Any,
-                    checkpoint_dir: str | Path | None = None) -> list[Callback]:
+def clock_callbacks(
+    checkpoint_every_: Any, time_limit: Any, checkpoint_dir: str | Path | None = None
+) -> list[Callback]:
     """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off);
     `checkpoint_dir`: the run's checkpoint folder."""
     from litforge.callbacks.time_limit import TimeLimit, resolve_deadline

@@ -18,8 +18,8 @@ training thread serialises into the temporary file and returns, and one backgrou
 into place and fsyncs the folder. The guarantees stay: the rename comes after the file's fsync (never an
 empty file after a power loss) and a kill at any point leaves the previous file whole. What changes is *when* the
 new file appears (milliseconds later): so every next save, Lightning's removal of an old top-k file, a load through
-this plugin or `litforge.checkpointing.load.load_checkpoint`, the plugin's teardown (end of fit/test) and the interpreter's
-exit (the thread is not a daemon) wait for the pending write first.
+this plugin or `litforge.checkpointing.load.load_checkpoint`, the plugin's teardown (end of fit/test) and the
+interpreter's exit (the thread is not a daemon) wait for the pending write first.
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.durable_in_background = durable_in_background
         self.last_save_seconds = 0.0  # the training thread's time in the latest local save
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
-                        storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
+    ) -> None:
         target = Path(path)
         if "://" in str(path):  # remote URLs (s3://, gs://): object stores are atomic per object already
-            return super().save_checkpoint(checkpoint, path, storage_options)
+            return super().save_checkpoint(checkpoint, str(path), storage_options)
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options")
         start = time.perf_counter()
@@ -157,7 +158,8 @@ def fsync_directory(folder: Path) -> None:
 
 
 def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
-    """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO` (`checkpoint_async=true`).
+    """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO`
+    (`checkpoint_async=true`).
 
     The write then runs in one background thread while training continues; the checkpoint's tensors are cloned on
     the training thread first (a point-in-time copy), and the wrapped plugin is still :class:`AtomicCheckpointIO`, so
@@ -173,10 +175,13 @@ def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
 
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     sharded = isinstance(strategy, (DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy)) or (
-        isinstance(strategy, str) and any(word in strategy.lower() for word in ("fsdp", "deepspeed")))
+        isinstance(strategy, str) and any(word in strategy.lower() for word in ("fsdp", "deepspeed"))
+    )
     if sharded:
-        raise ConfigError(f"checkpoint_async=true writes single-file checkpoints in the background; strategy {name} "
-                          "writes sharded ones, which it cannot do yet: drop checkpoint_async (or use strategy=ddp)")
+        raise ConfigError(
+            f"checkpoint_async=true writes single-file checkpoints in the background; strategy {name} "
+            "writes sharded ones, which it cannot do yet: drop checkpoint_async (or use strategy=ddp)"
+        )
     plugins = list(plugins or [])
     for i, plugin in enumerate(plugins):
         if isinstance(plugin, AsyncCheckpointIO):

@@ -42,10 +42,14 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
                 consolidate(file, merged)
             file = merged
         else:
-            raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
+            raise CheckpointError(
+                f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt"
+            )
     if file.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
-                              "use an earlier checkpoint of that run")
+        raise CheckpointError(
+            f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
+            "use an earlier checkpoint of that run"
+        )
     try:
         checkpoint = torch.load(file, map_location=map_location, weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
@@ -60,15 +64,25 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
             "Use another checkpoint of the run, e.g. last.ckpt or the best epoch*.ckpt"
         ) from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
-                              "pass a .ckpt written by `python train.py`")
+        raise CheckpointError(
+            f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
+            "pass a .ckpt written by `python train.py`"
+        )
     return checkpoint
 
 
 # what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use.
 # A new task family that builds from another library adds that library's class prefix here.
-TRUSTED_TARGET_PREFIXES = ("litforge.", "torch.nn.", "torch.optim.", "torchvision.models.", "torchvision.transforms.",
-                           "torchmetrics.", "pytorch_lightning.callbacks.", "pytorch_lightning.loggers.")
+TRUSTED_TARGET_PREFIXES = (
+    "litforge.",
+    "torch.nn.",
+    "torch.optim.",
+    "torchvision.models.",
+    "torchvision.transforms.",
+    "torchmetrics.",
+    "pytorch_lightning.callbacks.",
+    "pytorch_lightning.loggers.",
+)
 
 
 def check_trusted_targets(node: Any, path: str | Path, where: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -22,17 +23,21 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 LAST = "last"  # the file name (without .ckpt) every latest-state checkpoint callback writes
 
 
-def last_checkpoint(dirpath: str | Path | None, **triggers: object) -> ModelCheckpoint:
+def last_checkpoint(dirpath: str | Path | None, **triggers: Any) -> ModelCheckpoint:
     """Lightning's ModelCheckpoint keeping `<dirpath>/last.ckpt` at the latest step; `triggers`: its
     `every_n_train_steps` / `train_time_interval` / `every_n_epochs` (default: every epoch end)."""
-    return ModelCheckpoint(dirpath=dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False,
-                           **triggers)  # type: ignore[arg-type]
+    return ModelCheckpoint(
+        dirpath=dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False, **triggers
+    )
 
 
 def latest_callbacks(trainer: pl.Trainer) -> list[ModelCheckpoint]:
     """The run's checkpoint callbacks that keep `last.ckpt` (unmonitored, file name `last`)."""
-    return [cb for cb in trainer.checkpoint_callbacks
-            if isinstance(cb, ModelCheckpoint) and cb.monitor is None and cb.filename == LAST]
+    return [
+        cb
+        for cb in trainer.checkpoint_callbacks
+        if isinstance(cb, ModelCheckpoint) and cb.monitor is None and cb.filename == LAST
+    ]
 
 
 def latest_path(trainer: pl.Trainer) -> str | None:
@@ -48,8 +53,9 @@ def save_latest(trainer: pl.Trainer) -> tuple[str, float]:
     """
     start = time.perf_counter()
     callbacks = latest_callbacks(trainer)
-    folder = next((cb.dirpath for cb in callbacks if cb.dirpath), None) \
-        or Path(trainer.default_root_dir) / "checkpoints"
+    folder = (
+        next((cb.dirpath for cb in callbacks if cb.dirpath), None) or Path(trainer.default_root_dir) / "checkpoints"
+    )
     path = str(Path(folder) / f"{LAST}{ModelCheckpoint.FILE_EXTENSION}")
     for callback in callbacks:
         callback.best_model_path = path  # part of the saved state: set before the write, as Lightning does

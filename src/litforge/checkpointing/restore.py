@@ -13,8 +13,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.checkpointing.load import check_trusted_targets, load_checkpoint
-from litforge.core.errors import CheckpointError, ConfigError
 from litforge.config.instantiate import instantiate_group, to_plain
+from litforge.core.errors import CheckpointError, ConfigError
 from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
 
 
@@ -22,8 +22,10 @@ def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
     """The dotted name of the task class that wrote a litforge checkpoint (nothing is imported)."""
     meta = checkpoint.get(CHECKPOINT_KEY)
     if not isinstance(meta, dict) or not isinstance(meta.get("task_class"), str):
-        raise CheckpointError(f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
-                              "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)")
+        raise CheckpointError(
+            f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
+            "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)"
+        )
     return meta["task_class"]
 
 
@@ -51,8 +53,10 @@ def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
     task.on_load_checkpoint(checkpoint)
     missing, unexpected = task.load_state_dict(checkpoint["state_dict"], strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{path}: weights do not fit {cls.__name__} (missing: {missing[:3]}, unexpected: "
-                              f"{unexpected[:3]}); was it written by another version of the model?")
+        raise CheckpointError(
+            f"{path}: weights do not fit {cls.__name__} (missing: {missing[:3]}, unexpected: "
+            f"{unexpected[:3]}); was it written by another version of the model?"
+        )
     return task.eval()
 
 
@@ -94,5 +98,7 @@ def check_same_shape(task: Any, datamodule: Any, path: str) -> None:
     expected = {k: task.hparams.get(k) for k in ("input_shape", "num_classes") if k in task.hparams}
     actual = {k: v for k, v in datamodule.describe().items() if k in expected}
     if expected != actual:
-        raise ConfigError(f"{path} was trained on data of shape {expected}, but the chosen data has {actual}: "
-                          "evaluate on data with the same image shape and number of classes")
+        raise ConfigError(
+            f"{path} was trained on data of shape {expected}, but the chosen data has {actual}: "
+            "evaluate on data with the same image shape and number of classes"
+        )

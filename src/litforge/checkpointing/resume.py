@@ -78,11 +78,15 @@ def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Pat
     if path.is_dir():
         ckpt = run_checkpoint(path)
         if ckpt is None:
-            raise CheckpointError(f"resume={value}: the folder holds no checkpoints/last.ckpt (or hpc_ckpt_*.ckpt) to "
-                                  "resume from; pass a run folder such as logs/train/runs/<run>, or resume=auto")
+            raise CheckpointError(
+                f"resume={value}: the folder holds no checkpoints/last.ckpt (or hpc_ckpt_*.ckpt) to "
+                "resume from; pass a run folder such as logs/train/runs/<run>, or resume=auto"
+            )
         return path.resolve(), ckpt.resolve()
-    raise CheckpointError(f"resume={value} does not exist: pass resume=auto (the newest interrupted run under "
-                          f"{log_dir}/{task_name}/runs), a run folder, or a .ckpt file")
+    raise CheckpointError(
+        f"resume={value} does not exist: pass resume=auto (the newest interrupted run under "
+        f"{log_dir}/{task_name}/runs), a run folder, or a .ckpt file"
+    )
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,10 @@ def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, 
     if not resume:
         return Resume(checkpoint=str(ckpt_path) if ckpt_path else None)
     if ckpt_path is not None:
-        raise ConfigError(f"pass either resume={resume} (continue a run in its folder) or ckpt_path=<file> (start a "
-                          "new run folder from a checkpoint), not both")
+        raise ConfigError(
+            f"pass either resume={resume} (continue a run in its folder) or ckpt_path=<file> (start a "
+            "new run folder from a checkpoint), not both"
+        )
     if in_multirun:
         raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)")
     found = resolve(str(resume), log_dir, task_name)

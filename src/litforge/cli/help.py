@@ -38,8 +38,11 @@ def help_text(config_name: str, conf_dir: Path, script: str) -> str:
             for group, option in entry.items():
                 defaults[str(group).removeprefix("override ")] = option
 
-    lines = [f"python {script} [group=option ...] [key=value ...]      (-m: one job per combination, a sweep)", "",
-             "Config groups (* = default; a group with no default is off until chosen):"]
+    lines = [
+        f"python {script} [group=option ...] [key=value ...]      (-m: one job per combination, a sweep)",
+        "",
+        "Config groups (* = default; a group with no default is off until chosen):",
+    ]
     for group, default in defaults.items():
         folder = conf_dir / group
         if group == "hydra" or not folder.is_dir():
@@ -49,12 +52,15 @@ def help_text(config_name: str, conf_dir: Path, script: str) -> str:
         lines.append(f"  {group:<15} {shown}")
     lines += ["", "Top-level keys (key=value):"]
     lines += ["  " + line for line in _top_level_lines(source)]
-    lines += ["", "Any key of a group: group.key=value (e.g. optimizer.lr=3e-4). More:",
-              f"  python {script} --cfg job                 print the composed config (add overrides to see them)",
-              f"  python {script} --cfg job --package data  ... one group only",
-              f"  python {script} <overrides> --help        Hydra's help with the composed config",
-              f"  python {script} --hydra-help              Hydra's own flags and groups (hydra/launcher=joblib, ...)",
-              f"  eval \"$(python {script} -sc install=bash)\" tab completion of groups, options and keys"]
+    lines += [
+        "",
+        "Any key of a group: group.key=value (e.g. optimizer.lr=3e-4). More:",
+        f"  python {script} --cfg job                 print the composed config (add overrides to see them)",
+        f"  python {script} --cfg job --package data  ... one group only",
+        f"  python {script} <overrides> --help        Hydra's help with the composed config",
+        f"  python {script} --hydra-help              Hydra's own flags and groups (hydra/launcher=joblib, ...)",
+        f'  eval "$(python {script} -sc install=bash)" tab completion of groups, options and keys',
+    ]
     return "\n".join(lines)
 
 

@@ -28,7 +28,9 @@ from litforge.runtime.ranks import in_multirun, is_rank_zero
 
 log = logging.getLogger("litforge")
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (src/litforge/cli/main.py → ../../../conf)
+CONF_DIR = (
+    Path(__file__).resolve().parents[3] / "conf"
+)  # the repository's conf/ (src/litforge/cli/main.py → ../../../conf)
 
 # job name (= conf/<name>.yaml and <name>.py) → (module, function); every job is a plain function of the config
 JOBS: dict[str, tuple[str, str]] = {
@@ -150,9 +152,13 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
         for name, value in metrics.items():
             table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
         console.print(table)
-    for label, key in (("best checkpoint", "best_checkpoint"), ("last checkpoint", "last_checkpoint"),
-                       ("run folder", "output_dir"), ("written", "written"),
-                       ("trained at commit", "trained_at_commit")):
+    for label, key in (
+        ("best checkpoint", "best_checkpoint"),
+        ("last checkpoint", "last_checkpoint"),
+        ("run folder", "output_dir"),
+        ("written", "written"),
+        ("trained at commit", "trained_at_commit"),
+    ):
         if result.get(key):
             console.print(f"{label}: {result[key]}")
     if result.get("output_dir") and job_name == "train":

@@ -5,9 +5,9 @@
 1. it refuses command lines that would run something other than what was meant, each with the fix: a sweep
    (`optimizer.lr=0.1,0.01`) or `hparams_search=...` without `-m` (Hydra would run one job, or none), an option
    that does not exist (`model=resnt`), a key the config does not have (`trainer.max_epoch=3`);
-2. it composes the config with Hydra's own Compose API (torch-free, about a tenth of a second) and checks every value in it
-   against the rule table of litforge.config.validation (type and range, a required `???` left out, keys that moved), and
-   the type of each `key=value` override against that key's default where the table has no rule;
+2. it composes the config with Hydra's own Compose API (torch-free, about a tenth of a second) and checks every
+   value in it against the rule table of litforge.config.validation (type and range, a required `???` left out, keys
+   that moved), and the type of each `key=value` override against that key's default where the table has no rule;
    then binds each `_target_` node to its target's annotated signature (litforge.config.signatures), and asks what
    a job would otherwise refuse only after Hydra made its run folder (another run's folder as hydra.run.dir, an
    image folder of one class, an unprepared streaming folder, the finders, prepare's source);
@@ -33,16 +33,28 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.core.errors import ConfigError, LitforgeError
 from litforge.checkpointing.folders import check_folder
-from litforge.runtime.ranks import is_rank_zero, register_resolvers
 from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message, rule_for, shown
+from litforge.core.errors import ConfigError, LitforgeError
+from litforge.runtime.ranks import is_rank_zero, register_resolvers
 
 log = logging.getLogger("litforge")
 
 # flags after which Hydra does not run a job: nothing to check
-_NO_JOB_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc",
-                 "--version", "--resolve", "--experimental-rerun"}
+_NO_JOB_FLAGS = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--version",
+    "--resolve",
+    "--experimental-rerun",
+}
 # flags that change what Hydra composes: leave those command lines to Hydra
 _OTHER_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--package", "-p"}
 _MULTIRUN_FLAGS = {"--multirun", "-m"}
@@ -84,8 +96,17 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     unjudged = [o for o in values if rule_for(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
     baseline = _compose(conf_dir, config_name, [o.input_line for o in groups]) if cfg is None or unjudged else None
     if cfg is None:
-        message = next(filter(None, (unknown_key_message(baseline, o) for o in values if baseline is not None
-                                     and not (o.is_add() or o.is_force_add()))), None)
+        message = next(
+            filter(
+                None,
+                (
+                    unknown_key_message(baseline, o)
+                    for o in values
+                    if baseline is not None and not (o.is_add() or o.is_force_add())
+                ),
+            ),
+            None,
+        )
         if message:
             raise ConfigError(message)
         return overrides
@@ -113,20 +134,28 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
     if parsed is None:
         return
     check_moved(parsed)
-    check_group_options(conf_dir, [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
-                        searchpath=_extends_searchpath(parsed))
+    check_group_options(
+        conf_dir,
+        [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
+        searchpath=_extends_searchpath(parsed),
+    )
     for override in parsed:
         if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
-            raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead "
-                              "(or drop -m)")
+            raise ConfigError(
+                "resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)"
+            )
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
 def check_moved(parsed: list[Any]) -> None:
     for override in parsed:
         if override.key_or_group in MOVED_KEYS:
-            raise ConfigError(moved_key_message(override.key_or_group, override.get_value_element_as_str()
-                                                if not override.is_sweep_override() else "<value>"))
+            raise ConfigError(
+                moved_key_message(
+                    override.key_or_group,
+                    override.get_value_element_as_str() if not override.is_sweep_override() else "<value>",
+                )
+            )
 
 
 def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
@@ -136,15 +165,22 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
     for override in parsed:
         if override.is_sweep_override() and not _is_hydra(override):
             line = override.input_line
-            as_list = f"; a list value is written {override.key_or_group}=[{line.split('=', 1)[1]}]" \
-                if isinstance(override.value(), ChoiceSweep) and "(" not in line else ""
-            raise ConfigError(f"{line} is a sweep (one job per value): add -m to run it "
-                              f"(python {config_name}.py -m {line}), or pass one value{as_list}")
+            as_list = (
+                f"; a list value is written {override.key_or_group}=[{line.split('=', 1)[1]}]"
+                if isinstance(override.value(), ChoiceSweep) and "(" not in line
+                else ""
+            )
+            raise ConfigError(
+                f"{line} is a sweep (one job per value): add -m to run it "
+                f"(python {config_name}.py -m {line}), or pass one value{as_list}"
+            )
         if override.key_or_group == "hparams_search" and override.value() is not None and not override.is_delete():
             value = override.get_value_element_as_str()
-            raise ConfigError(f"hparams_search={value} is a search, which runs only as a multirun: add -m "
-                              f"(python {config_name}.py -m hparams_search={value}); without it the search's "
-                              "settings would train a single run")
+            raise ConfigError(
+                f"hparams_search={value} is a search, which runs only as a multirun: add -m "
+                f"(python {config_name}.py -m hparams_search={value}); without it the search's "
+                "settings would train a single run"
+            )
 
 
 def check_group_options(conf_dir: Path, groups: list[Any], searchpath: bool = False) -> None:
@@ -162,8 +198,9 @@ def check_group_options(conf_dir: Path, groups: list[Any], searchpath: bool = Fa
                 if isinstance(name, str) and name not in options:
                     match = difflib.get_close_matches(name, options, n=1)
                     hint = f"; did you mean {group}={match[0]}?" if match else ""
-                    raise ConfigError(f"{group}={name} is not an option of {group}{hint} "
-                                      f"(options: {', '.join(options)})")
+                    raise ConfigError(
+                        f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})"
+                    )
 
 
 def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
@@ -177,8 +214,10 @@ def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
             match = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=1)
             hint = f"; did you mean {'.'.join([*path, match[0]])}?" if match else ""
             where = ".".join(path) or "the config"
-            return (f"{override.input_line}: {where} has no key `{part}`{hint} "
-                    f"(+{override.input_line} would add it as a new key)")
+            return (
+                f"{override.input_line}: {where} has no key `{part}`{hint} "
+                f"(+{override.input_line} would add it as a new key)"
+            )
         try:
             node = node[part]
         except Exception:
@@ -199,9 +238,11 @@ def check_run_folder(parsed: list[Any], cfg: DictConfig) -> None:
             folder = Path(override.value())
             held = [n for n in (".hydra", "checkpoints", "metrics.json") if (folder / n).exists()]
             if held:
-                raise ConfigError(f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): "
-                                  f"a run never writes into another's; continue it with resume={folder}, or pass a "
-                                  "new folder")
+                raise ConfigError(
+                    f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): "
+                    f"a run never writes into another's; continue it with resume={folder}, or pass a "
+                    "new folder"
+                )
 
 
 def check_data_folder(cfg: DictConfig) -> None:
@@ -213,8 +254,10 @@ def check_data_folder(cfg: DictConfig) -> None:
     train = Path(root) / "train" if (Path(root) / "train").is_dir() else Path(root)
     classes = sorted(p.name for p in train.iterdir() if p.is_dir() and not p.name.startswith("."))
     if len(classes) == 1:
-        raise ConfigError(f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; "
-                          f"add a folder per class, e.g. {train / 'other' / '001.png'}")
+        raise ConfigError(
+            f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; "
+            f"add a folder per class, e.g. {train / 'other' / '001.png'}"
+        )
 
 
 def check_job(cfg: DictConfig, config_name: str) -> None:
@@ -222,8 +265,10 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
     data = cfg.get("data") or {}
     streaming = str(data.get("_target_", "")).endswith("StreamingImageDataModule")
     if config_name == "prepare" and (not data or streaming):
-        raise ConfigError("prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
-                          "(data=streaming reads what prepare writes)")
+        raise ConfigError(
+            "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
+            "(data=streaming reads what prepare writes)"
+        )
     if config_name == "train" and streaming and "://" not in str(data.get("input_dir", "")):
         from litforge.data.streaming import read_facts
 
@@ -254,15 +299,20 @@ def check_value_types(baseline: DictConfig, cfg: DictConfig, values: list[Any]) 
         if isinstance(default, bool):
             kind = "true or false" if not isinstance(value, bool) else None
         elif isinstance(default, (int, float)):
-            kind = ("an integer" if isinstance(default, int) else "a number") \
-                if isinstance(value, str) and not _looks_numeric(value) else None
+            kind = (
+                ("an integer" if isinstance(default, int) else "a number")
+                if isinstance(value, str) and not _looks_numeric(value)
+                else None
+            )
         elif isinstance(default, list):
             kind = "a list" if not isinstance(value, list) else None
         else:
             kind = None
         if kind:
-            raise ConfigError(f"{key}={shown(value)}: expected {kind} (the default is {shown(default)}); "
-                              f"pass e.g. {key}={shown(default, quote=False)}, or {key}=null where the key allows none")
+            raise ConfigError(
+                f"{key}={shown(value)}: expected {kind} (the default is {shown(default)}); "
+                f"pass e.g. {key}={shown(default, quote=False)}, or {key}=null where the key allows none"
+            )
 
 
 def _looks_numeric(text: str) -> bool:
@@ -295,8 +345,11 @@ def resume_overrides(cfg: DictConfig, parsed: list[Any], overrides: list[str]) -
         return overrides
     mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
     if decided.run_dir is None or decided.checkpoint is None:
-        print(f"litforge: resume={decided.asked}: no interrupted run under {log_dir}/{task_name}/runs, starting a new "
-              "run", file=sys.stderr)
+        print(
+            f"litforge: resume={decided.asked}: no interrupted run under {log_dir}/{task_name}/runs, starting a new "
+            "run",
+            file=sys.stderr,
+        )
         return [o.input_line for o in mine]
     run_dir, ckpt = decided.run_dir, Path(decided.checkpoint)
     print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)

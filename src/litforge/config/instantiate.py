@@ -18,8 +18,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.core.errors import ConfigError, LitforgeError
 from litforge.config.validation import check_group
+from litforge.core.errors import ConfigError, LitforgeError
 
 
 def to_plain(node: Any) -> Any:
@@ -74,11 +74,15 @@ def build_error(group: str, cfg: Any, exc: BaseException, supplied: Mapping[str,
     key = unexpected_argument(cause)
     if key:
         if key in (supplied or {}):
-            return ConfigError(f"`{group}` {target} cannot be built from {sorted(supplied or {})} ({cause}): it "
-                               "belongs to another task and data kind; pick a matching set, e.g. an experiment= recipe")
+            return ConfigError(
+                f"`{group}` {target} cannot be built from {sorted(supplied or {})} ({cause}): it "
+                "belongs to another task and data kind; pick a matching set, e.g. an experiment= recipe"
+            )
         return unknown_argument(group, key, target)
-    return ConfigError(f"could not build `{group}` ({target}): {_first_line(cause)}. Check the `{group}` options with "
-                       f"`python train.py --cfg job --package {group}`")
+    return ConfigError(
+        f"could not build `{group}` ({target}): {_first_line(cause)}. Check the `{group}` options with "
+        f"`python train.py --cfg job --package {group}`"
+    )
 
 
 def unexpected_argument(exc: BaseException) -> str | None:
@@ -90,8 +94,11 @@ def unexpected_argument(exc: BaseException) -> str | None:
 def unknown_argument(group: str, key: str, target: str) -> ConfigError:
     """`group.key` names no argument of `target`: say which arguments it has."""
     takes = ", ".join(accepted_arguments(target))
-    return ConfigError(f"{group}.{key} is not an argument of {target}" + (f" (it takes: {takes})" if takes else "")
-                       + f": remove {group}.{key} or fix its spelling")
+    return ConfigError(
+        f"{group}.{key} is not an argument of {target}"
+        + (f" (it takes: {takes})" if takes else "")
+        + f": remove {group}.{key} or fix its spelling"
+    )
 
 
 def accepted_arguments(target: str | Any) -> list[str]:
@@ -109,8 +116,11 @@ def accepted_arguments(target: str | Any) -> list[str]:
             params = list(inspect.signature(function).parameters.values())
         except (TypeError, ValueError):
             break
-        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                  and p.name != "self" and p.name not in names]
+        names += [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in names
+        ]
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     return names

@@ -26,8 +26,16 @@ __all__ = ["Range", "check_target", "parameters", "shown"]
 
 _LISTS = (list, tuple, Sequence)
 _FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
-_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
-          tuple: "a list", Sequence: "a list", dict: "a mapping"}
+_KINDS = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    list: "a list",
+    tuple: "a list",
+    Sequence: "a list",
+    dict: "a mapping",
+}
 
 
 def _fits(kind: Any, v: Any) -> bool | None:
@@ -51,8 +59,9 @@ def _fits(kind: Any, v: Any) -> bool | None:
         return isinstance(v, int) and not isinstance(v, bool)
     if origin in _LISTS:
         args = typing.get_args(kind)
-        return isinstance(v, (list, tuple)) and (not args or args[-1] is Ellipsis and len(args) == 2
-                                                 or all(_fits(args[0], x) is not False for x in v))
+        return isinstance(v, (list, tuple)) and (
+            not args or args[-1] is Ellipsis and len(args) == 2 or all(_fits(args[0], x) is not False for x in v)
+        )
     return isinstance(v, origin)
 
 
@@ -85,9 +94,11 @@ def _ranges(kind: Any, deep: bool = False) -> list[Range]:
 
 
 def parameters(target: Any) -> tuple[dict[str, Any], bool]:
-    """{argument: (annotation or Any, default or None)} of a class or function, following `**kwargs` up the base classes, and
-    whether it still takes any keyword at the end (then an unknown key cannot be judged)."""
-    functions = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    """{argument: (annotation or Any, default or None)} of a class or function, following `**kwargs` up the base
+    classes, and whether it still takes any keyword at the end (then an unknown key cannot be judged)."""
+    functions = (
+        [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    )
     found: dict[str, Any] = {}
     for function in functions:
         try:
@@ -100,7 +111,9 @@ def parameters(target: Any) -> tuple[dict[str, Any], bool]:
                 found[p.name] = (hints.get(p.name, typing.Any), None if p.default is p.empty else p.default)
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return found, False
-        if str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN:  # a library's **kwargs may go anywhere (DDP's to torch)
+        if (
+            str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN
+        ):  # a library's **kwargs may go anywhere (DDP's to torch)
             return found, True
     return found, True
 
@@ -124,8 +137,10 @@ def check_target(scope: str, node: Any) -> None:
         if key not in params:
             if open_ended:
                 continue
-            raise ConfigError(f"{scope}.{key} is not an argument of {target_name} (it takes: {', '.join(params)}): "
-                              f"remove {scope}.{key} or fix its spelling")
+            raise ConfigError(
+                f"{scope}.{key} is not an argument of {target_name} (it takes: {', '.join(params)}): "
+                f"remove {scope}.{key} or fix its spelling"
+            )
         try:
             value = node[key]
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
@@ -156,8 +171,14 @@ def check_argument(key: str, value: Any, kind: Any, default: Any = None) -> None
     """One argument's value against its annotation (a Range marker anywhere in it bounds it); the example shown is
     the marker's, else the argument's default."""
     if _fits(kind, value) is False:
-        literal = [typing.get_args(k)[0] for k in [kind, *typing.get_args(kind)] if typing.get_origin(k) is typing.Literal]
-        example = next((r.example for r in _ranges(kind, deep=True) if r.example is not None),
-                       default if default is not None else (literal or [None])[0])
-        raise ConfigError(f"{key}={shown(value)}: expected {_words(kind)}"
-                          + (f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""))
+        literal = [
+            typing.get_args(k)[0] for k in [kind, *typing.get_args(kind)] if typing.get_origin(k) is typing.Literal
+        ]
+        example = next(
+            (r.example for r in _ranges(kind, deep=True) if r.example is not None),
+            default if default is not None else (literal or [None])[0],
+        )
+        raise ConfigError(
+            f"{key}={shown(value)}: expected {_words(kind)}"
+            + (f", e.g. {key}={shown(example, quote=False)}" if example is not None else "")
+        )

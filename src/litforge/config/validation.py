@@ -28,8 +28,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from litforge.config.durations import is_time_limit, parse_every
-from litforge.core.errors import ConfigError
 from litforge.config.signatures import check_target, shown
+from litforge.core.errors import ConfigError
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {
@@ -38,8 +38,7 @@ MOVED_KEYS = {
 }
 
 # groups a builder turns into objects (checked there, by check_group); everything else is read by the job itself
-BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer",
-                "strategy")
+BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
 NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is built (and checked) on its own
 NOT_CHECKED = ("hydra",)  # Hydra's own settings: Hydra checks them
 
@@ -98,34 +97,62 @@ def _interval(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) 
     return ""
 
 
-def integer(lo: int | None = None, hi: int | None = None, *, also: tuple[int, ...] = (), example: Any,
-            null: bool = False, reasons: tuple[tuple[Any, str], ...] = (), extra: str = "") -> Rule:
+def integer(
+    lo: int | None = None,
+    hi: int | None = None,
+    *,
+    also: tuple[int, ...] = (),
+    example: Any,
+    null: bool = False,
+    reasons: tuple[tuple[Any, str], ...] = (),
+    extra: str = "",
+) -> Rule:
     """A whole number in [lo, hi], or one of `also` (e.g. -1 for "no limit")."""
+
     def accepts(v: Any) -> bool:
         return _is_int(v) and ((lo is None or v >= lo) and (hi is None or v <= hi) or v in also)
+
     words = " ".join(filter(None, ["an integer", _interval(lo, hi, False, False)]))
     words += "".join(f" or {a}" for a in also) + extra
     return Rule(words, accepts, str(example), null, reasons)
 
 
-def number(*, gt: float | None = None, ge: float | None = None, lt: float | None = None, le: float | None = None,
-           example: Any, null: bool = False, reasons: tuple[tuple[Any, str], ...] = ()) -> Rule:
+def number(
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    example: Any,
+    null: bool = False,
+    reasons: tuple[tuple[Any, str], ...] = (),
+) -> Rule:
     """A real number with the given bounds (`gt`/`lt` exclusive, `ge`/`le` inclusive); integers count."""
+
     def accepts(v: Any) -> bool:
-        return _is_number(v) and (gt is None or v > gt) and (ge is None or v >= ge) \
-            and (lt is None or v < lt) and (le is None or v <= le)
+        return (
+            _is_number(v)
+            and (gt is None or v > gt)
+            and (ge is None or v >= ge)
+            and (lt is None or v < lt)
+            and (le is None or v <= le)
+        )
+
     lo, hi = (gt if gt is not None else ge), (lt if lt is not None else le)
     words = " ".join(filter(None, ["a number", _interval(lo, hi, gt is not None, lt is not None)]))
     return Rule(words, accepts, str(example), null, reasons)
 
 
-def fraction_or_count(*, zero: bool, example: Any, null: bool = True,
-                      reasons: tuple[tuple[Any, str], ...] = ()) -> Rule:
+def fraction_or_count(
+    *, zero: bool, example: Any, null: bool = True, reasons: tuple[tuple[Any, str], ...] = ()
+) -> Rule:
     """Lightning's `limit_*_batches` style: a float fraction of the batches, or an int count of them."""
+
     def accepts(v: Any) -> bool:
         if isinstance(v, float):
             return (0.0 <= v if zero else 0.0 < v) and v <= 1.0
         return _is_int(v) and v >= (0 if zero else 1)
+
     words = f"a fraction in {'[' if zero else '('}0, 1] or a batch count >= {0 if zero else 1}"
     return Rule(words, accepts, str(example), null, reasons)
 
@@ -137,29 +164,51 @@ def boolean(*, null: bool = False, example: str = "true") -> Rule:
 def choice(*options: Any, example: Any = None, null: bool = False) -> Rule:
     def accepts(v: Any) -> bool:
         return any(_same(v, o) for o in options)
-    return Rule("one of " + ", ".join(shown(o, quote=False) for o in options), accepts,
-                shown(options[0] if example is None else example, quote=False), null)
+
+    return Rule(
+        "one of " + ", ".join(shown(o, quote=False) for o in options),
+        accepts,
+        shown(options[0] if example is None else example, quote=False),
+        null,
+    )
 
 
 def text(*, example: str, null: bool = False, empty: bool = False) -> Rule:
-    return Rule("a string" if empty else "a non-empty string", lambda v: isinstance(v, str) and (empty or v != ""),
-                example, null)
+    return Rule(
+        "a string" if empty else "a non-empty string",
+        lambda v: isinstance(v, str) and (empty or v != ""),
+        example,
+        null,
+    )
 
 
-def int_list(lo: int = 1, hi: int | None = None, *, nonempty: bool = False, distinct: bool = False,
-             example: str, null: bool = False) -> Rule:
+def int_list(
+    lo: int = 1,
+    hi: int | None = None,
+    *,
+    nonempty: bool = False,
+    distinct: bool = False,
+    example: str,
+    null: bool = False,
+) -> Rule:
     def accepts(v: Any) -> bool:
-        return isinstance(v, list) and (bool(v) or not nonempty) and all(_is_int(x) and x >= lo and
-                                                                          (hi is None or x <= hi) for x in v) \
+        return (
+            isinstance(v, list)
+            and (bool(v) or not nonempty)
+            and all(_is_int(x) and x >= lo and (hi is None or x <= hi) for x in v)
             and (not distinct or len(set(v)) == len(v))
-    words = f"a {'non-empty ' if nonempty else ''}list of {'distinct ' if distinct else ''}integers " \
-            + _interval(lo, hi, False, False)
+        )
+
+    words = f"a {'non-empty ' if nonempty else ''}list of {'distinct ' if distinct else ''}integers " + _interval(
+        lo, hi, False, False
+    )
     return Rule(words, accepts, example, null)
 
 
 def number_list(*, length: int, ge: float, lt: float, example: str) -> Rule:
     def accepts(v: Any) -> bool:
         return isinstance(v, list) and len(v) == length and all(_is_number(x) and ge <= x < lt for x in v)
+
     return Rule(f"a list of {length} numbers in [{ge}, {lt})", accepts, example)
 
 
@@ -176,8 +225,23 @@ def mapping_or(rule: Rule, expect: str) -> Rule:
 SEED = integer(0, 2**32 - 1, example=42)  # numpy's seed range, which Lightning's seed_everything enforces
 TRAINS_NOTHING = ((0, "trains nothing"), (0.0, "trains nothing"))
 # Lightning's precision names (lightning_fabric.connector._PRECISION_INPUT; tests/test_validation.py compares)
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
-              "transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")
+PRECISIONS = (
+    "32-true",
+    "bf16-mixed",
+    "16-mixed",
+    "bf16-true",
+    "16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    64,
+    32,
+    16,
+    "64",
+    "32",
+    "16",
+    "bf16",
+)
 
 RULES: dict[str, Rule] = {
     # ---- top level (every job) ----
@@ -193,8 +257,9 @@ RULES: dict[str, Rule] = {
     "activation_checkpointing": choice("none", "full", "selective", example="full"),
     "matmul_precision": choice("highest", "high", "medium", example="highest"),
     "steps_per_call": either("an integer >= 1 or auto", integer(1, example=4), choice("auto"), example="auto"),
-    "checkpoint_every": Rule("a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None,
-                             "500", null=True),
+    "checkpoint_every": Rule(
+        "a step count >= 1 or a duration (30min, 2h, 90s)", lambda v: parse_every(v) is not None, "500", null=True
+    ),
     "checkpoint_async": boolean(example="true"),
     "time_limit": Rule("auto or a duration (3h55min, 30min, 04:00:00)", is_time_limit, "3h55min", null=True),
     "objective.metric": text(example="val/loss"),
@@ -203,8 +268,11 @@ RULES: dict[str, Rule] = {
     "input": text(example="path/to/images", null=True),
     "output": text(example="predictions.csv", null=True),
     "batch_size": integer(1, example=256),
-    "device": Rule("auto, cpu, cuda or cuda:<index>", lambda v: isinstance(v, str) and
-                   re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None, "auto"),  # predict and generate
+    "device": Rule(
+        "auto, cpu, cuda or cuda:<index>",
+        lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None,
+        "auto",
+    ),  # predict and generate
     # generate
     "prompt": text(example="def ", empty=True),
     "max_new_tokens": integer(1, example=500),
@@ -225,13 +293,13 @@ RULES: dict[str, Rule] = {
     "overwrite": boolean(example="true"),
     "num_workers": integer(1, example=4),
     "start_method": choice("fork", "spawn", "forkserver", example="spawn", null=True),
-    "chunk_bytes": either("a size like 64MB or a byte count", integer(1, example=67108864),
-                          text(example="64MB"), example="64MB"),
+    "chunk_bytes": either(
+        "a size like 64MB or a byte count", integer(1, example=67108864), text(example="64MB"), example="64MB"
+    ),
     # paths
     "paths.data_dir": text(example="data"),
     "paths.log_dir": text(example="logs"),
     "paths.min_free_mb": number(ge=0, example=200),
-
     # tune (Lightning's finders before training: litforge.jobs.tuning)
     "tune.finder": choice("none", "lr_find", "batch_size", example="lr_find"),
     "tune.apply": boolean(example="false"),
@@ -244,16 +312,19 @@ RULES: dict[str, Rule] = {
     "tune.max_trials": integer(1, example=25),
     "tune.steps_per_trial": integer(1, example=3),
     "tune.max_val": integer(1, example=8192),
-
     # ---- data ----
     "data.batch_size": integer(1, example=64),
     "data.num_workers": integer(0, example=4),
     "data.*_fraction": number(ge=0, lt=1, example=0.1),
     "data.*_seed": SEED,
     "data.seed": SEED,
-    "data.augment": either("one of none, flip_crop, randaugment, trivialaugment, autoaugment (true/false: the older "
-                           "spelling of flip_crop/none)", choice("none", "flip_crop", "randaugment", "trivialaugment",
-                                                                  "autoaugment"), boolean(), example="flip_crop"),
+    "data.augment": either(
+        "one of none, flip_crop, randaugment, trivialaugment, autoaugment (true/false: the older "
+        "spelling of flip_crop/none)",
+        choice("none", "flip_crop", "randaugment", "trivialaugment", "autoaugment"),
+        boolean(),
+        example="flip_crop",
+    ),
     "data.num_folds": integer(2, example=5, null=True),
     "data.fold": integer(0, example=0),
     "data.on_device": choice("auto", True, False),
@@ -263,8 +334,13 @@ RULES: dict[str, Rule] = {
     "data.input_dir": text(example="data/streaming/digits"),  # data=streaming: what prepare wrote
     "data.cache_dir": text(example="/tmp/litdata_cache", null=True),
     "data.eval_batch_size": integer(1, example=256, null=True),
-    "data.image_size": either("an integer >= 1 or [height,width]", integer(1, example=64),
-                              int_list(1, example="[64,64]"), example="64", null=True),
+    "data.image_size": either(
+        "an integer >= 1 or [height,width]",
+        integer(1, example=64),
+        int_list(1, example="[64,64]"),
+        example="64",
+        null=True,
+    ),
     "data.channels": choice(1, 3, example=3, null=True),
     "data.classes": int_list(0, 9, nonempty=True, distinct=True, example="[5,6,7,8,9]", null=True),
     "data.train_per_class": integer(1, example=5, null=True),
@@ -279,9 +355,7 @@ RULES: dict[str, Rule] = {
     "data.steps_per_epoch": integer(1, example=1000),
     "data.val_episodes": integer(1, example=10),
     "data.test_episodes": integer(1, example=100),
-
     # ---- model: each net's own annotated arguments (litforge.config.signatures) ----
-
     # ---- task ----
     "task.init_from": text(example="path/to/last.ckpt", null=True),
     "task.lr_scaling": choice("none", "linear", "sqrt", example="linear"),
@@ -296,14 +370,12 @@ RULES: dict[str, Rule] = {
     "task.eps_start": number(ge=0, le=1, example=1.0),
     "task.eps_end": number(ge=0, le=1, example=0.05),
     "task.eps_decay_steps": integer(0, example=8000),
-
     # ---- optimizer ----
     "optimizer.lr": number(gt=0, example=0.001),
     "optimizer.weight_decay": number(ge=0, example=0.01),
     "optimizer.momentum": number(ge=0, lt=1, example=0.9),
     "optimizer.nesterov": boolean(example="false"),
     "optimizer.betas": number_list(length=2, ge=0, lt=1, example="[0.9,0.999]"),
-
     # ---- scheduler ----
     "scheduler.interval": choice("epoch", "step"),
     "scheduler.monitor": text(example="val/loss"),
@@ -319,33 +391,47 @@ RULES: dict[str, Rule] = {
     "scheduler.scheduler.warmup_fraction": number(ge=0, lt=1, example=0.05),
     "scheduler.scheduler.step_size": integer(1, example=10),
     "scheduler.scheduler.gamma": number(gt=0, example=0.1),
-
     # ---- loss ----
     "loss.gamma": number(ge=0, example=2.0),
-    "loss.alpha": either("a number > 0 or a list of per-class weights >= 0", number(gt=0, example=0.25),
-                         Rule("", lambda v: isinstance(v, list) and bool(v) and
-                              all(_is_number(x) and x >= 0 for x in v), ""), example="0.25", null=True),
+    "loss.alpha": either(
+        "a number > 0 or a list of per-class weights >= 0",
+        number(gt=0, example=0.25),
+        Rule("", lambda v: isinstance(v, list) and bool(v) and all(_is_number(x) and x >= 0 for x in v), ""),
+        example="0.25",
+        null=True,
+    ),
     "loss.delta": number(gt=0, example=1.0),
     "loss.label_smoothing": number(ge=0, lt=1, example=0.1),
-
     # ---- trainer (keyword arguments of pytorch_lightning.Trainer) ----
     "trainer.accelerator": choice("auto", "cpu", "gpu", "cuda", "mps", "tpu", example="cpu"),
-    "trainer.devices": either("a count >= 1, -1 (all), auto, or a list of device ids", integer(1, also=(-1,), example=1),
-                              choice("auto"), int_list(0, nonempty=True, example="[0,1]"),
-                              Rule("", lambda v: isinstance(v, str) and re.fullmatch(r"-?\d+(,\d+)*,?", v) is not None,
-                                   ""), example="1"),
+    "trainer.devices": either(
+        "a count >= 1, -1 (all), auto, or a list of device ids",
+        integer(1, also=(-1,), example=1),
+        choice("auto"),
+        int_list(0, nonempty=True, example="[0,1]"),
+        Rule("", lambda v: isinstance(v, str) and re.fullmatch(r"-?\d+(,\d+)*,?", v) is not None, ""),
+        example="1",
+    ),
     "trainer.num_nodes": integer(1, example=1),
-    "trainer.precision": Rule("a Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, "
-                              "transformer-engine (or 32, 16, 64, bf16)", lambda v: any(_same(v, p) for p in PRECISIONS),
-                              "bf16-mixed"),
+    "trainer.precision": Rule(
+        "a Lightning precision: 32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, "
+        "transformer-engine (or 32, 16, 64, bf16)",
+        lambda v: any(_same(v, p) for p in PRECISIONS),
+        "bf16-mixed",
+    ),
     "trainer.max_epochs": integer(1, also=(-1,), example=30, reasons=TRAINS_NOTHING, extra=" (no limit)"),
     "trainer.min_epochs": integer(0, example=1, null=True),
     "trainer.max_steps": integer(1, also=(-1,), example=1000, reasons=TRAINS_NOTHING, extra=" (no limit)"),
     "trainer.limit_train_batches": fraction_or_count(zero=False, example=0.25, reasons=TRAINS_NOTHING),
     "trainer.limit_val_batches": fraction_or_count(zero=True, example=0.5),  # 0 = no validation (Lightning's word)
     "trainer.limit_test_batches": fraction_or_count(
-        zero=False, example=0.5, reasons=((0, "tests nothing (test_after_training=false skips the test)"),
-                                          (0.0, "tests nothing (test_after_training=false skips the test)"))),
+        zero=False,
+        example=0.5,
+        reasons=(
+            (0, "tests nothing (test_after_training=false skips the test)"),
+            (0.0, "tests nothing (test_after_training=false skips the test)"),
+        ),
+    ),
     "trainer.val_check_interval": fraction_or_count(zero=False, example=0.5),
     "trainer.check_val_every_n_epoch": integer(1, example=1, null=True),
     "trainer.num_sanity_val_steps": integer(-1, example=2),
@@ -356,16 +442,17 @@ RULES: dict[str, Rule] = {
     "trainer.sync_batchnorm": boolean(example="true"),
     "trainer.deterministic": either("true, false or warn", boolean(), choice("warn"), example="true", null=True),
     "trainer.benchmark": boolean(example="true", null=True),
-    "trainer.fast_dev_run": either("true, false or a batch count >= 0", boolean(), integer(0, example=1),
-                                   example="true"),
+    "trainer.fast_dev_run": either(
+        "true, false or a batch count >= 0", boolean(), integer(0, example=1), example="true"
+    ),
     "trainer.overfit_batches": fraction_or_count(zero=True, example=3, null=False),
-    "trainer.profiler": mapping_or(choice("simple", "advanced", "pytorch", null=True),
-                                   "simple, advanced, pytorch or a {_target_: ...} profiler"),
+    "trainer.profiler": mapping_or(
+        choice("simple", "advanced", "pytorch", null=True), "simple, advanced, pytorch or a {_target_: ...} profiler"
+    ),
     "trainer.enable_progress_bar": boolean(example="false"),
     "trainer.enable_model_summary": boolean(example="false"),
     "trainer.enable_checkpointing": boolean(example="false", null=True),
     "trainer.default_root_dir": text(example="logs"),
-
     # ---- callbacks (by the entry name each conf/callbacks option gives) ----
     "callbacks.model_checkpoint.save_top_k": integer(-1, example=3, extra=" (-1 = keep all)"),
     "callbacks.model_checkpoint.filename": text(example="'epoch{epoch:03d}'"),
@@ -385,8 +472,9 @@ RULES: dict[str, Rule] = {
     "callbacks.model_summary.max_depth": integer(-1, example=2, extra=" (-1 = all layers)"),
     "callbacks.tensorboard_extras.after_test": boolean(example="true"),
     "callbacks.tensorboard_extras.max_samples": integer(1, example=32),
-    "callbacks.tensorboard_extras.normalize": Rule("one of true, pred, all",
-                                                   lambda v: v is True or v in ("true", "pred", "all"), "true", null=True),
+    "callbacks.tensorboard_extras.normalize": Rule(
+        "one of true, pred, all", lambda v: v is True or v in ("true", "pred", "all"), "true", null=True
+    ),
     "callbacks.ema.decay": number(gt=0, lt=1, example=0.999),
     "callbacks.ema.update_every_n_steps": integer(1, example=1),
     "callbacks.ema.update_starting_at_step": integer(0, example=100, null=True),
@@ -399,8 +487,9 @@ RULES: dict[str, Rule] = {
     "callbacks.pruning.start_epoch": integer(0, example=1),
     "callbacks.pruning.end_epoch": integer(0, example=5, null=True),
     "callbacks.pruning.norm": number(ge=1, example=2),
-    "callbacks.pruning.exclude": Rule("a list of module names", lambda v: isinstance(v, list) and
-                                      all(isinstance(x, str) and x for x in v), "[net.fc]"),
+    "callbacks.pruning.exclude": Rule(
+        "a list of module names", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "[net.fc]"
+    ),
     "callbacks.pruning.select_after_schedule": boolean(example="true"),
     "callbacks.qat.start_epoch": integer(0, example=0),
     "callbacks.qat.save": boolean(example="true"),
@@ -410,7 +499,6 @@ RULES: dict[str, Rule] = {
     "callbacks.text_samples.temperature": number(gt=0, example=0.8),
     "callbacks.text_samples.top_k": integer(1, example=10, null=True),
     "callbacks.text_samples.every_n_epochs": integer(1, example=1),
-
     # ---- logger ----
     "logger.*.save_dir": text(example="logs"),
     "logger.*.name": text(example="tensorboard"),
@@ -425,7 +513,6 @@ RULES: dict[str, Rule] = {
     "logger.*.offline": boolean(example="false"),  # logger=wandb: false uploads as it runs
     "logger.*.project": text(example="train"),
     "logger.*.log_model": either("true, false or all", boolean(example="false"), choice("all"), example="false"),
-
     # ---- strategy ----
     "strategy.name": text(example="auto"),
     "strategy.start_method": choice("popen", "spawn", "fork", "forkserver"),
@@ -457,71 +544,115 @@ class Relation:
 
 
 RELATIONS: tuple[Relation, ...] = (
-    Relation(("data.fold", "data.num_folds"),
-             lambda fold, folds: folds is None or fold < folds,
-             "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "
-             "-m data.fold='range({1})')"),
-    Relation(("trainer.min_epochs", "trainer.max_epochs"),
-             lambda lo, hi: lo is None or hi is None or hi < 0 or lo <= hi,
-             "trainer.min_epochs={0} is more than trainer.max_epochs={1}: the run would stop at max_epochs anyway; "
-             "pass trainer.min_epochs={1} or less"),
-    Relation(("trainer.enable_checkpointing", "callbacks.model_checkpoint._target_"),
-             lambda enabled, target: enabled is not False or not str(target).endswith("ModelCheckpoint"),
-             "trainer.enable_checkpointing={0}, but callbacks.model_checkpoint is configured: also pass "
-             "callbacks.model_checkpoint=null (or drop trainer.enable_checkpointing=false)"),
-    Relation(("optimizer.nesterov", "optimizer.momentum"),
-             lambda nesterov, momentum: not nesterov or (momentum or 0) > 0,
-             "optimizer.nesterov={0} needs momentum, but optimizer.momentum={1}: pass optimizer.momentum=0.9 "
-             "or optimizer.nesterov=false"),
-    Relation(("callbacks.pruning.start_epoch", "callbacks.pruning.end_epoch"),
-             lambda start, end: end is None or end >= start,
-             "callbacks.pruning.end_epoch={1} is before callbacks.pruning.start_epoch={0}: pass "
-             "callbacks.pruning.end_epoch={0} or later (null = prune once, at start_epoch)"),
+    Relation(
+        ("data.fold", "data.num_folds"),
+        lambda fold, folds: folds is None or fold < folds,
+        "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "
+        "-m data.fold='range({1})')",
+    ),
+    Relation(
+        ("trainer.min_epochs", "trainer.max_epochs"),
+        lambda lo, hi: lo is None or hi is None or hi < 0 or lo <= hi,
+        "trainer.min_epochs={0} is more than trainer.max_epochs={1}: the run would stop at max_epochs anyway; "
+        "pass trainer.min_epochs={1} or less",
+    ),
+    Relation(
+        ("trainer.enable_checkpointing", "callbacks.model_checkpoint._target_"),
+        lambda enabled, target: enabled is not False or not str(target).endswith("ModelCheckpoint"),
+        "trainer.enable_checkpointing={0}, but callbacks.model_checkpoint is configured: also pass "
+        "callbacks.model_checkpoint=null (or drop trainer.enable_checkpointing=false)",
+    ),
+    Relation(
+        ("optimizer.nesterov", "optimizer.momentum"),
+        lambda nesterov, momentum: not nesterov or (momentum or 0) > 0,
+        "optimizer.nesterov={0} needs momentum, but optimizer.momentum={1}: pass optimizer.momentum=0.9 "
+        "or optimizer.nesterov=false",
+    ),
+    Relation(
+        ("callbacks.pruning.start_epoch", "callbacks.pruning.end_epoch"),
+        lambda start, end: end is None or end >= start,
+        "callbacks.pruning.end_epoch={1} is before callbacks.pruning.start_epoch={0}: pass "
+        "callbacks.pruning.end_epoch={0} or later (null = prune once, at start_epoch)",
+    ),
     # ModelParallelStrategy (strategy=fsdp/tp/fsdp_tp) never converts BatchNorm: the flag would be silently ignored
-    Relation(("trainer.sync_batchnorm", "strategy._target_"),
-             lambda sync, target: not sync or not str(target).endswith("ModelParallel"),
-             "trainer.sync_batchnorm={0} is ignored under strategy._target_={1} (fsdp/tp never convert BatchNorm): "
-             "use strategy=ddp with trainer.sync_batchnorm=true, or trainer.sync_batchnorm=false"),
-    Relation(("tune.finder", "tune.mode"),
-             lambda finder, mode: mode in {"lr_find": ("exponential", "linear"),
-                                           "batch_size": ("power", "binsearch")}.get(finder, (mode,)),
-             "tune.mode={1} is not a mode of tune={0}: tune=lr_find takes exponential or linear, tune=batch_size "
-             "power or binsearch"),
-    Relation(("tune.min_lr", "tune.max_lr"), lambda lo, hi: lo < hi,
-             "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
-             "tune.min_lr=1e-6 tune.max_lr=1"),
+    Relation(
+        ("trainer.sync_batchnorm", "strategy._target_"),
+        lambda sync, target: not sync or not str(target).endswith("ModelParallel"),
+        "trainer.sync_batchnorm={0} is ignored under strategy._target_={1} (fsdp/tp never convert BatchNorm): "
+        "use strategy=ddp with trainer.sync_batchnorm=true, or trainer.sync_batchnorm=false",
+    ),
+    Relation(
+        ("tune.finder", "tune.mode"),
+        lambda finder, mode: (
+            mode in {"lr_find": ("exponential", "linear"), "batch_size": ("power", "binsearch")}.get(finder, (mode,))
+        ),
+        "tune.mode={1} is not a mode of tune={0}: tune=lr_find takes exponential or linear, tune=batch_size "
+        "power or binsearch",
+    ),
+    Relation(
+        ("tune.min_lr", "tune.max_lr"),
+        lambda lo, hi: lo < hi,
+        "tune.min_lr={0} is not below tune.max_lr={1}: the finder tries lrs from min_lr up to max_lr, e.g. "
+        "tune.min_lr=1e-6 tune.max_lr=1",
+    ),
     # a schedule whose length is filled from the run's (null T_max/total_steps) needs a run with an end
-    Relation(("scheduler.interval", "scheduler.scheduler", "trainer.max_epochs", "trainer.max_steps"),
-             lambda interval, sched, epochs, steps: epochs != -1 or not isinstance(sched, Mapping)
-             or all(sched.get(k, 0) is not None for k in ("T_max", "total_steps"))
-             or interval == "step" and steps not in (None, -1),
-             "trainer.max_epochs={2} with trainer.max_steps={3} never ends, so the schedule spanning the run "
-             "(scheduler.interval={0}) has no length: pass trainer.max_steps=10000 (interval=step) or "
-             "trainer.max_epochs=30, or give the schedule its own length (scheduler.scheduler.total_steps/T_max)"),
-    Relation(("strategy._target_", "strategy.microbatches", "data.batch_size"),
-             lambda target, micro, batch: not str(target).endswith("Pipeline") or not isinstance(micro, int)
-             or not isinstance(batch, int) or micro < 1 or batch % micro == 0,
-             "data.batch_size={2} is not divisible by strategy.microbatches={1}: use a multiple, e.g. "
-             "data.batch_size={1}0"),
-    Relation(("strategy._target_", "strategy.data_parallel", "trainer.devices", "trainer.num_nodes"),
-             lambda target, dp, devices, nodes: not str(target).endswith("Pipeline") or not isinstance(dp, int)
-             or not isinstance(devices, int) or not isinstance(nodes, int) or dp < 1 or devices * nodes % dp == 0,
-             "trainer.devices={2} (x trainer.num_nodes={3}) gives processes not divisible by strategy.data_parallel="
-             "{1}: use stages x data_parallel processes, e.g. trainer.devices={1}"),
-    Relation(("strategy.replicate_size", "strategy.tensor_parallel_size"),
-             lambda replicas, tp: not isinstance(replicas, int) or replicas <= 1 or tp in (1, "1"),
-             "strategy.replicate_size={0} (HSDP) with strategy.tensor_parallel_size={1} would need a 3-D mesh, which "
-             "litforge does not build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp"),
+    Relation(
+        ("scheduler.interval", "scheduler.scheduler", "trainer.max_epochs", "trainer.max_steps"),
+        lambda interval, sched, epochs, steps: (
+            epochs != -1
+            or not isinstance(sched, Mapping)
+            or all(sched.get(k, 0) is not None for k in ("T_max", "total_steps"))
+            or interval == "step"
+            and steps not in (None, -1)
+        ),
+        "trainer.max_epochs={2} with trainer.max_steps={3} never ends, so the schedule spanning the run "
+        "(scheduler.interval={0}) has no length: pass trainer.max_steps=10000 (interval=step) or "
+        "trainer.max_epochs=30, or give the schedule its own length (scheduler.scheduler.total_steps/T_max)",
+    ),
+    Relation(
+        ("strategy._target_", "strategy.microbatches", "data.batch_size"),
+        lambda target, micro, batch: (
+            not str(target).endswith("Pipeline")
+            or not isinstance(micro, int)
+            or not isinstance(batch, int)
+            or micro < 1
+            or batch % micro == 0
+        ),
+        "data.batch_size={2} is not divisible by strategy.microbatches={1}: use a multiple, e.g. data.batch_size={1}0",
+    ),
+    Relation(
+        ("strategy._target_", "strategy.data_parallel", "trainer.devices", "trainer.num_nodes"),
+        lambda target, dp, devices, nodes: (
+            not str(target).endswith("Pipeline")
+            or not isinstance(dp, int)
+            or not isinstance(devices, int)
+            or not isinstance(nodes, int)
+            or dp < 1
+            or devices * nodes % dp == 0
+        ),
+        "trainer.devices={2} (x trainer.num_nodes={3}) gives processes not divisible by strategy.data_parallel="
+        "{1}: use stages x data_parallel processes, e.g. trainer.devices={1}",
+    ),
+    Relation(
+        ("strategy.replicate_size", "strategy.tensor_parallel_size"),
+        lambda replicas, tp: not isinstance(replicas, int) or replicas <= 1 or tp in (1, "1"),
+        "strategy.replicate_size={0} (HSDP) with strategy.tensor_parallel_size={1} would need a 3-D mesh, which "
+        "litforge does not build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp",
+    ),
     # Hogwild shares host memory between CPU processes (litforge.parallel.hogwild)
-    Relation(("trainer.accelerator", "strategy._target_"),
-             lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
-             "trainer.accelerator={0} with strategy=hogwild: hogwild runs CPU worker processes sharing host memory "
-             "only; use trainer=cpu, or strategy=ddp on GPUs"),
+    Relation(
+        ("trainer.accelerator", "strategy._target_"),
+        lambda accelerator, target: not str(target).endswith("Hogwild") or str(accelerator) not in ("gpu", "cuda"),
+        "trainer.accelerator={0} with strategy=hogwild: hogwild runs CPU worker processes sharing host memory "
+        "only; use trainer=cpu, or strategy=ddp on GPUs",
+    ),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
-    Relation(("channels_last", "strategy._target_"),
-             lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),
-             "channels_last={0} fails under strategy._target_={1} (FSDP2 shards only contiguous parameters): pass "
-             "channels_last=false, or strategy=ddp with channels_last=true"),
+    Relation(
+        ("channels_last", "strategy._target_"),
+        lambda nhwc, target: not nhwc or not str(target).endswith("ModelParallel"),
+        "channels_last={0} fails under strategy._target_={1} (FSDP2 shards only contiguous parameters): pass "
+        "channels_last=false, or strategy=ddp with channels_last=true",
+    ),
 )
 
 
@@ -560,7 +691,7 @@ def check_group(scope: str, node: Any, bind: bool = True) -> None:
     prefix = scope + "."
     for relation in RELATIONS:
         if _scope_of(relation) == scope:
-            _check_relation(relation, lambda key: _lookup(node, key[len(prefix):]))
+            _check_relation(relation, lambda key: _lookup(node, key[len(prefix) :]))
 
 
 def check_package(scope: str, node: Any) -> None:
@@ -576,8 +707,10 @@ def check_package(scope: str, node: Any) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ConfigError(f"{scope} needs the {module} package, which is not installed: pip install {install}, "
-                          f"or choose another logger (e.g. logger=tensorboard)")
+        raise ConfigError(
+            f"{scope} needs the {module} package, which is not installed: pip install {install}, "
+            f"or choose another logger (e.g. logger=tensorboard)"
+        )
 
 
 def check_reachable(scope: str, node: Any) -> None:
@@ -592,9 +725,11 @@ def check_reachable(scope: str, node: Any) -> None:
     try:
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
     except OSError as exc:
-        raise ConfigError(f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
-                          f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the "
-                          "local store") from None
+        raise ConfigError(
+            f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
+            f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the "
+            "local store"
+        ) from None
 
 
 def targets(prefix: str, node: Any) -> Iterator[tuple[str, Any]]:
@@ -719,8 +854,10 @@ def run_notes(cfg: Any) -> list[str]:
         why = ""
     if why:
         tested = " and tested" if cfg.get("test_after_training", True) else ""
-        notes.append(f"no validation in this run ({why}): no best checkpoint, no early stopping and no objective "
-                     f"value; the last weights are saved{tested}")
+        notes.append(
+            f"no validation in this run ({why}): no best checkpoint, no early stopping and no objective "
+            f"value; the last weights are saved{tested}"
+        )
     return notes
 
 

@@ -27,8 +27,12 @@ class Range:
             return len(v) >= self.min_items
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             return True
-        return (self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt) \
-            and (self.le is None or v <= self.le) and (self.lt is None or v < self.lt)
+        return (
+            (self.ge is None or v >= self.ge)
+            and (self.gt is None or v > self.gt)
+            and (self.le is None or v <= self.le)
+            and (self.lt is None or v < self.lt)
+        )
 
     def words(self) -> str:
         lo, hi = (self.gt if self.gt is not None else self.ge), (self.lt if self.lt is not None else self.le)

@@ -16,10 +16,10 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from litforge.core.errors import ConfigError
 from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
 from litforge.data.placement import dataset_bytes, hold_on_device
-from litforge.core.errors import ConfigError
 
 
 def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -37,11 +37,14 @@ def check_folds(num_folds: int | None, fold: int) -> None:
     if num_folds is None:
         return
     if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
-        raise ConfigError(f"data.num_folds={num_folds!r} must be an integer >= 2 (e.g. 5), or null for the usual "
-                          f"train/val split")
+        raise ConfigError(
+            f"data.num_folds={num_folds!r} must be an integer >= 2 (e.g. 5), or null for the usual train/val split"
+        )
     if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
-        raise ConfigError(f"data.fold={fold!r} is outside [0, {num_folds}) for data.num_folds={num_folds}; pass "
-                          f"data.fold=0 .. {num_folds - 1} (all folds: -m data.fold='range({num_folds})')")
+        raise ConfigError(
+            f"data.fold={fold!r} is outside [0, {num_folds}) for data.num_folds={num_folds}; pass "
+            f"data.fold=0 .. {num_folds - 1} (all folds: -m data.fold='range({num_folds})')"
+        )
 
 
 def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -59,9 +62,11 @@ def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[
     present = counts[counts > 0]
     if len(present) and int(present.min()) < num_folds:
         smallest = int(torch.nonzero(counts == present.min()).flatten()[0])
-        raise ConfigError(f"data.num_folds={num_folds} is larger than the smallest class count (class {smallest} "
-                          f"has {int(present.min())} samples in the train+val pool): pass data.num_folds="
-                          f"{int(present.min())} or less")
+        raise ConfigError(
+            f"data.num_folds={num_folds} is larger than the smallest class count (class {smallest} "
+            f"has {int(present.min())} samples in the train+val pool): pass data.num_folds="
+            f"{int(present.min())} or less"
+        )
     splitter = StratifiedKFold(n_splits=num_folds, shuffle=True, random_state=seed)
     train_idx, val_idx = list(splitter.split(torch.zeros(len(labels), 1).numpy(), labels.cpu().numpy()))[fold]
     return torch.from_numpy(train_idx).long(), torch.from_numpy(val_idx).long()
@@ -131,8 +136,11 @@ class ImageDataModule(pl.LightningDataModule):
             return
         images, labels = self.load_arrays("train")
         train_idx, val_idx = self.train_val_indices(labels)
-        splits = {"train": (images[train_idx], labels[train_idx]), "val": (images[val_idx], labels[val_idx]),
-                  "test": self.load_arrays("test")}
+        splits = {
+            "train": (images[train_idx], labels[train_idx]),
+            "val": (images[val_idx], labels[val_idx]),
+            "test": self.load_arrays("test"),
+        }
         self._check_shapes(splits)
         if self._mean is None or self._std is None:
             self._mean, self._std = channel_stats(splits["train"][0])
@@ -148,8 +156,10 @@ class ImageDataModule(pl.LightningDataModule):
     def _check_shapes(self, splits: dict[str, tuple[Tensor, Tensor]]) -> None:
         for split, (images, labels) in splits.items():
             if tuple(images.shape[1:]) != self.input_shape:
-                raise ValueError(f"{type(self).__name__} {split} images have shape {tuple(images.shape[1:])}, "
-                                 f"expected {self.input_shape}")
+                raise ValueError(
+                    f"{type(self).__name__} {split} images have shape {tuple(images.shape[1:])}, "
+                    f"expected {self.input_shape}"
+                )
             if len(images) != len(labels):
                 raise ValueError(f"{split}: {len(images)} images but {len(labels)} labels")
 
@@ -228,8 +238,10 @@ class ImageDataModule(pl.LightningDataModule):
         key = (images.device, images.dtype, tuple(self._mean), tuple(self._std))
         cached = getattr(self, "_stats_cache", None)
         if cached is None or cached[0] != key:
-            stats = [torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
-                     for v in (self._mean, self._std)]
+            stats = [
+                torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
+                for v in (self._mean, self._std)
+            ]
             cached = self._stats_cache = (key, stats[0], stats[1])
         return cached[1], cached[2]
 
@@ -245,8 +257,11 @@ class ImageDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict[str, Any]:
         """The shape facts a task needs to build its net."""
-        return {"input_shape": list(self.input_shape), "num_classes": self.num_classes,
-                "class_names": list(self.class_names)}
+        return {
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "class_names": list(self.class_names),
+        }
 
 
 def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:

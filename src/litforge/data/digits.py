@@ -31,7 +31,11 @@ class DigitsDataModule(ImageDataModule):
         super().__init__(**kwargs)
         self.test_fraction = test_fraction
         self.classes = list(classes) if classes is not None else list(range(10))
-        if not self.classes or any(not 0 <= c <= 9 for c in self.classes) or len(set(self.classes)) != len(self.classes):
+        if (
+            not self.classes
+            or any(not 0 <= c <= 9 for c in self.classes)
+            or len(set(self.classes)) != len(self.classes)
+        ):
             from litforge.core.errors import ConfigError
 
             raise ConfigError(f"data.classes={self.classes} must be distinct digits between 0 and 9, e.g. [5,6,7,8,9]")
@@ -54,8 +58,16 @@ class DigitsDataModule(ImageDataModule):
         train_images, train_labels = images[train_idx], labels[train_idx]
         if self.train_per_class is not None:
             # the first k of each class in the (already shuffled) training order
-            keep_idx = torch.cat([torch.nonzero(train_labels == c).flatten()[: self.train_per_class]
-                                  for c in range(self.num_classes)]).sort().values
+            keep_idx = (
+                torch.cat(
+                    [
+                        torch.nonzero(train_labels == c).flatten()[: self.train_per_class]
+                        for c in range(self.num_classes)
+                    ]
+                )
+                .sort()
+                .values
+            )
             train_images, train_labels = train_images[keep_idx], train_labels[keep_idx]
         self._arrays = {"train": (train_images, train_labels), "test": (images[test_idx], labels[test_idx])}
 

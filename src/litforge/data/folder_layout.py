@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from litforge.core.errors import DataError
 from litforge.data.base import fold_indices, split_indices
 from litforge.data.images import image_extensions
-from litforge.core.errors import DataError
 
 SPLIT_FOLDERS = ("train", "val", "test")
 
@@ -52,12 +52,15 @@ class FolderLayout:
             if split in split_dirs:
                 unknown = sorted(set(_visible_subfolders(split_dirs[split])) - set(class_names))
                 if unknown:
-                    raise DataError(f"{split_dirs[split]} has class folder(s) {', '.join(unknown)} that "
-                                    f"{split_dirs['train']} lacks; every class needs training images")
+                    raise DataError(
+                        f"{split_dirs[split]} has class folder(s) {', '.join(unknown)} that "
+                        f"{split_dirs['train']} lacks; every class needs training images"
+                    )
         return cls(root, split_dirs, class_names, _first_image(class_dir, class_names))
 
-    def samples(self, val_fraction: float, test_fraction: float, split_seed: int,
-                folds: tuple[int, int] | None = None) -> dict[str, Samples]:
+    def samples(
+        self, val_fraction: float, test_fraction: float, split_seed: int, folds: tuple[int, int] | None = None
+    ) -> dict[str, Samples]:
         """Every split's (path, label) list; deterministic given the files and `split_seed`, in folder order.
 
         `folds=(K, i)`: K-fold cross-validation, fold i is validation; the pool is the training images (and the
@@ -83,9 +86,11 @@ class FolderLayout:
             train_idx, val_idx, _ = split_indices(len(train), val_fraction, 0.0, split_seed)
             train, val = _pick(train, train_idx), _pick(train, val_idx)
         if not train:
-            raise DataError(f"no training images are left in {self.root} after holding out "
-                            f"data.test_fraction={test_fraction} and data.val_fraction={val_fraction}; "
-                            f"add images or lower the fractions")
+            raise DataError(
+                f"no training images are left in {self.root} after holding out "
+                f"data.test_fraction={test_fraction} and data.val_fraction={val_fraction}; "
+                f"add images or lower the fractions"
+            )
         return {"train": train, "val": val, "test": test}
 
     def _list(self, directory: str, allow_empty: bool) -> Samples:
@@ -101,25 +106,33 @@ class FolderLayout:
 def _find_split_dirs(root: str) -> dict[str, str]:
     example = os.path.join(root, "cat", "001.png")
     if not os.path.exists(root):
-        raise DataError(f"data folder {root} does not exist; create it with one sub-folder per class, e.g. "
-                        f"{example} (or point data.root at your images)")
+        raise DataError(
+            f"data folder {root} does not exist; create it with one sub-folder per class, e.g. "
+            f"{example} (or point data.root at your images)"
+        )
     if not os.path.isdir(root):
-        raise DataError(f"data folder {root} is a file, not a folder; data.root must be a folder with one "
-                        f"sub-folder per class, e.g. {example}")
+        raise DataError(
+            f"data folder {root} is a file, not a folder; data.root must be a folder with one "
+            f"sub-folder per class, e.g. {example}"
+        )
     folders = set(_visible_subfolders(root))
     splits = folders & set(SPLIT_FOLDERS)
     if not splits:
         return {}
     if "train" not in splits:
-        raise DataError(f"{root} has {'/ and '.join(sorted(splits))}/ but no train/ folder; put the "
-                        f"training images in {os.path.join(root, 'train', '<class>')}/ (or, without "
-                        f"train/val/test folders, put the class folders directly in {root})")
+        raise DataError(
+            f"{root} has {'/ and '.join(sorted(splits))}/ but no train/ folder; put the "
+            f"training images in {os.path.join(root, 'train', '<class>')}/ (or, without "
+            f"train/val/test folders, put the class folders directly in {root})"
+        )
     others = sorted(folders - set(SPLIT_FOLDERS))
     if others:
         hint = " (rename it to val)" if {"valid", "validation"} & set(others) else ""
-        raise DataError(f"{root} mixes two layouts: it has train/ and also the folder(s) {', '.join(others)}"
-                        f"{hint}; use either {root}/train/<class>/… (with optional val/ and test/) or "
-                        f"{root}/<class>/…")
+        raise DataError(
+            f"{root} mixes two layouts: it has train/ and also the folder(s) {', '.join(others)}"
+            f"{hint}; use either {root}/train/<class>/… (with optional val/ and test/) or "
+            f"{root}/<class>/…"
+        )
     return {split: os.path.join(root, split) for split in SPLIT_FOLDERS if split in splits}
 
 
@@ -132,8 +145,10 @@ def _find_classes(directory: str) -> list[str]:
         classes = []
     classes = [c for c in classes if not c.startswith(".")]
     if not classes:
-        raise DataError(f"data folder {directory} has no class sub-folders; put the images in one sub-folder per "
-                        f"class, e.g. {os.path.join(directory, 'cat', '001.png')}")
+        raise DataError(
+            f"data folder {directory} has no class sub-folders; put the images in one sub-folder per "
+            f"class, e.g. {os.path.join(directory, 'cat', '001.png')}"
+        )
     return classes
 
 
@@ -144,11 +159,14 @@ def _first_image(directory: str, class_names: list[str]) -> str:
     empty = [os.path.join(directory, name) for name, first in firsts.items() if first is None]
     kinds = ", ".join(extensions)
     if len(empty) == len(firsts):
-        raise DataError(f"data folder {directory} has class folders but no images ({kinds}); put the images in "
-                        f"them, e.g. {os.path.join(directory, class_names[0], '001.png')}")
+        raise DataError(
+            f"data folder {directory} has class folders but no images ({kinds}); put the images in "
+            f"them, e.g. {os.path.join(directory, class_names[0], '001.png')}"
+        )
     if empty:
-        raise DataError(f"class folder(s) {', '.join(empty)} have no images ({kinds}); add images to them or "
-                        f"remove them")
+        raise DataError(
+            f"class folder(s) {', '.join(empty)} have no images ({kinds}); add images to them or remove them"
+        )
     return next(first for first in firsts.values() if first is not None)
 
 

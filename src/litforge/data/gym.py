@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from litforge.runtime import compat
 from litforge.core.errors import ConfigError
+from litforge.runtime import compat
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
 
@@ -63,17 +63,26 @@ class ReplayBuffer:
         """The filled part of the buffer, its write position and its sampling generator (tensors and ints only, so
         checkpoints load under `weights_only=True`)."""
         n = self.size
-        return {"capacity": self.capacity, "size": n, "pos": self.pos, "obs": self.obs[:n].clone(),
-                "next_obs": self.next_obs[:n].clone(), "actions": self.actions[:n].clone(),
-                "rewards": self.rewards[:n].clone(), "dones": self.dones[:n].clone(),
-                "generator": self.generator.get_state()}
+        return {
+            "capacity": self.capacity,
+            "size": n,
+            "pos": self.pos,
+            "obs": self.obs[:n].clone(),
+            "next_obs": self.next_obs[:n].clone(),
+            "actions": self.actions[:n].clone(),
+            "rewards": self.rewards[:n].clone(),
+            "dones": self.dones[:n].clone(),
+            "generator": self.generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["capacity"] != self.capacity or state["obs"].shape[1:] != self.obs.shape[1:]:
-            raise ConfigError(f"the checkpoint's replay buffer holds {state['capacity']} transitions of "
-                              f"{tuple(state['obs'].shape[1:])} observations; this run's data.buffer_size="
-                              f"{self.capacity} with {tuple(self.obs.shape[1:])}: resume with the run's own "
-                              f"data.buffer_size={state['capacity']} and data.env_id")
+            raise ConfigError(
+                f"the checkpoint's replay buffer holds {state['capacity']} transitions of "
+                f"{tuple(state['obs'].shape[1:])} observations; this run's data.buffer_size="
+                f"{self.capacity} with {tuple(self.obs.shape[1:])}: resume with the run's own "
+                f"data.buffer_size={state['capacity']} and data.env_id"
+            )
         n = self.size = int(state["size"])
         self.pos = int(state["pos"])
         for name in ("obs", "next_obs", "actions", "rewards", "dones"):
@@ -119,8 +128,11 @@ def env_state(env: Any) -> dict[str, Any] | None:
     state = getattr(inner, "state", None)
     if not isinstance(state, np.ndarray) or not hasattr(inner.np_random, "bit_generator"):
         return None
-    saved: dict[str, Any] = {"state": torch.from_numpy(state.copy()), "dtype": str(state.dtype),
-                             "np_random": inner.np_random.bit_generator.state}
+    saved: dict[str, Any] = {
+        "state": torch.from_numpy(state.copy()),
+        "dtype": str(state.dtype),
+        "np_random": inner.np_random.bit_generator.state,
+    }
     if hasattr(inner, "steps_beyond_terminated"):
         saved["steps_beyond_terminated"] = inner.steps_beyond_terminated
     elapsed = compat.time_limit_elapsed(env)
@@ -145,9 +157,16 @@ class GymDataModule(pl.LightningDataModule):
 
     kind = "rl"
 
-    def __init__(self, env_id: str = "CartPole-v1", batch_size: int = 64, buffer_size: int = 100_000,
-                 steps_per_epoch: int = 1000, val_episodes: int = 10, test_episodes: int = 100,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        env_id: str = "CartPole-v1",
+        batch_size: int = 64,
+        buffer_size: int = 100_000,
+        steps_per_epoch: int = 1000,
+        val_episodes: int = 10,
+        test_episodes: int = 100,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.env_id, self.batch_size, self.steps_per_epoch = env_id, batch_size, steps_per_epoch
         self.val_episodes, self.test_episodes, self.seed = val_episodes, test_episodes, seed
@@ -157,11 +176,14 @@ class GymDataModule(pl.LightningDataModule):
         import gymnasium as gym
 
         if not isinstance(space, gym.spaces.Discrete):
-            raise ConfigError(f"data.env_id={env_id} has a {type(space).__name__} action space; DQN needs a discrete "
-                              "one (e.g. CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3)")
+            raise ConfigError(
+                f"data.env_id={env_id} has a {type(space).__name__} action space; DQN needs a discrete "
+                "one (e.g. CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3)"
+            )
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-            raise ConfigError(f"data.env_id={env_id} observations are {obs_space}; this DQN needs a vector (1-D Box) "
-                              "observation")
+            raise ConfigError(
+                f"data.env_id={env_id} observations are {obs_space}; this DQN needs a vector (1-D Box) observation"
+            )
         self.observation_size, self.num_actions = int(obs_space.shape[0]), int(space.n)
         self.buffer = ReplayBuffer(buffer_size, self.observation_size, seed)
 
@@ -171,8 +193,10 @@ class GymDataModule(pl.LightningDataModule):
         try:
             return gym.make(self.env_id)
         except gym.error.Error as exc:
-            raise ConfigError(f"data.env_id={self.env_id} is not a gymnasium environment this machine can make "
-                              f"({exc}); e.g. data.env_id=CartPole-v1") from None
+            raise ConfigError(
+                f"data.env_id={self.env_id} is not a gymnasium environment this machine can make "
+                f"({exc}); e.g. data.env_id=CartPole-v1"
+            ) from None
 
     # Lightning stores these in every checkpoint and hands them back on resume (before `on_fit_start`, so the
     # task's warm-up finds the buffer full and does not refill it with random actions)

@@ -23,15 +23,24 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.core.errors import ConfigError, DataError
 from litforge.data.base import ImageDataModule, channel_stats
 from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
-from litforge.data.images import (check_channels, check_decoder, decode_jpeg_file, image_to_tensor, mode_channels,
-                                  open_image, parse_image_size, read_header, resize_tensor)
+from litforge.data.images import (
+    check_channels,
+    check_decoder,
+    decode_jpeg_file,
+    image_to_tensor,
+    mode_channels,
+    open_image,
+    parse_image_size,
+    read_header,
+    resize_tensor,
+)
 from litforge.data.loader import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
 from litforge.data.placement import check_in_memory_limit, hold_in_memory
 from litforge.data.stateful import stateful_train_loader
-from litforge.core.errors import ConfigError, DataError
 
 STATS_SAMPLE = 2048  # images used to estimate mean/std when streaming (decoding all of a big set would be slow)
 
@@ -42,16 +51,20 @@ def _size_text(size_hw: tuple[int, int]) -> str:
 
 def mixed_sizes_message(ref_path: str, ref_hw: tuple[int, int], path: str, hw: tuple[int, int]) -> str:
     suggestion = str(ref_hw[0]) if ref_hw[0] == ref_hw[1] else f"[{ref_hw[0]},{ref_hw[1]}]"
-    return (f"images have different sizes ({ref_path}: {_size_text(ref_hw)}, {path}: {_size_text(hw)}, height x "
-            f"width); set data.image_size={suggestion} to resize them all to {_size_text(ref_hw)}")
+    return (
+        f"images have different sizes ({ref_path}: {_size_text(ref_hw)}, {path}: {_size_text(hw)}, height x "
+        f"width); set data.image_size={suggestion} to resize them all to {_size_text(ref_hw)}"
+    )
 
 
 def mixed_modes_message(ref_path: str, ref_mode: str, path: str, mode: str) -> str:
     def describe(m: str) -> str:
         return f"{m} = {'grey' if mode_channels(m) == 1 else 'colour'}"
 
-    return (f"images have different colour modes ({ref_path}: {describe(ref_mode)}, {path}: {describe(mode)}); set "
-            f"data.channels=3 to convert them all to RGB (or data.channels=1 for grey)")
+    return (
+        f"images have different colour modes ({ref_path}: {describe(ref_mode)}, {path}: {describe(mode)}); set "
+        f"data.channels=3 to convert them all to RGB (or data.channels=1 for grey)"
+    )
 
 
 class ImageFileDataset(Dataset):
@@ -89,8 +102,11 @@ class ImageFileDataset(Dataset):
             fast = decode_jpeg_file(path)
             # a JPEG in the wanted channels, of the reference size unless resized; anything else goes through PIL,
             # which converts it or raises the mixed size/mode error
-            if fast is not None and fast.shape[0] == self.channels and (
-                    self.image_size is not None or tuple(fast.shape[1:]) == ref_hw):
+            if (
+                fast is not None
+                and fast.shape[0] == self.channels
+                and (self.image_size is not None or tuple(fast.shape[1:]) == ref_hw)
+            ):
                 return resize_tensor(fast, self.image_size), label
         img = open_image(path)
         if self.check_mode and mode_channels(img.mode) != mode_channels(ref_mode):
@@ -172,8 +188,10 @@ class ImageFolderDataModule(ImageDataModule):
         self.input_shape = (self.channels, height, width)
         for name, stats in (("mean", mean), ("std", std)):
             if stats is not None and len(stats) != self.channels:
-                raise ConfigError(f"data.{name} has {len(stats)} values but the images have {self.channels} "
-                                  f"channel(s); give {self.channels} values or null (computed from the data)")
+                raise ConfigError(
+                    f"data.{name} has {len(stats)} values but the images have {self.channels} "
+                    f"channel(s); give {self.channels} values or null (computed from the data)"
+                )
 
         self.in_memory: bool | None = None  # decided in setup
         self._samples: dict[str, Samples] = {}
@@ -184,8 +202,11 @@ class ImageFolderDataModule(ImageDataModule):
         """Every split's (path, label) list, listed once: all loaders and `split_arrays` then see the same files."""
         if not self._samples:
             self._samples = self.layout.samples(
-                self.val_fraction, self.test_fraction, self.split_seed,
-                folds=(self.num_folds, self.fold) if self.num_folds is not None else None)
+                self.val_fraction,
+                self.test_fraction,
+                self.split_seed,
+                folds=(self.num_folds, self.fold) if self.num_folds is not None else None,
+            )
         return self._samples
 
     def split_samples(self, split: str) -> Samples:
@@ -199,8 +220,9 @@ class ImageFolderDataModule(ImageDataModule):
         return self._dataset(split)
 
     def _dataset(self, split: str) -> ImageFileDataset:
-        return ImageFileDataset(self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode,
-                                self.decoder)
+        return ImageFileDataset(
+            self._scan()[split], self.channels, self.image_size, self._ref, self._check_mode, self.decoder
+        )
 
     def _decode(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
         """Decode a whole dataset into (uint8 images, int64 labels), with `num_workers` processes."""
@@ -243,9 +265,15 @@ class ImageFolderDataModule(ImageDataModule):
 
     def _stream_loader(self, split: str, train: bool) -> DataLoader:
         if train:  # resumable mid-epoch, workers included (litforge.data.stateful)
-            return stateful_train_loader(self._datasets[split], batch_size=self.batch_size, seed=self.shuffle_seed,
-                                         num_workers=self.num_workers, drop_last=False,
-                                         pin_memory=pin_memory_for(self.trainer), trainer=self.trainer)
+            return stateful_train_loader(
+                self._datasets[split],
+                batch_size=self.batch_size,
+                seed=self.shuffle_seed,
+                num_workers=self.num_workers,
+                drop_last=False,
+                pin_memory=pin_memory_for(self.trainer),
+                trainer=self.trainer,
+            )
         return DataLoader(
             self._datasets[split],
             batch_size=self.batch_size if train else self.eval_batch_size,

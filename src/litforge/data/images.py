@@ -81,22 +81,27 @@ def parse_image_size(image_size: int | Sequence[int] | None) -> tuple[int, int] 
         except TypeError:
             size = []
     if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size):
-        raise ConfigError(f"data.image_size={image_size!r} must be a positive int (square images, e.g. 32), a "
-                          f"[height, width] pair (e.g. [32,48]) or null (keep the images' own size)")
+        raise ConfigError(
+            f"data.image_size={image_size!r} must be a positive int (square images, e.g. 32), a "
+            f"[height, width] pair (e.g. [32,48]) or null (keep the images' own size)"
+        )
     return size[0], size[1]
 
 
 def check_channels(channels: int | None) -> None:
     """Only grey (1) and RGB (3) exist as conversions; anything else is a config mistake."""
     if channels is not None and (isinstance(channels, bool) or channels not in (1, 3)):
-        raise ConfigError(f"data.channels={channels!r} is not supported; use 1 (grey), 3 (RGB) or null (from the "
-                          f"first image)")
+        raise ConfigError(
+            f"data.channels={channels!r} is not supported; use 1 (grey), 3 (RGB) or null (from the first image)"
+        )
 
 
 def check_decoder(decoder: str) -> None:
     if decoder not in DECODERS:
-        raise ConfigError(f"data.decoder={decoder!r} is not supported; use torchvision (faster JPEG decoding, PIL for "
-                          f"other formats) or pil")
+        raise ConfigError(
+            f"data.decoder={decoder!r} is not supported; use torchvision (faster JPEG decoding, PIL for "
+            f"other formats) or pil"
+        )
 
 
 def _unreadable(path: str, err: Exception) -> DataError:
@@ -162,8 +167,9 @@ def decode_jpeg_file(path: str) -> Tensor | None:
     if not data.startswith(JPEG_MAGIC):
         return None
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The image decoding and encoding capabilities of TorchVision",
-                                DeprecationWarning)
+        warnings.filterwarnings(
+            "ignore", "The image decoding and encoding capabilities of TorchVision", DeprecationWarning
+        )
         from torchvision.io import decode_jpeg
 
         try:
@@ -172,8 +178,12 @@ def decode_jpeg_file(path: str) -> Tensor | None:
             raise _unreadable(path, err) from err
 
 
-def load_image_tensor(path: str | os.PathLike[str], channels: int,
-                      image_size: int | Sequence[int] | None = None, decoder: str = "torchvision") -> Tensor:
+def load_image_tensor(
+    path: str | os.PathLike[str],
+    channels: int,
+    image_size: int | Sequence[int] | None = None,
+    decoder: str = "torchvision",
+) -> Tensor:
     """Any image file → uint8 (C, H, W), converted exactly as in training.
 
     Prediction code should pass the datamodule's own shape, `channels=dm.input_shape[0]` and

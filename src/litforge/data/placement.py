@@ -40,9 +40,14 @@ def hold_on_device(setting: bool | str, nbytes: int, device: torch.device) -> bo
         return False  # auto measures CUDA memory only; data.on_device=true forces other accelerators
     free, _total = torch.cuda.mem_get_info(device)
     fits = nbytes < AUTO_SHARE * free
-    log.info("data.on_device=auto: the dataset (%.1f MB) %s on %s (%.1f GB free; the limit is %d%% of it)",
-             nbytes / 2**20, "is held" if fits else "stays on the host, too big to hold", device, free / 2**30,
-             round(AUTO_SHARE * 100))
+    log.info(
+        "data.on_device=auto: the dataset (%.1f MB) %s on %s (%.1f GB free; the limit is %d%% of it)",
+        nbytes / 2**20,
+        "is held" if fits else "stays on the host, too big to hold",
+        device,
+        free / 2**30,
+        round(AUTO_SHARE * 100),
+    )
     return fits
 
 
@@ -66,8 +71,10 @@ def host_memory_available() -> int:
 def check_in_memory_limit(setting: float | str) -> None:
     if setting == "auto" or (isinstance(setting, (int, float)) and not isinstance(setting, bool) and setting >= 0):
         return
-    raise ConfigError(f"data.max_in_memory_mb={setting!r}: expected auto (a quarter of the available host memory) "
-                      f"or a size in MB >= 0, e.g. data.max_in_memory_mb=4096 (0 always streams)")
+    raise ConfigError(
+        f"data.max_in_memory_mb={setting!r}: expected auto (a quarter of the available host memory) "
+        f"or a size in MB >= 0, e.g. data.max_in_memory_mb=4096 (0 always streams)"
+    )
 
 
 def hold_in_memory(setting: float | str, nbytes: int, ranks_per_node: int = 1) -> bool:
@@ -84,7 +91,13 @@ def hold_in_memory(setting: float | str, nbytes: int, ranks_per_node: int = 1) -
         return nbytes <= float(setting) * 2**20
     available = host_memory_available()
     fits = nbytes < HOST_SHARE * available / max(1, ranks_per_node)
-    log.info("data.max_in_memory_mb=auto: the decoded dataset (%.1f MB) %s (%.1f GB available, %d process(es) per "
-             "node; the limit is %d%% of it)", nbytes / 2**20, "is held in memory" if fits else "is streamed from disk",
-             available / 2**30, ranks_per_node, round(HOST_SHARE * 100))
+    log.info(
+        "data.max_in_memory_mb=auto: the decoded dataset (%.1f MB) %s (%.1f GB available, %d process(es) per "
+        "node; the limit is %d%% of it)",
+        nbytes / 2**20,
+        "is held in memory" if fits else "is streamed from disk",
+        available / 2**30,
+        ranks_per_node,
+        round(HOST_SHARE * 100),
+    )
     return fits

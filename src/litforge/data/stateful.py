@@ -23,8 +23,9 @@ import torch
 from torch.utils.data import Dataset
 
 
-def stateful_train_loader(dataset: Dataset, *, batch_size: int, seed: int, num_workers: int = 0,
-                          trainer: Any = None, **kwargs: Any) -> Any:
+def stateful_train_loader(
+    dataset: Dataset, *, batch_size: int, seed: int, num_workers: int = 0, trainer: Any = None, **kwargs: Any
+) -> Any:
     """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
     over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -34,8 +35,20 @@ def stateful_train_loader(dataset: Dataset, *, batch_size: int, seed: int, num_w
         from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
         sampler = StatefulDistributedSampler(dataset, shuffle=True, seed=seed, **shards)
-        return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                                  persistent_workers=num_workers > 0, **kwargs)
-    return StatefulDataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
-                              persistent_workers=num_workers > 0, generator=torch.Generator().manual_seed(seed),
-                              **kwargs)
+        return StatefulDataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+            **kwargs,
+        )
+    return StatefulDataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
+    )

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
-from litforge.data.base import ImageDataModule
 from litforge.core.errors import ConfigError, DataError
+from litforge.data.base import ImageDataModule
 
 FACTS_FILE = "litforge_facts.json"  # the shape facts beside the split folders
 FORMAT_VERSION = 1
@@ -48,13 +48,20 @@ def split_dir(root: str, split: str) -> str:
 def source_facts(datamodule: Any) -> dict[str, Any]:
     """What a net and the normalisation need, from a built image datamodule (its `describe()` plus mean/std)."""
     if getattr(datamodule, "kind", None) != "image":
-        raise ConfigError(f"prepare writes image datamodules only; data={type(datamodule).__name__} has kind "
-                          f"{getattr(datamodule, 'kind', None)!r}: choose data=digits, mnist, cifar10 or image_folder")
+        raise ConfigError(
+            f"prepare writes image datamodules only; data={type(datamodule).__name__} has kind "
+            f"{getattr(datamodule, 'kind', None)!r}: choose data=digits, mnist, cifar10 or image_folder"
+        )
     datamodule.ensure_stats()
     stats = datamodule.state_dict()  # the normalisation a checkpoint of a `data=<dm>` run would carry
-    return {"format": FORMAT_VERSION, "kind": "image", "source": f"{type(datamodule).__module__}."
-            f"{type(datamodule).__qualname__}", **datamodule.describe(),
-            "mean": list(stats["mean"]), "std": list(stats["std"])}
+    return {
+        "format": FORMAT_VERSION,
+        "kind": "image",
+        "source": f"{type(datamodule).__module__}.{type(datamodule).__qualname__}",
+        **datamodule.describe(),
+        "mean": list(stats["mean"]),
+        "std": list(stats["std"]),
+    }
 
 
 def split_dataset(datamodule: Any, split: str) -> Dataset:
@@ -93,9 +100,16 @@ def output_is_empty(output: str) -> bool:
     return not os.path.exists(output) or (os.path.isdir(output) and not os.listdir(output))
 
 
-def write_shards(datamodule: Any, output: str, *, overwrite: bool = False, chunk_bytes: str | int = "64MB",
-                 num_workers: int = 1, storage_options: Mapping[str, Any] | None = None,
-                 start_method: str | None = None) -> dict[str, Any]:
+def write_shards(
+    datamodule: Any,
+    output: str,
+    *,
+    overwrite: bool = False,
+    chunk_bytes: str | int = "64MB",
+    num_workers: int = 1,
+    storage_options: Mapping[str, Any] | None = None,
+    start_method: str | None = None,
+) -> dict[str, Any]:
     """Write the train/val/test splits of `datamodule` as LitData shards under `output`, and the facts file.
 
     Returns the facts (with each split's sample count). LitData's `optimize` shows the progress bar and uploads to
@@ -113,8 +127,9 @@ def write_shards(datamodule: Any, output: str, *, overwrite: bool = False, chunk
         output = os.path.abspath(os.path.expanduser(output))
         if not output_is_empty(output):
             if not overwrite:
-                raise ConfigError(f"output={output} is not empty: pass overwrite=true to replace it, or choose "
-                                  f"another folder")
+                raise ConfigError(
+                    f"output={output} is not empty: pass overwrite=true to replace it, or choose another folder"
+                )
             shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
     facts = source_facts(datamodule)
     datamodule.setup()
@@ -125,13 +140,23 @@ def write_shards(datamodule: Any, output: str, *, overwrite: bool = False, chunk
         if counts[split] == 0:
             continue  # LitData refuses empty inputs; the datamodule then serves an empty loader
         print(f"prepare: writing {split} ({counts[split]} samples) to {split_dir(output, split)}", flush=True)
-        optimize(fn=ShardSample(dataset), inputs=list(range(counts[split])), output_dir=split_dir(output, split),
-                 chunk_bytes=chunk_bytes, num_workers=num_workers, reorder_files=False,
-                 mode="overwrite" if overwrite and is_remote(output) else None,
-                 storage_options=dict(storage_options or {}), start_method=start_method or default_start_method())
+        optimize(
+            fn=ShardSample(dataset),
+            inputs=list(range(counts[split])),
+            output_dir=split_dir(output, split),
+            chunk_bytes=chunk_bytes,
+            num_workers=num_workers,
+            reorder_files=False,
+            mode="overwrite" if overwrite and is_remote(output) else None,
+            storage_options=dict(storage_options or {}),
+            start_method=start_method or default_start_method(),
+        )
     facts["splits"] = counts
-    _write_text(f"{output.rstrip('/')}/{FACTS_FILE}" if is_remote(output) else os.path.join(output, FACTS_FILE),
-                json.dumps(facts, indent=2) + "\n", storage_options)
+    _write_text(
+        f"{output.rstrip('/')}/{FACTS_FILE}" if is_remote(output) else os.path.join(output, FACTS_FILE),
+        json.dumps(facts, indent=2) + "\n",
+        storage_options,
+    )
     return facts
 
 
@@ -145,25 +170,35 @@ def _write_text(path: str, text: str, storage_options: Mapping[str, Any] | None)
 def read_facts(input_dir: str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The facts `prepare` wrote, or one line naming `data.input_dir` and the fix."""
     if input_dir in (None, "", "???"):
-        raise ConfigError(f"data.input_dir is not set: pass data.input_dir=<a folder written by prepare>, "
-                          f"made with {PREPARE_HINT}")
-    path = f"{str(input_dir).rstrip('/')}/{FACTS_FILE}" if is_remote(input_dir) else \
-        os.path.join(os.path.abspath(os.path.expanduser(str(input_dir))), FACTS_FILE)
+        raise ConfigError(
+            f"data.input_dir is not set: pass data.input_dir=<a folder written by prepare>, made with {PREPARE_HINT}"
+        )
+    path = (
+        f"{str(input_dir).rstrip('/')}/{FACTS_FILE}"
+        if is_remote(input_dir)
+        else os.path.join(os.path.abspath(os.path.expanduser(str(input_dir))), FACTS_FILE)
+    )
     try:
         import fsspec
 
         with fsspec.open(path, "r", **dict(storage_options or {})) as f:
             facts = json.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"data.input_dir={input_dir} holds no {FACTS_FILE}, so it is not a prepared streaming "
-                          f"dataset: run {PREPARE_HINT} first, then pass that folder") from None
+        raise ConfigError(
+            f"data.input_dir={input_dir} holds no {FACTS_FILE}, so it is not a prepared streaming "
+            f"dataset: run {PREPARE_HINT} first, then pass that folder"
+        ) from None
     except (OSError, ValueError, ImportError) as err:
-        raise DataError(f"data.input_dir={input_dir}: could not read {FACTS_FILE} ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0] if str(err) else ''}); check the path and credentials, or "
-                        f"write it again with {PREPARE_HINT} overwrite=true") from None
+        raise DataError(
+            f"data.input_dir={input_dir}: could not read {FACTS_FILE} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); check the path and credentials, or "
+            f"write it again with {PREPARE_HINT} overwrite=true"
+        ) from None
     if not isinstance(facts, dict) or facts.get("format") != FORMAT_VERSION or facts.get("kind") != "image":
-        raise DataError(f"data.input_dir={input_dir}: {FACTS_FILE} is not a litforge format-{FORMAT_VERSION} image "
-                        f"dataset; write it again with {PREPARE_HINT} overwrite=true")
+        raise DataError(
+            f"data.input_dir={input_dir}: {FACTS_FILE} is not a litforge format-{FORMAT_VERSION} image "
+            f"dataset; write it again with {PREPARE_HINT} overwrite=true"
+        )
     return facts
 
 
@@ -224,18 +259,25 @@ class StreamingImageDataModule(ImageDataModule):
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be 0 (load in the main process) or more")
-        self.input_dir = str(input_dir) if is_remote(str(input_dir)) else \
-            os.path.abspath(os.path.expanduser(str(input_dir)))
+        self.input_dir = (
+            str(input_dir) if is_remote(str(input_dir)) else os.path.abspath(os.path.expanduser(str(input_dir)))
+        )
         self.storage_options = dict(storage_options or {})
         self.facts = read_facts(self.input_dir, self.storage_options)
         # eval_batch_size defaults to batch_size, not the in-memory max(batch_size, 256): LitData hands each rank its
         # samples in whole batches (the remainder to the last rank), so under DDP a big evaluation batch can leave a
         # rank with an empty validation loader, which Lightning refuses
-        super().__init__(data_dir=self.input_dir, batch_size=batch_size, eval_batch_size=eval_batch_size or batch_size,
-                         val_fraction=0.0, shuffle_seed=shuffle_seed,
-                         mean=list(mean) if mean is not None else list(self.facts["mean"]),
-                         std=list(std) if std is not None else list(self.facts["std"]),
-                         augment=augment, on_device=on_device)
+        super().__init__(
+            data_dir=self.input_dir,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size or batch_size,
+            val_fraction=0.0,
+            shuffle_seed=shuffle_seed,
+            mean=list(mean) if mean is not None else list(self.facts["mean"]),
+            std=list(std) if std is not None else list(self.facts["std"]),
+            augment=augment,
+            on_device=on_device,
+        )
         self.num_workers = num_workers
         self.cache_dir = cache_dir
         self.max_cache_size = max_cache_size
@@ -257,10 +299,15 @@ class StreamingImageDataModule(ImageDataModule):
             return TensorDataset(torch.empty((0, *self.input_shape)), torch.empty(0, dtype=torch.int64))
         # drop_last None: LitData's default, which under DDP drops the last few training samples so every rank
         # gets the same number of batches (uneven ranks would hang in the gradient all-reduce); evaluation keeps all
-        return StreamingDataset(split_dir(self.input_dir, split), cache_dir=self.cache_dir, shuffle=train,
-                                seed=self.shuffle_seed, drop_last=None if train else False,
-                                max_cache_size=self.max_cache_size,
-                                storage_options=self.storage_options)
+        return StreamingDataset(
+            split_dir(self.input_dir, split),
+            cache_dir=self.cache_dir,
+            shuffle=train,
+            seed=self.shuffle_seed,
+            drop_last=None if train else False,
+            max_cache_size=self.max_cache_size,
+            storage_options=self.storage_options,
+        )
 
     def _streaming_loader(self, split: str, train: bool) -> Any:
         dataset = self.dataset(split, train=train)
@@ -270,9 +317,13 @@ class StreamingImageDataModule(ImageDataModule):
         # StreamingDataLoader has state_dict/load_state_dict: Lightning saves its position in every checkpoint.
         # generator: torch's DataLoader draws its workers' base seed from the global RNG on every iter() unless given
         # one, which shifted the dropout masks of a resumed run (its extra sanity-check iter drew once more)
-        return resumable_loader_class()(dataset, batch_size=batch_size, num_workers=self.num_workers,
-                                        persistent_workers=self.num_workers > 0,
-                                        generator=torch.Generator().manual_seed(self.shuffle_seed))
+        return resumable_loader_class()(
+            dataset,
+            batch_size=batch_size,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.shuffle_seed),
+        )
 
     def train_dataloader(self) -> Any:
         return self._streaming_loader("train", train=True)
@@ -303,5 +354,8 @@ class StreamingImageDataModule(ImageDataModule):
         return torch.cat(images), torch.cat(labels).to(torch.int64)
 
     def describe(self) -> dict[str, Any]:
-        return {"input_shape": list(self.input_shape), "num_classes": self.num_classes,
-                "class_names": list(self.class_names)}
+        return {
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "class_names": list(self.class_names),
+        }

@@ -11,7 +11,6 @@ Documents and packing: the corpus is one token stream cut into `block_size` wind
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.core.errors import ConfigError, DataError
 from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
-from litforge.core.errors import ConfigError, DataError
 
 
 def python_docs() -> list[str]:
@@ -91,8 +90,10 @@ class TextDataModule(pl.LightningDataModule):
         self._splits = {k: (tokens[a:b], doc_ids[a:b]) for k, (a, b) in bounds.items()}
         for split, (toks, _) in self._splits.items():
             if len(toks) <= block_size and (split == "train" or n_val or n_test):
-                raise DataError(f"the {split} split has {len(toks)} tokens, fewer than data.block_size={block_size} "
-                                "+ 1: use a longer text, a smaller data.block_size or other data.*_fraction values")
+                raise DataError(
+                    f"the {split} split has {len(toks)} tokens, fewer than data.block_size={block_size} "
+                    "+ 1: use a longer text, a smaller data.block_size or other data.*_fraction values"
+                )
         counts = torch.bincount(self._splits["train"][0], minlength=self.vocab_size).double()
         p = counts[counts > 0] / counts.sum()
         # the loss of the best model that ignores context: the bar a language model must clear
@@ -110,8 +111,10 @@ class TextDataModule(pl.LightningDataModule):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"data.path={file} is not UTF-8 text ({exc.reason} at byte {exc.start}): convert it "
-                                "(e.g. iconv -t UTF-8) or pass a text file") from None
+                raise DataError(
+                    f"data.path={file} is not UTF-8 text ({exc.reason} at byte {exc.start}): convert it "
+                    "(e.g. iconv -t UTF-8) or pass a text file"
+                ) from None
             if separator:  # keep the separator at the end of each document, so the text round-trips
                 parts = text.split(separator)
                 documents = [part + separator for part in parts[:-1]] + parts[-1:]
@@ -139,8 +142,13 @@ class TextDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict[str, Any]:
         """The shape facts the language-model task needs (passed to its constructor)."""
-        return {"vocab_size": self.vocab_size, "block_size": self.block_size, "vocab": self.vocab,
-                "unigram_loss": round(self.unigram_loss, 6), "packed": self.packed}
+        return {
+            "vocab_size": self.vocab_size,
+            "block_size": self.block_size,
+            "vocab": self.vocab,
+            "unigram_loss": round(self.unigram_loss, 6),
+            "packed": self.packed,
+        }
 
     # ---- loaders --------------------------------------------------------------------------------------------------
     def _loader(self, split: str, train: bool) -> DataLoader:
@@ -149,8 +157,13 @@ class TextDataModule(pl.LightningDataModule):
             doc_ids = torch.zeros_like(doc_ids)
         windows = Windows(tokens, doc_ids, self.block_size)
         if train:  # resumable mid-epoch (litforge.data.stateful); the order follows the run's `seed`
-            return stateful_train_loader(windows, batch_size=self.batch_size, seed=torch.initial_seed(),
-                                         pin_memory=pin_memory_for(self.trainer), trainer=self.trainer)
+            return stateful_train_loader(
+                windows,
+                batch_size=self.batch_size,
+                seed=torch.initial_seed(),
+                pin_memory=pin_memory_for(self.trainer),
+                trainer=self.trainer,
+            )
         return DataLoader(windows, batch_size=self.eval_batch_size, pin_memory=pin_memory_for(self.trainer))
 
     def train_dataloader(self) -> DataLoader:
@@ -161,4 +174,3 @@ class TextDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
-

@@ -21,8 +21,8 @@ from urllib.error import URLError
 import torch
 from torch import Tensor
 
-from litforge.data.base import ImageDataModule
 from litforge.core.errors import DataError
+from litforge.data.base import ImageDataModule
 
 
 class TorchvisionImageDataModule(ImageDataModule):
@@ -134,20 +134,28 @@ class TorchvisionImageDataModule(ImageDataModule):
         elif missing:
             problem = f"{self.display_name} files are incomplete: {self.files_folder()} lacks {', '.join(missing)}"
         else:  # all there, yet torchvision refused them: CIFAR's checksums differ, or a file is truncated
-            problem = (f"{self.display_name} files in {self.files_folder()} are corrupted ({_first_line(err)}); "
-                       f"delete that folder and get them again")
-        return (f"{problem}. Set data.download=true to download them (needs internet), or copy them from a "
-                f"machine with internet to {self._where()}; {self._archive_hint()}")
+            problem = (
+                f"{self.display_name} files in {self.files_folder()} are corrupted ({_first_line(err)}); "
+                f"delete that folder and get them again"
+            )
+        return (
+            f"{problem}. Set data.download=true to download them (needs internet), or copy them from a "
+            f"machine with internet to {self._where()}; {self._archive_hint()}"
+        )
 
     def _corrupt_message(self, err: BaseException) -> str:
-        return (f"{self.display_name} files in {self.files_folder()} could not be read ({type(err).__name__}: "
-                f"{_first_line(err)}); they are probably truncated or corrupted: delete that folder and download "
-                f"again with data.download=true (needs internet)")
+        return (
+            f"{self.display_name} files in {self.files_folder()} could not be read ({type(err).__name__}: "
+            f"{_first_line(err)}); they are probably truncated or corrupted: delete that folder and download "
+            f"again with data.download=true (needs internet)"
+        )
 
     def _download_failed_message(self, err: BaseException) -> str:
-        return (f"could not download {self.display_name} into {self.files_folder()} ({type(err).__name__}: "
-                f"{_first_line(err)}). data.download=true needs internet access; on an offline machine copy the "
-                f"files from a machine with internet to {self._where()}; {self._archive_hint()}")
+        return (
+            f"could not download {self.display_name} into {self.files_folder()} ({type(err).__name__}: "
+            f"{_first_line(err)}). data.download=true needs internet access; on an offline machine copy the "
+            f"files from a machine with internet to {self._where()}; {self._archive_hint()}"
+        )
 
 
 def _first_line(err: BaseException, limit: int = 200) -> str:
@@ -173,8 +181,10 @@ class _MNISTFormat(TorchvisionImageDataModule):
 
     def _archive_hint(self) -> str:
         archives = ", ".join(name for name, _ in self._dataset_class().resources)
-        return (f"or put the archives {archives} in that folder and set data.download=true "
-                f"(archives already present are unpacked without internet)")
+        return (
+            f"or put the archives {archives} in that folder and set data.download=true "
+            f"(archives already present are unpacked without internet)"
+        )
 
     def _to_arrays(self, dataset: Any) -> tuple[Tensor, Tensor]:
         # (N, 28, 28) → (N, 1, 28, 28)
@@ -213,7 +223,16 @@ class CIFAR10DataModule(TorchvisionImageDataModule):
     default_mean = (0.4914, 0.4822, 0.4465)
     default_std = (0.2470, 0.2435, 0.2616)
     cifar10_classes: ClassVar[tuple[str, ...]] = (
-        "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
     )
 
     def _class_names(self) -> list[str]:
@@ -228,15 +247,19 @@ class CIFAR10DataModule(TorchvisionImageDataModule):
 
     def _archive_hint(self) -> str:
         cls = self._dataset_class()
-        return (f"or put the archive {cls.filename} in {self.root} and set data.download=true "
-                f"(an archive already present is unpacked without internet)")
+        return (
+            f"or put the archive {cls.filename} in {self.root} and set data.download=true "
+            f"(an archive already present is unpacked without internet)"
+        )
 
     def _to_arrays(self, dataset: Any) -> tuple[Tensor, Tensor]:
         # torchvision holds (N, 32, 32, 3) uint8 numpy (HWC); the nets want (N, 3, 32, 32)
         images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()
         labels = torch.as_tensor(dataset.targets, dtype=torch.int64)
         if tuple(dataset.classes) != self.cifar10_classes:
-            raise DataError(f"{self.files_folder()}/batches.meta lists classes {list(dataset.classes)}, not "
-                            f"CIFAR-10's {list(self.cifar10_classes)}; delete that folder and download it again "
-                            f"with data.download=true")
+            raise DataError(
+                f"{self.files_folder()}/batches.meta lists classes {list(dataset.classes)}, not "
+                f"CIFAR-10's {list(self.cifar10_classes)}; delete that folder and download it again "
+                f"with data.download=true"
+            )
         return images, labels

@@ -63,8 +63,14 @@ def _calls_per_block(fn: Callable[[Tensor], Any], x: Tensor, min_block_s: float)
     return max(1, min(1000, int(min_block_s / once)))
 
 
-def measure(factories: dict[str, RunnerFactory], inputs: dict[int, Tensor], threads: Sequence[int],
-            rounds: int = 15, warmup: int = 3, min_block_s: float = 0.005) -> LatencyResult:
+def measure(
+    factories: dict[str, RunnerFactory],
+    inputs: dict[int, Tensor],
+    threads: Sequence[int],
+    rounds: int = 15,
+    warmup: int = 3,
+    min_block_s: float = 0.005,
+) -> LatencyResult:
     """Median latency (ms per batch) of each variant × batch size × thread count, interleaved across variants."""
     result = LatencyResult(rounds=rounds)
     previous = torch.get_num_threads()
@@ -81,7 +87,7 @@ def measure(factories: dict[str, RunnerFactory], inputs: dict[int, Tensor], thre
                     samples: dict[str, list[float]] = {name: [] for name in runners}
                     names = list(runners)
                     for r in range(rounds):
-                        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+                        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
                         for name in order:
                             fn, k = runners[name], calls[name]
                             start = time.perf_counter()
@@ -95,8 +101,9 @@ def measure(factories: dict[str, RunnerFactory], inputs: dict[int, Tensor], thre
     return result
 
 
-def torch_runner(module: torch.nn.Module, dtype: torch.dtype | None = None,
-                 memory_format: torch.memory_format | None = None) -> RunnerFactory:
+def torch_runner(
+    module: torch.nn.Module, dtype: torch.dtype | None = None, memory_format: torch.memory_format | None = None
+) -> RunnerFactory:
     """Eager PyTorch inference (optionally bf16 autocast or channels_last input) as a variant factory."""
 
     def make(_threads: int) -> Callable[[Tensor], Any]:

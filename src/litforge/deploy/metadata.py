@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from litforge.records.provenance import CHECKPOINT_KEY, FILE as PROVENANCE_FILE
+from litforge.records.provenance import CHECKPOINT_KEY
+from litforge.records.provenance import FILE as PROVENANCE_FILE
 
 COLOR_MODES = {1: "L", 3: "RGB"}  # channels → the Pillow mode training converted images to (litforge.data.images)
 
@@ -41,9 +42,16 @@ def code_origin(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {"commit": None, "dirty": None}
 
 
-def deployment_metadata(input_shape: list[int], class_names: list[str], mean: list[float], std: list[float],
-                        input_dtype: str, ckpt_path: Path, checkpoint: dict[str, Any],
-                        task: str = "classification") -> dict[str, str]:
+def deployment_metadata(
+    input_shape: list[int],
+    class_names: list[str],
+    mean: list[float],
+    std: list[float],
+    input_dtype: str,
+    ckpt_path: Path,
+    checkpoint: dict[str, Any],
+    task: str = "classification",
+) -> dict[str, str]:
     """The metadata_props of every exported file (all values strings, as ONNX stores them)."""
     from litforge import __version__
 

@@ -52,8 +52,10 @@ def exportable_net(task: Any, path: str) -> Any:
     net = getattr(task, "net", None)
     shape = task.hparams.get("input_shape") if hasattr(task, "hparams") else None
     if getattr(task, "data_kind", None) != "image" or not isinstance(net, torch.nn.Module) or not shape:
-        raise CheckpointError(f"{path} holds a {type(task).__name__}, not an image classifier: export.py exports "
-                              "image classification checkpoints (task=classification) only")
+        raise CheckpointError(
+            f"{path} holds a {type(task).__name__}, not an image classifier: export.py exports "
+            "image classification checkpoints (task=classification) only"
+        )
     return net.float().cpu().eval()
 
 

@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from litforge.deploy.net import batched
 from litforge.core.errors import ConfigError
+from litforge.deploy.net import batched
 
 MAX_EMBEDDED_BYTES = 1 << 30  # protobuf's limit is 2 GiB; beyond 1 GiB keep weights in model.onnx.data
 
@@ -29,9 +29,18 @@ def export_onnx(net: Any, example: Any, path: Path, opset: int | None = None) ->
     weight_bytes = sum(t.numel() * t.element_size() for t in net.state_dict().values())
     embed = weight_bytes < MAX_EMBEDDED_BYTES
     try:
-        torch.onnx.export(net, (example,), str(path), dynamo=True, input_names=["images"], output_names=["logits"],
-                          dynamic_shapes=({0: Dim("batch")},), external_data=not embed, opset_version=opset,
-                          verbose=False)
+        torch.onnx.export(
+            net,
+            (example,),
+            str(path),
+            dynamo=True,
+            input_names=["images"],
+            output_names=["logits"],
+            dynamic_shapes=({0: Dim("batch")},),
+            external_data=not embed,
+            opset_version=opset,
+            verbose=False,
+        )
     except Exception as exc:  # an op the exporter cannot translate: name the net and the op
         raise ConfigError(f"torch.onnx.export failed for {type(net).__name__}: {str(exc).splitlines()[0]}") from exc
     import onnx
@@ -55,10 +64,14 @@ def check_parity(onnx_path: Path, x: Any, ref: Any, atol: float, min_agreement: 
     out = batched(lambda b: session.run(None, {"images": b.numpy()})[0], x)
     diff = float((out - ref).abs().max())
     agreement = float((out.argmax(1) == ref.argmax(1)).float().mean())
-    print(f"ONNX parity on {len(x)} test images: max |logits diff| = {diff:.2e} (limit {atol:g}), "
-          f"argmax agreement = {agreement:.2%} (limit {min_agreement:.1%})")
+    print(
+        f"ONNX parity on {len(x)} test images: max |logits diff| = {diff:.2e} (limit {atol:g}), "
+        f"argmax agreement = {agreement:.2%} (limit {min_agreement:.1%})"
+    )
     if not (diff <= atol and agreement >= min_agreement) or not torch.isfinite(out).all():
-        raise ConfigError(f"ONNX parity failed: max |diff| {diff:.3g} (limit {atol:g}), agreement {agreement:.4f} "
-                          f"(limit {min_agreement}); the exported model is not trustworthy: try another opset= "
-                          "or report the net")
+        raise ConfigError(
+            f"ONNX parity failed: max |diff| {diff:.3g} (limit {atol:g}), agreement {agreement:.4f} "
+            f"(limit {min_agreement}); the exported model is not trustworthy: try another opset= "
+            "or report the net"
+        )
     return {"max_abs_diff": diff, "agreement": agreement}

@@ -26,8 +26,9 @@ class Preprocessed(nn.Module):
     mean: Tensor  # buffers (registered in __init__)
     std: Tensor
 
-    def __init__(self, net: nn.Module, mean: Sequence[float], std: Sequence[float],
-                 input_dtype: str = "float32") -> None:
+    def __init__(
+        self, net: nn.Module, mean: Sequence[float], std: Sequence[float], input_dtype: str = "float32"
+    ) -> None:
         super().__init__()
         self.net = net
         self.input_dtype = input_dtype

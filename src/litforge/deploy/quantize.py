@@ -52,8 +52,10 @@ def qat_int8_model(ckpt_path: Path) -> tuple[Any, Path] | None:
         return None
     source = int8_source(file)
     if source != ckpt_path.name:
-        print(f"note: {file.name} was converted from {source}, not {ckpt_path.name}: export "
-              f"ckpt_path={ckpt_path.parent / str(source)} to compare with the QAT int8 model")
+        print(
+            f"note: {file.name} was converted from {source}, not {ckpt_path.name}: export "
+            f"ckpt_path={ckpt_path.parent / str(source)} to compare with the QAT int8 model"
+        )
         return None
     return load_int8_model(file), file
 
@@ -81,8 +83,9 @@ def quantize_onnx_dynamic(pre: Path, out_dir: Path) -> Path:
     return out
 
 
-def calibration_batches(datamodule: Any, size: int, batch_size: int, seed: int,
-                        prepare: Callable[[Any], Any] | None = None) -> list[Any]:
+def calibration_batches(
+    datamodule: Any, size: int, batch_size: int, seed: int, prepare: Callable[[Any], Any] | None = None
+) -> list[Any]:
     """A seeded random subset of the training split for static quantization, in the form the graph takes:
     `prepare(raw images)` (the export job: the deployed input, normalisation in the graph), by default normalised
     like training (a bare net, as benchmarks/inference.py exports)."""
@@ -107,6 +110,13 @@ def quantize_onnx_static(pre: Path, out_dir: Path, batches: list[Any]) -> Path:
 
     out = out_dir / "model_int8_static.onnx"
     with _quiet_root_logger():
-        quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantize_static(
+            str(pre),
+            str(out),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
     return out

@@ -13,8 +13,8 @@ import csv
 import io
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from litforge.deploy.net import batched
@@ -70,12 +70,15 @@ def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, re
 
     from litforge.deploy.latency import measure, onnx_runner, resolve_threads, torch_runner
 
-    factories = {name: torch_runner(v.module) if v.runtime == "torch" else onnx_runner(str(v.path))
-                 for name, v in variants.items()}
+    factories = {
+        name: torch_runner(v.module) if v.runtime == "torch" else onnx_runner(str(v.path))
+        for name, v in variants.items()
+    }
     threads = resolve_threads(list(report_cfg.threads))
     batch_sizes = [int(b) for b in report_cfg.batch_sizes]
-    inputs = {b: x[:b].contiguous() if len(x) >= b else x.repeat((b + len(x) - 1) // len(x), 1, 1, 1)[:b]
-              for b in batch_sizes}
+    inputs = {
+        b: x[:b].contiguous() if len(x) >= b else x.repeat((b + len(x) - 1) // len(x), 1, 1, 1)[:b] for b in batch_sizes
+    }
     timing = measure(factories, inputs, threads, rounds=int(report_cfg.rounds))
 
     rows = []
@@ -132,14 +135,22 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, report_cfg: Any) -> 
         writer.writeheader()
         writer.writerows(rows)
     timing_keys = [k for k in header if k.startswith("ms_")]
-    notes = [f"- fastest within {report_cfg.max_acc_drop:.0%} accuracy of fp32 at {k[3:]}: "
-             f"**{recommend(rows, k, float(report_cfg.max_acc_drop))}**" for k in timing_keys]
-    text = ("# Compression report\n\n"
-            "`ms_b<B>_t<T>`: median milliseconds per batch of B images on T CPU threads (interleaved rounds, "
-            f"{report_cfg.rounds} per figure); `x_…`: speed-up against the first row (eager PyTorch fp32). "
-            "`zipped_mb`: the file zip-compressed (pruned zeros only shrink this). On a shared CPU the figures are "
-            "noisy: compare ratios, rerun for confirmation.\n\n"
-            + markdown_table(header, [list(r.values()) for r in rows]) + "\n" + "\n".join(notes) + "\n")
+    notes = [
+        f"- fastest within {report_cfg.max_acc_drop:.0%} accuracy of fp32 at {k[3:]}: "
+        f"**{recommend(rows, k, float(report_cfg.max_acc_drop))}**"
+        for k in timing_keys
+    ]
+    text = (
+        "# Compression report\n\n"
+        "`ms_b<B>_t<T>`: median milliseconds per batch of B images on T CPU threads (interleaved rounds, "
+        f"{report_cfg.rounds} per figure); `x_…`: speed-up against the first row (eager PyTorch fp32). "
+        "`zipped_mb`: the file zip-compressed (pruned zeros only shrink this). On a shared CPU the figures are "
+        "noisy: compare ratios, rerun for confirmation.\n\n"
+        + markdown_table(header, [list(r.values()) for r in rows])
+        + "\n"
+        + "\n".join(notes)
+        + "\n"
+    )
     path = out_dir / "compression_report.md"
     path.write_text(text)
     print(text)

@@ -14,9 +14,9 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from litforge.core.errors import ConfigError
 from litforge.config.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 from litforge.config.validation import check_group, check_moved_keys
+from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,22 @@ def build_training_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
     with meta_nets(wants_meta_init(cfg.get("strategy"))):
         task = build_task(cfg, shape)
     apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))
-    apply_speed_options(task, compile=to_plain(cfg.get("compile", False)),
-                        channels_last=bool(cfg.get("channels_last", False)))
+    apply_speed_options(
+        task, compile=to_plain(cfg.get("compile", False)), channels_last=bool(cfg.get("channels_last", False))
+    )
     return task
 
 
-def training_callbacks(configured: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any],
-                       record: dict[str, Any], *, checkpoint_every: Any, time_limit: Any,
-                       checkpoint_dir: Any) -> list[Any]:
+def training_callbacks(
+    configured: list[Any],
+    trainer_kwargs: dict[str, Any],
+    loggers: list[Any],
+    record: dict[str, Any],
+    *,
+    checkpoint_every: Any,
+    time_limit: Any,
+    checkpoint_dir: Any,
+) -> list[Any]:
     """Every callback a training run gets, in one place: the `callbacks` group as configured (less what a trainer
     switch turned off), the clock's `checkpoint_every` / `time_limit` saves, and the provenance recorder (every
     checkpoint names the commit that trained it; eval.py reports it)."""
@@ -89,8 +97,17 @@ def training_callbacks(configured: list[Any], trainer_kwargs: dict[str, Any], lo
     return callbacks
 
 
-def build_fit_trainer(trainer_kwargs: dict[str, Any], strategy: Any, task: Any, datamodule: Any, callbacks: list[Any],
-                      loggers: list[Any], *, checkpoint_async: bool, steps_per_call: Any) -> Any:
+def build_fit_trainer(
+    trainer_kwargs: dict[str, Any],
+    strategy: Any,
+    task: Any,
+    datamodule: Any,
+    callbacks: list[Any],
+    loggers: list[Any],
+    *,
+    checkpoint_async: bool,
+    steps_per_call: Any,
+) -> Any:
     """The Trainer that fits `task`: the strategy's own refusals first (they need the built net and callbacks, and
     run once, before any rank starts), async checkpoint saves, N steps per call, then torchrun's fresh rendezvous."""
     from litforge.checkpointing.io import with_async_saves
@@ -126,16 +143,24 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
 
     check_cpu_processes(trainer_kwargs)
     if "deterministic" in trainer_kwargs:
-        trainer_kwargs = {**trainer_kwargs, "deterministic": deterministic_mode(
-            trainer_kwargs["deterministic"], trainer_kwargs.get("accelerator", "auto"))}
+        trainer_kwargs = {
+            **trainer_kwargs,
+            "deterministic": deterministic_mode(
+                trainer_kwargs["deterministic"], trainer_kwargs.get("accelerator", "auto")
+            ),
+        }
     try:
         trainer = pl.Trainer(**trainer_kwargs, **kwargs)
     except MisconfigurationException as exc:
-        raise ConfigError(f"the trainer cannot run on this machine as configured: {exc} "
-                          "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)") from None
+        raise ConfigError(
+            f"the trainer cannot run on this machine as configured: {exc} "
+            "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)"
+        ) from None
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"the configured trainer needs a package that is not installed: {exc}. On a machine "
-                          "without that hardware, use trainer=cpu or trainer.accelerator=auto") from None
+        raise ConfigError(
+            f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+            "without that hardware, use trainer=cpu or trainer.accelerator=auto"
+        ) from None
     except (TypeError, ValueError) as exc:
         key = unexpected_argument(exc)
         if key is not None and key in trainer_kwargs:
@@ -143,8 +168,9 @@ def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
         raise ConfigError(f"invalid trainer settings: {exc}") from None
     if trainer_kwargs.get("sync_batchnorm") and trainer.accelerator.__class__.__name__ == "CPUAccelerator":
         # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
-        raise ConfigError("trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): "
-                          "drop it for CPU runs")
+        raise ConfigError(
+            "trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): drop it for CPU runs"
+        )
     return trainer
 
 
@@ -162,8 +188,10 @@ def deterministic_mode(deterministic: Any, accelerator: Any) -> Any:
     average pooling), so strict mode failed at the first backward. Every op that has a deterministic kernel still
     uses it; the others warn. On CPU every op is deterministic, and `true` stays strict."""
     if deterministic is True and runs_on_cuda(accelerator):
-        log.warning("trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
-                    "pooling's backward) warn instead of failing (trainer.deterministic=warn)")
+        log.warning(
+            "trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
+            "pooling's backward) warn instead of failing (trainer.deterministic=warn)"
+        )
         return "warn"
     return deterministic
 
@@ -180,8 +208,10 @@ def check_cpu_processes(trainer_kwargs: dict[str, Any], per_core: int = 4) -> No
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
     cores = os.cpu_count() or 1
     if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
-        raise ConfigError(f"trainer.devices={devices} would start {devices} training processes on this machine's "
-                          f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)")
+        raise ConfigError(
+            f"trainer.devices={devices} would start {devices} training processes on this machine's "
+            f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)"
+        )
 
 
 def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any], loggers: list[Any]) -> list[Any]:

@@ -8,12 +8,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.jobs.build import build_trainer
+from litforge.checkpointing.restore import load_for_inference
 from litforge.config.instantiate import instantiate_group
+from litforge.config.validation import check_run
+from litforge.jobs.build import build_trainer
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
-from litforge.checkpointing.restore import load_for_inference
-from litforge.config.validation import check_run
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -27,7 +27,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
     trainer.test(task, datamodule=datamodule, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
-    result = {"metrics": scalar_metrics(trainer.callback_metrics), "checkpoint": str(cfg.ckpt_path),
-              "trained_at_commit": describe_origin(checkpoint), "output_dir": str(output_dir)}
+    result = {
+        "metrics": scalar_metrics(trainer.callback_metrics),
+        "checkpoint": str(cfg.ckpt_path),
+        "trained_at_commit": describe_origin(checkpoint),
+        "output_dir": str(output_dir),
+    }
     (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
     return result

@@ -24,14 +24,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from litforge.core.errors import ConfigError
 from litforge.deploy.metadata import deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
 from litforge.deploy.onnx import check_parity, export_onnx
 from litforge.deploy.preprocess import INPUT_DTYPES, Preprocessed, as_deployed
-from litforge.deploy.quantize import (QUANTIZATIONS, calibration_batches, preprocess_for_quantization,
-                                      qat_int8_model, quantize_onnx_dynamic, quantize_onnx_static, torchao_dynamic)
+from litforge.deploy.quantize import (
+    QUANTIZATIONS,
+    calibration_batches,
+    preprocess_for_quantization,
+    qat_int8_model,
+    quantize_onnx_dynamic,
+    quantize_onnx_static,
+    torchao_dynamic,
+)
 from litforge.deploy.report import Variant, build_report, fp32_label, write_report
-from litforge.core.errors import ConfigError
 
 FORMATS = ("onnx",)
 
@@ -41,22 +48,27 @@ def check_export(cfg: DictConfig) -> None:
     formats, quantize = as_list(cfg.formats), as_list(cfg.quantize)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
-        raise ConfigError(f"formats={formats}: unknown export format {unknown or '(none)'}; supported: "
-                          f"{', '.join(FORMATS)} (e.g. formats=[onnx])")
+        raise ConfigError(
+            f"formats={formats}: unknown export format {unknown or '(none)'}; supported: "
+            f"{', '.join(FORMATS)} (e.g. formats=[onnx])"
+        )
     bad = [q for q in quantize if q not in QUANTIZATIONS]
     if bad:
-        raise ConfigError(f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} "
-                          "(or quantize=[])")
+        raise ConfigError(
+            f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} (or quantize=[])"
+        )
 
     input_dtype = str(cfg.get("input_dtype", "uint8"))
     if input_dtype not in INPUT_DTYPES:
-        raise ConfigError(f"input_dtype={input_dtype}: not a deployable input; choose from {', '.join(INPUT_DTYPES)} "
-                          "(e.g. input_dtype=uint8)")
+        raise ConfigError(
+            f"input_dtype={input_dtype}: not a deployable input; choose from {', '.join(INPUT_DTYPES)} "
+            "(e.g. input_dtype=uint8)"
+        )
 
 
 def export(cfg: DictConfig) -> dict[str, Any]:
     check_export(cfg)
-    formats, quantize = as_list(cfg.formats), as_list(cfg.quantize)
+    quantize = as_list(cfg.quantize)
     input_dtype = str(cfg.get("input_dtype", "uint8"))
 
     import torch
@@ -77,18 +89,28 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     def deployed(module: Any) -> Any:
         return Preprocessed(module, stats["mean"], stats["std"], input_dtype).eval()
 
-    props = deployment_metadata(list(task.hparams["input_shape"]), list(datamodule.class_names), stats["mean"],
-                                stats["std"], input_dtype, ckpt_path, checkpoint,
-                                task=type(task).__module__.rsplit(".", 1)[-1])
+    props = deployment_metadata(
+        list(task.hparams["input_shape"]),
+        list(datamodule.class_names),
+        stats["mean"],
+        stats["std"],
+        input_dtype,
+        ckpt_path,
+        checkpoint,
+        task=type(task).__module__.rsplit(".", 1)[-1],
+    )
     onnx_path = export_onnx(deployed(net), x_test[:2], out_dir / "model.onnx", opset=cfg.get("opset"))
     write_metadata(onnx_path, props, variant="fp32")
-    parity = check_parity(onnx_path, x_test, ref, atol=float(cfg.parity.atol),
-                          min_agreement=float(cfg.parity.min_agreement))
+    parity = check_parity(
+        onnx_path, x_test, ref, atol=float(cfg.parity.atol), min_agreement=float(cfg.parity.min_agreement)
+    )
 
     # the variants, eager fp32 first: the report's baseline
     fp32 = fp32_label(net)
-    variants = {f"{fp32}, torch eager": Variant("torch", module=deployed(net)),
-                f"{fp32}, onnxruntime": Variant("ort", path=onnx_path)}
+    variants = {
+        f"{fp32}, torch eager": Variant("torch", module=deployed(net)),
+        f"{fp32}, onnxruntime": Variant("ort", path=onnx_path),
+    }
     qat = qat_int8_model(ckpt_path)
     if qat is not None:
         variants["QAT int8, torchao eager"] = Variant("torch", module=deployed(qat[0]), path=qat[1])
@@ -102,8 +124,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             write_metadata(path, props, variant="int8 dynamic")
             variants["PTQ int8 dynamic, onnxruntime"] = Variant("ort", path=path)
         if "onnx_static" in quantize:
-            calib = calibration_batches(datamodule, int(cfg.calibration.size), int(cfg.calibration.batch_size),
-                                        int(cfg.seed), prepare=lambda b: as_deployed(b, input_dtype))
+            calib = calibration_batches(
+                datamodule,
+                int(cfg.calibration.size),
+                int(cfg.calibration.batch_size),
+                int(cfg.seed),
+                prepare=lambda b: as_deployed(b, input_dtype),
+            )
             path = quantize_onnx_static(pre, out_dir, calib)
             write_metadata(path, props, variant="int8 static QDQ")
             variants["PTQ int8 static QDQ, onnxruntime"] = Variant("ort", path=path)
@@ -114,8 +141,14 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     metrics = {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]}
     for row in rows:
         metrics[f"acc/{row['variant']}"] = row["test_acc"]
-    result = {"metrics": metrics, "checkpoint": str(cfg.ckpt_path), "onnx": str(onnx_path), "report": rows,
-              "output_dir": str(out_dir), "written": str(written)}
+    result = {
+        "metrics": metrics,
+        "checkpoint": str(cfg.ckpt_path),
+        "onnx": str(onnx_path),
+        "report": rows,
+        "output_dir": str(out_dir),
+        "written": str(written),
+    }
     (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
     return result
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.core.errors import ConfigError
 from litforge.config.validation import check_run
+from litforge.core.errors import ConfigError
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
@@ -20,16 +20,31 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
     path = str(cfg.ckpt_path)
     task = restore_task(load_checkpoint(path), path).to(inference_device(str(cfg.get("device", "auto"))))
     if not hasattr(task, "generate_text"):
-        raise ConfigError(f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
-                          "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)")
+        raise ConfigError(
+            f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
+            "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)"
+        )
     # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-    samples = [task.generate_text(str(cfg.prompt), int(cfg.max_new_tokens), float(cfg.temperature),  # type: ignore[operator]
-                                  cfg.get("top_k"), seed=int(cfg.seed) + i) for i in range(int(cfg.num_samples))]
+    samples = [
+        task.generate_text(
+            str(cfg.prompt),
+            int(cfg.max_new_tokens),
+            float(cfg.temperature),  # type: ignore[operator]
+            cfg.get("top_k"),
+            seed=int(cfg.seed) + i,
+        )
+        for i in range(int(cfg.num_samples))
+    ]
     output_dir = Path(cfg.paths.output_dir)
     for i, text in enumerate(samples):
         print(f"----- sample {i} -----\n{text}")
     (output_dir / "samples.txt").write_text("\n\n".join(samples))
-    result = {"metrics": {}, "samples": samples, "checkpoint": path, "output_dir": str(output_dir),
-              "written": str(output_dir / "samples.txt")}
+    result = {
+        "metrics": {},
+        "samples": samples,
+        "checkpoint": path,
+        "output_dir": str(output_dir),
+        "written": str(output_dir / "samples.txt"),
+    }
     (output_dir / "samples.json").write_text(json.dumps(result, indent=2))
     return result

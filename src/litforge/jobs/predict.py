@@ -39,10 +39,16 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         for start in range(0, len(images), int(cfg.batch_size)):
             batch = datamodule.normalize(images[start : start + int(cfg.batch_size)]).to(device)
             out = task.predict_step(batch, 0)
-            for offset, (pred, conf) in enumerate(zip(out["predicted"].tolist(), out["confidence"].tolist(), strict=True)):
+            for offset, (pred, conf) in enumerate(
+                zip(out["predicted"].tolist(), out["confidence"].tolist(), strict=True)
+            ):
                 index = start + offset
-                row = {"input": names[index], "predicted": pred, "class_name": class_names[pred],
-                       "confidence": round(conf, 6)}
+                row = {
+                    "input": names[index],
+                    "predicted": pred,
+                    "class_name": class_names[pred],
+                    "confidence": round(conf, 6),
+                }
                 if labels is not None:
                     row["label"] = int(labels[index])
                 rows.append(row)

@@ -12,9 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.core.errors import ConfigError
 from litforge.config.instantiate import instantiate_group, to_plain
 from litforge.config.validation import check_run
+from litforge.core.errors import ConfigError
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
@@ -23,12 +23,20 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
 
     check_run(cfg)
     if cfg.data is None or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
-        raise ConfigError("prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
-                          "(data=streaming reads what prepare writes)")
+        raise ConfigError(
+            "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
+            "(data=streaming reads what prepare writes)"
+        )
     datamodule = instantiate_group("data", cfg.data)
     if hasattr(datamodule, "prepare_data"):
         datamodule.prepare_data()  # downloads (torchvision datasets), on this one process
-    facts = write_shards(datamodule, str(cfg.output), overwrite=bool(cfg.overwrite), chunk_bytes=cfg.chunk_bytes,
-                         num_workers=int(cfg.num_workers), storage_options=to_plain(cfg.get("storage_options")),
-                         start_method=cfg.get("start_method"))
+    facts = write_shards(
+        datamodule,
+        str(cfg.output),
+        overwrite=bool(cfg.overwrite),
+        chunk_bytes=cfg.chunk_bytes,
+        num_workers=int(cfg.num_workers),
+        storage_options=to_plain(cfg.get("storage_options")),
+        start_method=cfg.get("start_method"),
+    )
     return {"metrics": {f"{split} samples": n for split, n in facts["splits"].items()}, "written": str(cfg.output)}

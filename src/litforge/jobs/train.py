@@ -25,8 +25,14 @@ from litforge.config.instantiate import instantiate_group, instantiate_named, to
 from litforge.config.validation import check_run, run_notes
 from litforge.core.contracts import DataModule, missing_members
 from litforge.core.errors import ConfigError, TrainingStopped
-from litforge.jobs.build import (build_fit_trainer, build_strategy, build_training_task, runs_on_cuda, task_class,
-                                 training_callbacks)
+from litforge.jobs.build import (
+    build_fit_trainer,
+    build_strategy,
+    build_training_task,
+    runs_on_cuda,
+    task_class,
+    training_callbacks,
+)
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
@@ -39,7 +45,8 @@ def apply_matmul_precision(precision: str | None, accelerator: Any = "auto") -> 
 
     "high" lets float32 matmuls and convolutions use TF32 tensor cores (Ampere and newer; an A100's dense TF32 peak is
     8x its fp32 one) at a 10-bit mantissa, PyTorch's and Lightning's advice for training (Lightning warns on every
-    CUDA run that leaves it at "highest"). It is a process-wide switch that no config shows, hence the provenance record.
+    CUDA run that leaves it at "highest").
+    It is a process-wide switch that no config shows, hence the provenance record.
     A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
     """
     import torch
@@ -67,27 +74,47 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    record = start_record(output_dir, apply_matmul_precision(cfg.get("matmul_precision"),
-                                                             cfg.trainer.get("accelerator", "auto")))
+    record = start_record(
+        output_dir, apply_matmul_precision(cfg.get("matmul_precision"), cfg.trainer.get("accelerator", "auto"))
+    )
     try:
         datamodule = instantiate_group("data", cfg.data)
         check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
         task = build_training_task(cfg, datamodule.describe())
-        ckpt_path = starting_checkpoint(resume.decide(cfg.get("resume"), cfg.get("ckpt_path"), cfg.paths.log_dir,
-                                                      str(cfg.task_name), in_multirun=in_multirun()))
+        ckpt_path = starting_checkpoint(
+            resume.decide(
+                cfg.get("resume"),
+                cfg.get("ckpt_path"),
+                cfg.paths.log_dir,
+                str(cfg.task_name),
+                in_multirun=in_multirun(),
+            )
+        )
         tracker_runs = check_resumable_file(ckpt_path, type(task), cfg) if ckpt_path else {}
 
         trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) built
         loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # resumed: same runs
         give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
         tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
-        callbacks = training_callbacks(instantiate_named("callbacks", cfg.get("callbacks")), trainer_kwargs, loggers,
-                                       record, checkpoint_every=to_plain(cfg.get("checkpoint_every")),
-                                       time_limit=to_plain(cfg.get("time_limit")),
-                                       checkpoint_dir=output_dir / "checkpoints")
-        trainer = build_fit_trainer(trainer_kwargs, build_strategy(cfg.get("strategy")), task, datamodule, callbacks,
-                                    loggers, checkpoint_async=bool(cfg.get("checkpoint_async", False)),
-                                    steps_per_call=to_plain(cfg.get("steps_per_call", 1)))
+        callbacks = training_callbacks(
+            instantiate_named("callbacks", cfg.get("callbacks")),
+            trainer_kwargs,
+            loggers,
+            record,
+            checkpoint_every=to_plain(cfg.get("checkpoint_every")),
+            time_limit=to_plain(cfg.get("time_limit")),
+            checkpoint_dir=output_dir / "checkpoints",
+        )
+        trainer = build_fit_trainer(
+            trainer_kwargs,
+            build_strategy(cfg.get("strategy")),
+            task,
+            datamodule,
+            callbacks,
+            loggers,
+            checkpoint_async=bool(cfg.get("checkpoint_async", False)),
+            steps_per_call=to_plain(cfg.get("steps_per_call", 1)),
+        )
 
         fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
         result = test_best_checkpoint(trainer, task, datamodule, run=bool(cfg.get("test_after_training", True)))
@@ -142,8 +169,12 @@ def test_best_checkpoint(trainer: Any, task: Any, datamodule: Any, *, run: bool)
     if run and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
         metrics.update(scalar_metrics(trainer.callback_metrics))
-    return {"metrics": metrics, "best_checkpoint": best, "last_checkpoint": last,
-            "interrupted": bool(trainer.interrupted)}
+    return {
+        "metrics": metrics,
+        "best_checkpoint": best,
+        "last_checkpoint": last,
+        "interrupted": bool(trainer.interrupted),
+    }
 
 
 def write_metrics(output_dir: Path, tested: dict[str, Any], objective: Any, *, write: bool) -> dict[str, Any]:
@@ -158,8 +189,9 @@ def write_metrics(output_dir: Path, tested: dict[str, Any], objective: Any, *, w
         "interrupted": tested["interrupted"],
     }
     if write:
-        (output_dir / "metrics.json").write_text(json.dumps({k: v for k, v in result.items() if k != "interrupted"},
-                                                            indent=2))
+        (output_dir / "metrics.json").write_text(
+            json.dumps({k: v for k, v in result.items() if k != "interrupted"}, indent=2)
+        )
     return result
 
 
@@ -174,8 +206,11 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
         where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
         raise TrainingStopped(
             f"stopped by SIGTERM {where}; "
-            + (f"saved {saved}. Continue with: python train.py resume={output_dir}" if saved else
-               "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
+            + (
+                f"saved {saved}. Continue with: python train.py resume={output_dir}"
+                if saved
+                else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"
+            ),
             exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
         ) from None
 
@@ -183,8 +218,9 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
 def check_compatible(task_cls: type, datamodule: Any) -> None:
     """Refuse a task × data pair that cannot work before any data is read or any step runs.
 
-    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (litforge.core.contracts), so a
-    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
+    The task is built from `datamodule.describe()` and trains only on its own `data_kind`
+    (litforge.core.contracts), so a datamodule without those members, or of another kind, is a configuration
+    mistake, not a crash to debug.
     """
     missing = missing_members(datamodule, DataModule)
     if missing:
@@ -195,8 +231,10 @@ def check_compatible(task_cls: type, datamodule: Any) -> None:
         )
     task_kind = getattr(task_cls, "data_kind", None)
     if not isinstance(task_kind, str):
-        raise ConfigError(f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
-                          "attribute `data_kind` (e.g. 'image'), as litforge.tasks.base.LitforgeTask does")
+        raise ConfigError(
+            f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
+            "attribute `data_kind` (e.g. 'image'), as litforge.tasks.base.LitforgeTask does"
+        )
     if task_kind != datamodule.kind:
         raise ConfigError(
             f"task `{task_cls.__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
@@ -214,8 +252,10 @@ def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: 
 
     recorded = recorded_task_class(checkpoint, path)
     if recorded != f"{task_cls.__module__}.{task_cls.__qualname__}":
-        raise ConfigError(f"{path} was written by task {recorded.rpartition('.')[2]}, but this run configures "
-                          f"{task_cls.__name__}: resume with the same task= (and model=) as the original run")
+        raise ConfigError(
+            f"{path} was written by task {recorded.rpartition('.')[2]}, but this run configures "
+            f"{task_cls.__name__}: resume with the same task= (and model=) as the original run"
+        )
     saved_net = checkpoint.get("hyper_parameters", {}).get("net")
     current_net = to_plain(cfg.model)
     if saved_net is not None and saved_net != current_net:
@@ -229,4 +269,3 @@ def _describe(net_cfg: dict[str, Any]) -> str:
     target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
     knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
     return f"{target}({knobs})"
-

@@ -46,27 +46,40 @@ def check_tuning(cfg: Any) -> None:
         return
     task_cls = task_class(cfg)
     if not callable(getattr(task_cls, "step_loss", None)):
-        raise ConfigError(f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
-                          f"task=language_model have); {task_cls.__name__} has none: use tune=none")
+        raise ConfigError(
+            f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
+            f"task=language_model have); {task_cls.__name__} has none: use tune=none"
+        )
     if name == "lr_find" and cfg.tune.get("apply", True) and not callable(getattr(task_cls, "set_learning_rate", None)):
-        raise ConfigError(f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
-                          f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
-                          "none: pass tune.apply=false")
+        raise ConfigError(
+            f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
+            f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
+            "none: pass tune.apply=false"
+        )
     strategy = cfg.get("strategy") or {}
     if "_target_" in strategy or strategy.get("name", "auto") != "auto":
-        shown = f"strategy.name={strategy['name']}" if "name" in strategy else \
-            str(strategy.get("_target_")).rsplit(".", 1)[-1]
-        raise ConfigError(f"tune={name} runs on one device, not with {shown}: {ONE_DEVICE[1]}; tune in a "
-                          f"one-device run ({ONE_DEVICE[0]}) and pass what it found to this one (optimizer.lr, "
-                          "data.batch_size; task.lr_scaling=linear scales an lr to the replicas)")
+        shown = (
+            f"strategy.name={strategy['name']}"
+            if "name" in strategy
+            else str(strategy.get("_target_")).rsplit(".", 1)[-1]
+        )
+        raise ConfigError(
+            f"tune={name} runs on one device, not with {shown}: {ONE_DEVICE[1]}; tune in a "
+            f"one-device run ({ONE_DEVICE[0]}) and pass what it found to this one (optimizer.lr, "
+            "data.batch_size; task.lr_scaling=linear scales an lr to the replicas)"
+        )
     trainer = cfg.get("trainer") or {}
     devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
     if _device_count(devices) > 1 or nodes > 1:
-        raise ConfigError(f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
-                          f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run")
+        raise ConfigError(
+            f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
+            f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run"
+        )
     if name == "batch_size" and not runs_on_cuda(trainer.get("accelerator", "auto")):
-        raise ConfigError("tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
-                          "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU")
+        raise ConfigError(
+            "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
+            "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU"
+        )
 
 
 def _device_count(devices: Any) -> int:
@@ -83,8 +96,14 @@ def _device_count(devices: Any) -> int:
     return 1
 
 
-def tune(tune_cfg: Mapping[str, Any], task: Any, datamodule: Any, trainer_kwargs: Mapping[str, Any],
-         loggers: list[Any], output_dir: Path) -> dict[str, Any] | None:
+def tune(
+    tune_cfg: Mapping[str, Any],
+    task: Any,
+    datamodule: Any,
+    trainer_kwargs: Mapping[str, Any],
+    loggers: list[Any],
+    output_dir: Path,
+) -> dict[str, Any] | None:
     """Run the configured finder on a throwaway Trainer, apply or only report what it found; returns the record
     written to `<output_dir>/<finder>.json` (None for `tune=none`)."""
     from pytorch_lightning.tuner import Tuner
@@ -97,8 +116,10 @@ def tune(tune_cfg: Mapping[str, Any], task: Any, datamodule: Any, trainer_kwargs
     with tempfile.TemporaryDirectory(prefix="litforge-tune-") as scratch:
         trainer = throwaway_trainer(trainer_kwargs, scratch)
         if trainer.world_size > 1:  # trainer.devices=auto on a machine with several GPUs
-            raise ConfigError(f"tune={name} runs on one device, but this trainer uses {trainer.world_size}: "
-                              f"{ONE_DEVICE[1]}; pass trainer.devices=1")
+            raise ConfigError(
+                f"tune={name} runs on one device, but this trainer uses {trainer.world_size}: "
+                f"{ONE_DEVICE[1]}; pass trainer.devices=1"
+            )
         if name == "lr_find":
             record, figure = _find_lr(Tuner(trainer), task, datamodule, tune_cfg)
         else:
@@ -113,8 +134,15 @@ def tune(tune_cfg: Mapping[str, Any], task: Any, datamodule: Any, trainer_kwargs
     return record
 
 
-def tune_before_fit(cfg: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], loggers: list[Any],
-                    output_dir: Path, resuming: bool) -> None:
+def tune_before_fit(
+    cfg: Any,
+    task: Any,
+    datamodule: Any,
+    trainer_kwargs: dict[str, Any],
+    loggers: list[Any],
+    output_dir: Path,
+    resuming: bool,
+) -> None:
     """`tune=lr_find|batch_size`: Lightning's finder on a throwaway Trainer (litforge.jobs.tuning), inside Lightning's
     `isolate_rng` (torch, CUDA, numpy and Python generators put back after), so the fit draws the same dropout masks
     and augmentations as an untuned run; the finder restores the weights it started from."""
@@ -141,18 +169,29 @@ def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> Any:
     schedule that long keeps the configured lr."""
     from litforge.jobs.build import build_trainer
 
-    kwargs = {**trainer_kwargs, "enable_checkpointing": False, "enable_progress_bar": False,
-              "enable_model_summary": False, "profiler": None, "default_root_dir": root, "max_epochs": 10**6,
-              "max_steps": -1, "min_epochs": None, "num_sanity_val_steps": 0, "val_check_interval": None,
-              "check_val_every_n_epoch": 10**9}
+    kwargs = {
+        **trainer_kwargs,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "profiler": None,
+        "default_root_dir": root,
+        "max_epochs": 10**6,
+        "max_steps": -1,
+        "min_epochs": None,
+        "num_sanity_val_steps": 0,
+        "val_check_interval": None,
+        "check_val_every_n_epoch": 10**9,
+    }
     return build_trainer(kwargs, strategy="auto", callbacks=[], logger=False)
 
 
 def _find_lr(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     """Lightning's lr range test; `update_attr=False` because litforge's tasks build the optimizer from
     `optimizer_cfg`, not from an `lr` attribute: the suggestion is applied with `task.set_learning_rate`."""
-    settings = {key: cfg[key] for key in ("min_lr", "max_lr", "num_training", "mode", "early_stop_threshold")
-                if key in cfg}
+    settings = {
+        key: cfg[key] for key in ("min_lr", "max_lr", "num_training", "mode", "early_stop_threshold") if key in cfg
+    }
     before = float(task.optimizer_cfg.get("lr")) if getattr(task, "optimizer_cfg", {}).get("lr") else None
     finder = tuner.lr_find(task, datamodule=datamodule, update_attr=False, **settings)
     if finder is None:  # Lightning skips its finders under trainer.fast_dev_run
@@ -164,17 +203,33 @@ def _find_lr(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> 
         task.set_learning_rate(suggestion)
     steps = len(finder.results["lr"])
     if suggestion is None:
-        log.warning("lr_find: no suggestion from %d steps (the loss diverged early or the data is too short): "
-                    "optimizer.lr stays %s; lower tune.max_lr or raise tune.num_training", steps, _lr(before))
+        log.warning(
+            "lr_find: no suggestion from %d steps (the loss diverged early or the data is too short): "
+            "optimizer.lr stays %s; lower tune.max_lr or raise tune.num_training",
+            steps,
+            _lr(before),
+        )
     elif apply:
         log.info("lr_find: suggested lr %s (applied; optimizer.lr was %s)", _lr(suggestion), _lr(before))
     else:
-        log.info("lr_find: suggested lr %s (not applied, tune.apply=false: optimizer.lr stays %s)",
-                 _lr(suggestion), _lr(before))
-    record = {"finder": "lr_find", "suggestion": suggestion, "applied": apply, "lr_before": before,
-              "lr": suggestion if apply else before, **settings, "steps": steps,
-              "results": {"lr": [float(v) for v in finder.results["lr"]],
-                          "loss": [_finite(v) for v in finder.results["loss"]]}}
+        log.info(
+            "lr_find: suggested lr %s (not applied, tune.apply=false: optimizer.lr stays %s)",
+            _lr(suggestion),
+            _lr(before),
+        )
+    record = {
+        "finder": "lr_find",
+        "suggestion": suggestion,
+        "applied": apply,
+        "lr_before": before,
+        "lr": suggestion if apply else before,
+        **settings,
+        "steps": steps,
+        "results": {
+            "lr": [float(v) for v in finder.results["lr"]],
+            "loss": [_finite(v) for v in finder.results["loss"]],
+        },
+    }
     return record, _plot(finder, suggestion)
 
 
@@ -182,8 +237,10 @@ def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, A
     """Lightning's batch-size finder on the datamodule's `batch_size` (what `data.batch_size` sets); Lightning
     leaves its last size in place, so `apply=false` puts the configured one back."""
     if not isinstance(getattr(datamodule, "batch_size", None), int):
-        raise ConfigError(f"tune=batch_size scales the datamodule's `batch_size`; data={type(datamodule).__name__} "
-                          "has none: use tune=none")
+        raise ConfigError(
+            f"tune=batch_size scales the datamodule's `batch_size`; data={type(datamodule).__name__} "
+            "has none: use tune=none"
+        )
     settings = {key: cfg[key] for key in ("mode", "init_val", "max_trials", "steps_per_trial", "max_val") if key in cfg}
     before = datamodule.batch_size
     found = tuner.scale_batch_size(task, datamodule=datamodule, batch_arg_name="batch_size", **settings)
@@ -194,10 +251,19 @@ def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, A
     elif apply:
         log.info("batch_size: largest batch that fits is %d (applied; data.batch_size was %d)", found, before)
     else:
-        log.info("batch_size: largest batch that fits is %d (not applied, tune.apply=false: data.batch_size "
-                 "stays %d)", found, before)
-    return {"finder": "batch_size", "found": found, "applied": apply, "batch_size_before": before,
-            "batch_size": found if apply else before, **settings}
+        log.info(
+            "batch_size: largest batch that fits is %d (not applied, tune.apply=false: data.batch_size stays %d)",
+            found,
+            before,
+        )
+    return {
+        "finder": "batch_size",
+        "found": found,
+        "applied": apply,
+        "batch_size_before": before,
+        "batch_size": found if apply else before,
+        **settings,
+    }
 
 
 def _set_batch_size(task: Any, datamodule: Any, value: int) -> None:

@@ -70,11 +70,24 @@ def micro_batches(batch: tuple[Any, ...], n: int) -> list[tuple[Any, ...]]:
 class PipelineLoop:
     """One rank's part of the pipeline: its stage, the schedules, and the task's replaced steps."""
 
-    def __init__(self, task: Any, stage: nn.Module, stage_index: int, num_stages: int, schedule: str,
-                 microbatches: int, group: Any, stage_ranks: list[int], tied: list[nn.Parameter],
-                 tied_group: Any, device: torch.device, clip_val: float | None = None,
-                 clip_algorithm: str = "norm", net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
-                 dp_group: Any = None) -> None:
+    def __init__(
+        self,
+        task: Any,
+        stage: nn.Module,
+        stage_index: int,
+        num_stages: int,
+        schedule: str,
+        microbatches: int,
+        group: Any,
+        stage_ranks: list[int],
+        tied: list[nn.Parameter],
+        tied_group: Any,
+        device: torch.device,
+        clip_val: float | None = None,
+        clip_algorithm: str = "norm",
+        net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
+        dp_group: Any = None,
+    ) -> None:
         self.task, self.stage, self.stage_index, self.num_stages = task, stage, stage_index, num_stages
         self.schedule, self.microbatches, self.group, self.stage_ranks = schedule, microbatches, group, stage_ranks
         self.tied, self.tied_group, self.device = tied, tied_group, device
@@ -159,8 +172,9 @@ class PipelineLoop:
         meta = [(tuple(output.shape), output.dtype) if output is not None else None]
         dist.broadcast_object_list(meta, src=src, group=self.group)
         shape, dtype = meta[0]
-        out = output.detach().contiguous() if output is not None else torch.empty(shape, dtype=dtype,
-                                                                                   device=self.device)
+        out = (
+            output.detach().contiguous() if output is not None else torch.empty(shape, dtype=dtype, device=self.device)
+        )
         dist.broadcast(out, src=src, group=self.group)
         return out
 
@@ -230,10 +244,12 @@ class PipelineLoop:
             torch.nn.utils.clip_grad_value_(list(self.stage.parameters()), max_value)
             return
         tied = {id(p) for p in self.tied}
-        mine = [p.grad for p in self.stage.parameters() if p.grad is not None
-                and (id(p) not in tied or self.is_first)]
-        square = torch.stack([g.detach().float().pow(2).sum() for g in mine]).sum() if mine else \
-            torch.zeros((), device=self.device)
+        mine = [p.grad for p in self.stage.parameters() if p.grad is not None and (id(p) not in tied or self.is_first)]
+        square = (
+            torch.stack([g.detach().float().pow(2).sum() for g in mine]).sum()
+            if mine
+            else torch.zeros((), device=self.device)
+        )
         dist.all_reduce(square, group=self.group)
         coefficient = (max_value / (square.sqrt() + 1e-6)).clamp(max=1.0)
         for g in grads:
@@ -241,8 +257,10 @@ class PipelineLoop:
 
     def _evaluating(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """The task's validation/test step, run on every rank on the forward pipeline's output."""
+
         def step(batch: Any, batch_idx: int, *args: Any) -> Any:
             output, _, _ = self.run(tuple(batch), train=False)
             with given_output(self.task, output):
                 return original(batch, batch_idx, *args)
+
         return step

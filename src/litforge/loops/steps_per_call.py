@@ -32,9 +32,9 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from litforge.runtime.compat import advance_logger_step, counted_optimizer_step
 from litforge.core.contracts import StatefulLoader, SteppableTask
 from litforge.core.errors import ConfigError
+from litforge.runtime.compat import advance_logger_step, counted_optimizer_step
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,9 @@ def optimizer_steps_in_run(trainer: pl.Trainer) -> int:
 class StepsPerCall:
     """The training step that runs `steps` optimizer steps on one loaded item (see the module docstring)."""
 
-    def __init__(self, task: pl.LightningModule, steps: int, micro_batch_size: int, clip_val: float | None,
-                 clip_algorithm: str) -> None:
+    def __init__(
+        self, task: pl.LightningModule, steps: int, micro_batch_size: int, clip_val: float | None, clip_algorithm: str
+    ) -> None:
         self.task = task
         self.steps = steps
         self.micro_batch_size = micro_batch_size
@@ -168,16 +169,19 @@ class EpochSchedulers(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.world_size > 1 and not self.processes_ok:  # e.g. trainer.devices=2 picked DDP
-            raise ConfigError(f"steps_per_call={self.steps} runs on one device, but this run has {trainer.world_size} "
-                              "processes: set steps_per_call=1 for multi-device training")
+            raise ConfigError(
+                f"steps_per_call={self.steps} runs on one device, but this run has {trainer.world_size} "
+                "processes: set steps_per_call=1 for multi-device training"
+            )
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._batches_this_epoch = 0
         self._last_batch_done = False
         self._stepped.clear()
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._batches_this_epoch += 1
         if batch_idx + 1 == trainer.num_training_batches:  # inf for a streamed epoch: never equal
             self._last_batch_done = True
@@ -199,15 +203,21 @@ class EpochSchedulers(pl.Callback):
         monitor = (getattr(pl_module, "scheduler_cfg", None) or {}).get("monitor")
         for config in trainer.lr_scheduler_configs:
             is_plateau = isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-            if config.interval != "epoch" or is_plateau != plateau or id(config.scheduler) in self._stepped \
-                    or (trainer.current_epoch + 1) % config.frequency:
+            if (
+                config.interval != "epoch"
+                or is_plateau != plateau
+                or id(config.scheduler) in self._stepped
+                or (trainer.current_epoch + 1) % config.frequency
+            ):
                 continue
             metric = None
             if is_plateau:
                 metric = trainer.callback_metrics.get(monitor)
                 if metric is None:
-                    raise ConfigError(f"scheduler.monitor={monitor} is not logged by this run; logged: "
-                                      f"{', '.join(sorted(trainer.callback_metrics))}")
+                    raise ConfigError(
+                        f"scheduler.monitor={monitor} is not logged by this run; logged: "
+                        f"{', '.join(sorted(trainer.callback_metrics))}"
+                    )
             pl_module.lr_scheduler_step(config.scheduler, metric)
             self._stepped.add(id(config.scheduler))
 
@@ -223,8 +233,13 @@ AUTO_CAP = 64  # the most optimizer steps one Lightning step runs under auto (lo
 LIGHTNING_STEP_IN_TRIVIAL_CALLS = 1_100 * 20
 
 
-def choose_steps_per_call(step_seconds: float, overhead_seconds: float, batches_per_epoch: int | float,
-                          share: float = OVERHEAD_SHARE, cap: int = AUTO_CAP) -> int:
+def choose_steps_per_call(
+    step_seconds: float,
+    overhead_seconds: float,
+    batches_per_epoch: int | float,
+    share: float = OVERHEAD_SHARE,
+    cap: int = AUTO_CAP,
+) -> int:
     """The smallest N with `overhead_seconds <= share * N * step_seconds`, within [1, min(cap, batches per epoch)]."""
     import math
 
@@ -249,8 +264,9 @@ def trivial_call_seconds(calls: int = 5_000) -> float:
     return sorted(rounds)[2]
 
 
-def time_optimizer_step(task: Any, optimizer: torch.optim.Optimizer, batch: Any, warmup: int = 2,
-                        repeats: int = 5) -> float:
+def time_optimizer_step(
+    task: Any, optimizer: torch.optim.Optimizer, batch: Any, warmup: int = 2, repeats: int = 5
+) -> float:
     """Median seconds of one optimizer step (`step_loss`, backward, `optimizer.step`) of `task` on `batch`, taken on
     a copy of the task and a fresh optimizer of the same kind: the run's weights, optimizer state and RNG stream
     are left exactly as they were, so the run equals its steps_per_call=N twin."""
@@ -295,14 +311,22 @@ def auto_steps(task: Any, datamodule: Any, loader: Any) -> int:
     step = time_optimizer_step(task, trainer.optimizers[0], batch)
     overhead = LIGHTNING_STEP_IN_TRIVIAL_CALLS * trivial_call_seconds()
     steps = choose_steps_per_call(step, overhead, len(loader))
-    log.info("steps_per_call=auto: N=%d (an optimizer step takes %.2f ms; Lightning's per-step cost is about "
-             "%.2f ms, at most %d%% of N steps; cap %d and %d batches per epoch)", steps, step * 1e3, overhead * 1e3,
-             round(OVERHEAD_SHARE * 100), AUTO_CAP, len(loader))
+    log.info(
+        "steps_per_call=auto: N=%d (an optimizer step takes %.2f ms; Lightning's per-step cost is about "
+        "%.2f ms, at most %d%% of N steps; cap %d and %d batches per epoch)",
+        steps,
+        step * 1e3,
+        overhead * 1e3,
+        round(OVERHEAD_SHARE * 100),
+        AUTO_CAP,
+        len(loader),
+    )
     return steps
 
 
-def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any,
-            callbacks: list[Any]) -> None:
+def install(
+    steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any, callbacks: list[Any]
+) -> None:
     """Attach steps_per_call=`steps` to `task` and `datamodule` (1: leave both as they are).
 
     `steps="auto"` picks N when Lightning first asks for the training loader (the task is then on its device and
@@ -318,27 +342,39 @@ def install(steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, An
         return
     fix = "set steps_per_call=1"
     if not isinstance(task, SteppableTask):
-        raise ConfigError(f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
-                          f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}")
+        raise ConfigError(
+            f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
+            f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}"
+        )
     if not isinstance(getattr(datamodule, "batch_size", None), int):
-        raise ConfigError(f"steps_per_call={steps} needs a datamodule with a `batch_size` (data="
-                          f"{type(datamodule).__name__} has none): {fix}")
+        raise ConfigError(
+            f"steps_per_call={steps} needs a datamodule with a `batch_size` (data="
+            f"{type(datamodule).__name__} has none): {fix}"
+        )
     if strategy not in (None, "auto"):
-        raise ConfigError(f"steps_per_call={steps} runs on one device, not with a strategy={strategy}: "
-                          f"{fix} for multi-process training")
+        raise ConfigError(
+            f"steps_per_call={steps} runs on one device, not with a strategy={strategy}: "
+            f"{fix} for multi-process training"
+        )
     if trainer_kwargs.get("accumulate_grad_batches", 1) != 1:
-        raise ConfigError(f"steps_per_call={steps} and trainer.accumulate_grad_batches="
-                          f"{trainer_kwargs['accumulate_grad_batches']} cannot be combined: raise data.batch_size "
-                          f"instead, or {fix}")
+        raise ConfigError(
+            f"steps_per_call={steps} and trainer.accumulate_grad_batches="
+            f"{trainer_kwargs['accumulate_grad_batches']} cannot be combined: raise data.batch_size "
+            f"instead, or {fix}"
+        )
     if str(trainer_kwargs.get("precision", "")).startswith("16"):
-        raise ConfigError(f"steps_per_call={steps} does not do fp16 loss scaling: use trainer.precision=bf16-mixed "
-                          f"or 32-true, or {fix}")
+        raise ConfigError(
+            f"steps_per_call={steps} does not do fp16 loss scaling: use trainer.precision=bf16-mixed "
+            f"or 32-true, or {fix}"
+        )
     from pytorch_lightning.callbacks import WeightAveraging
 
     averaging = [type(cb).__name__ for cb in callbacks if isinstance(cb, WeightAveraging)]
     if averaging:
-        raise ConfigError(f"steps_per_call={steps}: {averaging[0]} averages once per Lightning step, i.e. every "
-                          f"{steps} optimizer steps; drop the ema callback or {fix}")
+        raise ConfigError(
+            f"steps_per_call={steps}: {averaging[0]} averages once per Lightning step, i.e. every "
+            f"{steps} optimizer steps; drop the ema callback or {fix}"
+        )
     clip_val = trainer_kwargs.pop("gradient_clip_val", None)
     clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"  # norm | value (validation)
 

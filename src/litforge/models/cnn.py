@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
-from collections.abc import Sequence
-
 from torch import Tensor, nn
+
 from litforge.core.bounds import Range
 
 

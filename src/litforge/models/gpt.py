@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import torch
 from torch import Tensor, nn
 
+from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
-from litforge.core.bounds import Range
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -71,9 +71,9 @@ def document_block_mask(doc_ids: Tensor) -> BlockMask:
 ATTENTION = ("auto", "flex", "mask")
 
 
-
-def attention_inputs(x: Tensor, doc_ids: Tensor | None, attention: str, dropout: float,
-                     training: bool) -> tuple[Tensor, Tensor | BlockMask | None]:
+def attention_inputs(
+    x: Tensor, doc_ids: Tensor | None, attention: str, dropout: float, training: bool
+) -> tuple[Tensor, Tensor | BlockMask | None]:
     """Positions (B, T) and the attention mask for `x` (B, T, ...): none without documents, else the explicit
     block-diagonal mask or FlexAttention's block mask as `model.attention` picks (`auto`: flex on CUDA unless dropout
     trains). One function for GPT.forward and its pipeline stages, so both take the same path."""
@@ -83,10 +83,13 @@ def attention_inputs(x: Tensor, doc_ids: Tensor | None, attention: str, dropout:
     positions, mask = document_layout(doc_ids, with_mask=not flex)
     if flex:
         if not x.is_cuda and torch.is_grad_enabled():
-            raise ConfigError("model.attention=flex cannot train on a CPU (FlexAttention has no CPU "
-                              "backward in torch): use model.attention=auto (the explicit mask on CPU) or a GPU")
+            raise ConfigError(
+                "model.attention=flex cannot train on a CPU (FlexAttention has no CPU "
+                "backward in torch): use model.attention=auto (the explicit mask on CPU) or a GPU"
+            )
         mask = document_block_mask(doc_ids)
     return positions, mask
+
 
 class GPT(nn.Module):
     """Token + learned position embeddings → `self.blocks` → final LayerNorm → `self.head` (tied to the embedding).
@@ -109,19 +112,22 @@ class GPT(nn.Module):
     ) -> None:
         super().__init__()
         if attention not in ATTENTION:
-            raise ConfigError(f"model.attention={attention!r}: use auto (FlexAttention on CUDA, the explicit mask on "
-                              "CPU), flex or mask")
+            raise ConfigError(
+                f"model.attention={attention!r}: use auto (FlexAttention on CUDA, the explicit mask on "
+                "CPU), flex or mask"
+            )
         if attention == "flex" and dropout:
-            raise ConfigError(f"model.attention=flex with model.dropout={dropout}: FlexAttention has no attention "
-                              "dropout; use model.dropout=0 or model.attention=mask")
+            raise ConfigError(
+                f"model.attention=flex with model.dropout={dropout}: FlexAttention has no attention "
+                "dropout; use model.dropout=0 or model.attention=mask"
+            )
         self.block_size = block_size
         self.attention = attention
         self.dropout = dropout
         self.tok_embed = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Embedding(block_size, dim)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, mlp_ratio, dropout, causal=True)
-                                    for _ in range(depth))
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, mlp_ratio, dropout, causal=True) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.tok_embed.weight  # weight tying: fewer parameters, better small-data perplexity
@@ -168,11 +174,17 @@ class GPT(nn.Module):
         return [GPTStage(self, run, first=i == 0, last=i == num_stages - 1) for i, run in enumerate(runs)]
 
     @torch.no_grad()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """Sample `max_new_tokens` continuations of `idx` (B, T), cropping the context to `block_size`."""
         for _ in range(max_new_tokens):
-            logits = self(idx[:, -self.block_size:])[:, -1, :] / max(temperature, 1e-6)
+            logits = self(idx[:, -self.block_size :])[:, -1, :] / max(temperature, 1e-6)
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # a slice: no index tensor copy
                 logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -110,8 +110,14 @@ class TransformerBlock(nn.Module):
     # ---- sharding facts (litforge.parallel) -----------------------------------------------------------------------
     #: Megatron-LM's split of one block: q/k/v and fc1 by output columns, proj and fc2 by input rows, so each block
     #: needs one all-reduce after attention and one after the MLP (Shoeybi et al. 2019)
-    TENSOR_PARALLEL_PLAN = {"attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.proj": "rowwise",
-                            "mlp.fc1": "colwise", "mlp.fc2": "rowwise"}
+    TENSOR_PARALLEL_PLAN = {
+        "attn.q": "colwise",
+        "attn.k": "colwise",
+        "attn.v": "colwise",
+        "attn.proj": "rowwise",
+        "mlp.fc1": "colwise",
+        "mlp.fc2": "rowwise",
+    }
 
     def check_tensor_parallel(self, tp_size: int) -> None:
         """Heads and MLP width must split evenly over the tensor-parallel ranks, or shards would differ in shape."""
@@ -126,8 +132,11 @@ class TransformerBlock(nn.Module):
 
 def blocks_tensor_parallel_plan(blocks: nn.ModuleList, prefix: str = "blocks") -> dict[str, str]:
     """The tensor-parallel plan of a stack of TransformerBlocks: every block split the Megatron way."""
-    return {f"{prefix}.{i}.{name}": style for i in range(len(blocks))
-            for name, style in TransformerBlock.TENSOR_PARALLEL_PLAN.items()}
+    return {
+        f"{prefix}.{i}.{name}": style
+        for i in range(len(blocks))
+        for name, style in TransformerBlock.TENSOR_PARALLEL_PLAN.items()
+    }
 
 
 T = TypeVar("T")
@@ -138,8 +147,10 @@ def split_runs(items: Sequence[T], parts: int, key: str) -> list[list[T]]:
     pipeline split. Fewer items than parts is refused in one line naming the model key that sets their number."""
     items = list(items)
     if len(items) < parts:
-        raise ConfigError(f"{key} gives {len(items)} layer runs to split into {parts} pipeline stages: use a deeper "
-                          f"net (at least {parts}) or fewer stages (trainer.devices={max(1, len(items))})")
+        raise ConfigError(
+            f"{key} gives {len(items)} layer runs to split into {parts} pipeline stages: use a deeper "
+            f"net (at least {parts}) or fewer stages (trainer.devices={max(1, len(items))})"
+        )
     size, extra = divmod(len(items), parts)
     runs, start = [], 0
     for i in range(parts):

@@ -57,9 +57,16 @@ def own_tensors(module: nn.Module, recurse: bool = False) -> dict[str, Tensor]:
 
 def check_resettable(net: nn.Module) -> None:
     """Refuse a net whose modules hold tensors of their own that nothing re-initialises after `to_empty`."""
-    lacking = sorted({type(m).__name__ for m in net.modules()
-                      if own_tensors(m) and not callable(getattr(m, "reset_parameters", None))})
+    lacking = sorted(
+        {
+            type(m).__name__
+            for m in net.modules()
+            if own_tensors(m) and not callable(getattr(m, "reset_parameters", None))
+        }
+    )
     if lacking:
-        raise ConfigError(f"strategy.meta_init=true builds the net on the meta device and initialises it after "
-                          f"sharding through each module's reset_parameters(), which {', '.join(lacking)} lack: "
-                          "give them one, or use strategy.meta_init=false (every rank builds the whole net first)")
+        raise ConfigError(
+            f"strategy.meta_init=true builds the net on the meta device and initialises it after "
+            f"sharding through each module's reset_parameters(), which {', '.join(lacking)} lack: "
+            "give them one, or use strategy.meta_init=false (every rank builds the whole net first)"
+        )

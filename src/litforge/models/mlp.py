@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
 from torch import Tensor, nn
 
-from litforge.models.layers import split_runs
 from litforge.core.bounds import Range
+from litforge.models.layers import split_runs
 
 
 class MLP(nn.Module):

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import os
 from collections.abc import Iterator
+from typing import Annotated
 from urllib.parse import urlparse
 
 import torch
 import torchvision.models as tvm
 from torch import Tensor, nn
 
-from litforge.core.errors import ConfigError
 from litforge.core.bounds import Range
+from litforge.core.errors import ConfigError
 
 # depth -> (builder, weights enum); .DEFAULT is the best ImageNet checkpoint torchvision publishes for that depth
 ARCHS = {

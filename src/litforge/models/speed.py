@@ -29,8 +29,10 @@ def apply_speed_options(task: nn.Module, compile: bool | dict[str, Any] = False,
     net = getattr(task, "net", None)
     if not isinstance(net, nn.Module):
         if compile or channels_last:
-            raise ConfigError(f"compile/channels_last act on the task's `net`, and {type(task).__name__} has none: "
-                              "set compile=false channels_last=false")
+            raise ConfigError(
+                f"compile/channels_last act on the task's `net`, and {type(task).__name__} has none: "
+                "set compile=false channels_last=false"
+            )
         return
     if channels_last:
         net.to(memory_format=torch.channels_last)

@@ -61,7 +61,8 @@ def load_backbone(net: nn.Module, weights: Mapping[str, Tensor], source: str) ->
     if missing or unexpected:
         raise CheckpointError(
             f"task.init_from={source} holds a different architecture: missing {missing[:3]}, unexpected "
-            f"{unexpected[:3]}; pass a checkpoint trained with the same model= and model.* settings")
+            f"{unexpected[:3]}; pass a checkpoint trained with the same model= and model.* settings"
+        )
     kept_fresh, loadable = [], {}
     for key, tensor in weights.items():
         if tensor.shape == own[key].shape:
@@ -72,6 +73,7 @@ def load_backbone(net: nn.Module, weights: Mapping[str, Tensor], source: str) ->
             raise CheckpointError(
                 f"task.init_from={source}: {key} has shape {tuple(tensor.shape)} in the checkpoint but "
                 f"{tuple(own[key].shape)} here; only the head ({head_prefix[:-1]}) may differ. Use the same "
-                "model= settings (width, depth) as the run that wrote the checkpoint")
+                "model= settings (width, depth) as the run that wrote the checkpoint"
+            )
     net.load_state_dict({**own, **loadable})
     return kept_fresh

@@ -6,16 +6,15 @@ tensor-parallel plan's targets (see that module for the layout contract).
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor, nn
 
+from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
-from litforge.core.bounds import Range
 
 
 def nearest_divisor(n: int, target: int) -> int:

@@ -37,14 +37,17 @@ MODES = ("none", "full", "selective")
 def checkpoint_units(net: nn.Module, mode: str) -> list[nn.Module]:
     """The units `mode` recomputes: all of the net's `fsdp_units()` (`full`) or every other one (`selective`)."""
     if mode not in MODES:
-        raise ConfigError(f"activation_checkpointing={mode!r} is not one of {', '.join(MODES)}: "
-                          "e.g. activation_checkpointing=full")
+        raise ConfigError(
+            f"activation_checkpointing={mode!r} is not one of {', '.join(MODES)}: e.g. activation_checkpointing=full"
+        )
     if mode == "none":
         return []
     units = sharding_units(net)
     if not units:
-        raise ConfigError(f"activation_checkpointing={mode} needs a net that declares its units in fsdp_units(); "
-                          f"{type(net).__name__} declares none: set activation_checkpointing=none")
+        raise ConfigError(
+            f"activation_checkpointing={mode} needs a net that declares its units in fsdp_units(); "
+            f"{type(net).__name__} declares none: set activation_checkpointing=none"
+        )
     return units if mode == "full" else units[::2]
 
 
@@ -54,8 +57,10 @@ def apply_activation_checkpointing(task: nn.Module, mode: str) -> int:
         return 0
     net = getattr(task, "net", None)
     if not isinstance(net, nn.Module):
-        raise ConfigError(f"activation_checkpointing acts on the task's `net`, and {type(task).__name__} has none: "
-                          "set activation_checkpointing=none")
+        raise ConfigError(
+            f"activation_checkpointing acts on the task's `net`, and {type(task).__name__} has none: "
+            "set activation_checkpointing=none"
+        )
     units = checkpoint_units(net, mode)
     for unit in units:
         if not is_checkpointed(unit):

@@ -39,8 +39,10 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     from litforge.core.errors import CheckpointError
 
     if not is_distributed_checkpoint(path):
-        raise CheckpointError(f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "
-                              "pass the checkpoint folder a strategy=fsdp/tp run wrote, e.g. <run>/checkpoints/last.ckpt")
+        raise CheckpointError(
+            f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "
+            "pass the checkpoint folder a strategy=fsdp/tp run wrote, e.g. <run>/checkpoints/last.ckpt"
+        )
     import torch
 
     out = Path(output) if output else consolidated_path(path)

@@ -49,23 +49,23 @@ class DiLoCo(DDPStrategy):
 
     strategy_name = "litforge_diloco"
 
-    def __init__(self, sync_every: int = 32, outer_lr: float = 0.7, outer_momentum: float = 0.9,
-                 **kwargs: Any) -> None:
+    def __init__(self, sync_every: int = 32, outer_lr: float = 0.7, outer_momentum: float = 0.9, **kwargs: Any) -> None:
         if not (isinstance(sync_every, int) and sync_every >= 1):
             raise ConfigError(f"strategy.sync_every={sync_every!r}: use an integer >= 1, e.g. strategy.sync_every=32")
         if not outer_lr > 0:
             raise ConfigError(f"strategy.outer_lr={outer_lr!r}: use a number > 0, e.g. strategy.outer_lr=0.7")
         if not 0 <= outer_momentum < 1:
-            raise ConfigError(f"strategy.outer_momentum={outer_momentum!r}: use a number in [0, 1), "
-                              "e.g. strategy.outer_momentum=0.9")
+            raise ConfigError(
+                f"strategy.outer_momentum={outer_momentum!r}: use a number in [0, 1), e.g. strategy.outer_momentum=0.9"
+            )
         kwargs.setdefault("forward_sync_buffers", False)  # torch syncs buffers at wrap, not every forward
         super().__init__(**kwargs)
         self.sync_every, self.outer_lr, self.outer_momentum = sync_every, outer_lr, outer_momentum
         self.anchors: list[torch.Tensor] = []
         self.outer_optimizer: torch.optim.SGD | None = None
         self.steps_since_sync = 0
-        self.optimizer_steps = 0   # inner steps this run has taken (restored on resume)
-        self.bytes_sent = 0        # bytes this rank put into all-reduces (restored on resume)
+        self.optimizer_steps = 0  # inner steps this run has taken (restored on resume)
+        self.bytes_sent = 0  # bytes this rank put into all-reduces (restored on resume)
         self.syncs = 0
         self._restored: dict[str, Any] | None = None
 
@@ -78,8 +78,9 @@ class DiLoCo(DDPStrategy):
         params = list(self.lightning_module.parameters())
         self.anchors = [p.detach().clone() for p in params]
         # Nesterov needs momentum > 0 in torch.optim.SGD; without momentum the outer step is plain SGD.
-        self.outer_optimizer = torch.optim.SGD(self.anchors, lr=self.outer_lr, momentum=self.outer_momentum,
-                                               nesterov=self.outer_momentum > 0)
+        self.outer_optimizer = torch.optim.SGD(
+            self.anchors, lr=self.outer_lr, momentum=self.outer_momentum, nesterov=self.outer_momentum > 0
+        )
         if self._restored is not None:
             self._load_outer_state(self._restored)
             self._restored = None
@@ -108,8 +109,10 @@ class DiLoCo(DDPStrategy):
         params = list(self.lightning_module.parameters())
         buffers = [b for b in self.lightning_module.buffers() if b.is_floating_point()]
         # One flat all-reduce (one collective per sync, whatever the number of tensors); gloo has no AVG: SUM / n.
-        flat = torch.cat([(a - p).reshape(-1) for a, p in zip(self.anchors, params, strict=True)]
-                         + [b.reshape(-1).to(self.anchors[0].dtype) for b in buffers])
+        flat = torch.cat(
+            [(a - p).reshape(-1) for a, p in zip(self.anchors, params, strict=True)]
+            + [b.reshape(-1).to(self.anchors[0].dtype) for b in buffers]
+        )
         if self.world_size > 1:
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             flat /= self.world_size
@@ -121,7 +124,7 @@ class DiLoCo(DDPStrategy):
         self.outer_optimizer.zero_grad(set_to_none=True)
         for p, anchor in zip(params, self.anchors, strict=True):
             p.copy_(anchor)
-        for b, mean in zip(buffers, pieces[len(self.anchors):], strict=True):
+        for b, mean in zip(buffers, pieces[len(self.anchors) :], strict=True):
             b.copy_(mean.view_as(b))
         self.steps_since_sync = 0
         self.syncs += 1
@@ -129,8 +132,14 @@ class DiLoCo(DDPStrategy):
         if module.trainer is not None and module.trainer.training:
             # one value per epoch (on_epoch): written whatever trainer.log_every_n_steps is. Equal on every rank, so
             # no sync_dist (which would also add a collective wherever rank 0 alone reads the metrics)
-            module.log("train/comm_bytes_per_step", self.bytes_sent / max(self.optimizer_steps, 1),
-                       on_step=False, on_epoch=True, reduce_fx="max", rank_zero_only=True)
+            module.log(
+                "train/comm_bytes_per_step",
+                self.bytes_sent / max(self.optimizer_steps, 1),
+                on_step=False,
+                on_epoch=True,
+                reduce_fx="max",
+                rank_zero_only=True,
+            )
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
@@ -139,8 +148,10 @@ class DiLoCo(DDPStrategy):
             checkpoint["diloco"] = {
                 "anchors": [a.detach().cpu() for a in self.anchors],
                 "outer_optimizer": self.outer_optimizer.state_dict(),
-                "steps_since_sync": self.steps_since_sync, "optimizer_steps": self.optimizer_steps,
-                "bytes_sent": self.bytes_sent, "syncs": self.syncs,
+                "steps_since_sync": self.steps_since_sync,
+                "optimizer_steps": self.optimizer_steps,
+                "bytes_sent": self.bytes_sent,
+                "syncs": self.syncs,
             }
         super().save_checkpoint(checkpoint, filepath, storage_options)
 
@@ -152,8 +163,10 @@ class DiLoCo(DDPStrategy):
 
     def _load_outer_state(self, state: dict[str, Any]) -> None:
         if len(state["anchors"]) != len(self.anchors):
-            raise ConfigError(f"the checkpoint's DiLoCo state has {len(state['anchors'])} parameter tensors, the "
-                              f"model {len(self.anchors)}: resume with the model the checkpoint was trained with")
+            raise ConfigError(
+                f"the checkpoint's DiLoCo state has {len(state['anchors'])} parameter tensors, the "
+                f"model {len(self.anchors)}: resume with the model the checkpoint was trained with"
+            )
         for anchor, saved in zip(self.anchors, state["anchors"], strict=True):
             anchor.copy_(saved.to(anchor.device))
         assert self.outer_optimizer is not None

@@ -32,9 +32,13 @@ def init_elastic_process_group(strategy: Any, timeout: timedelta = timedelta(min
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or not hasattr(strategy, "process_group_backend"):
         return False  # one process, or a strategy without a process group (single device)
     backend = strategy.process_group_backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"litforge/attempt_{attempt}/", store),
-                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"litforge/attempt_{attempt}/", store),
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timeout,
+    )
     return True

@@ -44,17 +44,21 @@ from pytorch_lightning.strategies import DDPStrategy
 
 from litforge.core.errors import ConfigError
 
-GPU_MESSAGE = ("strategy=hogwild runs CPU worker processes sharing host memory only; on GPUs use strategy=ddp "
-               "(or trainer=cpu for hogwild)")
+GPU_MESSAGE = (
+    "strategy=hogwild runs CPU worker processes sharing host memory only; on GPUs use strategy=ddp "
+    "(or trainer=cpu for hogwild)"
+)
 
 
 def refuse_batch_norm(module: torch.nn.Module) -> None:
     """One line naming the fix when the net has BatchNorm layers (their statistics would differ per worker)."""
     norms = [name.rsplit(".", 1)[0] for name, _ in module.named_buffers() if name.endswith("running_mean")]
     if norms:
-        raise ConfigError(f"strategy=hogwild shares parameters, not BatchNorm running statistics (the net has "
-                          f"{len(norms)} layers with running statistics, e.g. {norms[0]}): use a net without BatchNorm "
-                          "(model=mlp, experiment=gpt_char) or strategy=ddp")
+        raise ConfigError(
+            f"strategy=hogwild shares parameters, not BatchNorm running statistics (the net has "
+            f"{len(norms)} layers with running statistics, e.g. {norms[0]}): use a net without BatchNorm "
+            "(model=mlp, experiment=gpt_char) or strategy=ddp"
+        )
 
 
 class Hogwild(DDPStrategy):
@@ -64,14 +68,15 @@ class Hogwild(DDPStrategy):
 
     def __init__(self, decide_every: int = 100, **kwargs: Any) -> None:
         if not (isinstance(decide_every, int) and decide_every >= 1):
-            raise ConfigError(f"strategy.decide_every={decide_every!r}: use an integer >= 1, "
-                              "e.g. strategy.decide_every=100")
+            raise ConfigError(
+                f"strategy.decide_every={decide_every!r}: use an integer >= 1, e.g. strategy.decide_every=100"
+            )
         kwargs.setdefault("forward_sync_buffers", False)
         super().__init__(**kwargs)
         self.decide_every = decide_every
-        self.flat: torch.Tensor | None = None     # the shared parameters, one flat tensor
+        self.flat: torch.Tensor | None = None  # the shared parameters, one flat tensor
         self.updates: torch.Tensor | None = None  # shared int64 [world]: optimizer steps each worker has written
-        self._seen = 0                            # the others' updates when this worker read the weights
+        self._seen = 0  # the others' updates when this worker read the weights
         self._stale_sum = 0
         self._stale_steps = 0
         self._stale_max = 0
@@ -96,8 +101,10 @@ class Hogwild(DDPStrategy):
         params = list(module.parameters())
         dtypes = {p.dtype for p in params}
         if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
-            raise ConfigError(f"strategy=hogwild shares parameters of one floating dtype, the net has {sorted(map(str, dtypes))}: "
-                              "keep the model's parameters in one dtype (trainer.precision changes compute, not them)")
+            raise ConfigError(
+                f"strategy=hogwild shares parameters of one floating dtype, the net has {sorted(map(str, dtypes))}: "
+                "keep the model's parameters in one dtype (trainer.precision changes compute, not them)"
+            )
         dtype = next(iter(dtypes))
         total = sum(p.numel() for p in params)
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -106,7 +113,9 @@ class Hogwild(DDPStrategy):
         path_updates = Path(folder) / f"litforge-hogwild-{token}.updates"
         if self.global_rank == 0:
             torch.cat([p.detach().reshape(-1) for p in params]).numpy().tofile(path_params)
-            counts = self._restored if self._restored and len(self._restored) == self.world_size else [0] * self.world_size
+            counts = (
+                self._restored if self._restored and len(self._restored) == self.world_size else [0] * self.world_size
+            )
             torch.tensor(counts, dtype=torch.int64).numpy().tofile(path_updates)
         self.barrier("hogwild-created")
         try:
@@ -119,7 +128,7 @@ class Hogwild(DDPStrategy):
                 path_updates.unlink(missing_ok=True)
         offset = 0
         for p in params:
-            p.data = self.flat[offset:offset + p.numel()].view_as(p)
+            p.data = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         self._restored = None
         skip_sigterm_broadcast(module.trainer)
@@ -169,10 +178,20 @@ class Hogwild(DDPStrategy):
         if steps:
             # equal on every rank (gathered); sync_dist only quiets Lightning's advice (one tiny all-reduce at the
             # end of validation, where the ranks meet anyway)
-            self.lightning_module.log("hogwild/staleness_mean", sum(row[0] for row in everyone) / steps,
-                                      on_step=False, on_epoch=True, sync_dist=True)
-            self.lightning_module.log("hogwild/staleness_max", float(max(row[2] for row in everyone)),
-                                      on_step=False, on_epoch=True, sync_dist=True)
+            self.lightning_module.log(
+                "hogwild/staleness_mean",
+                sum(row[0] for row in everyone) / steps,
+                on_step=False,
+                on_epoch=True,
+                sync_dist=True,
+            )
+            self.lightning_module.log(
+                "hogwild/staleness_max",
+                float(max(row[2] for row in everyone)),
+                on_step=False,
+                on_epoch=True,
+                sync_dist=True,
+            )
         self._stale_sum = self._stale_steps = self._stale_max = 0
 
     def on_validation_end(self) -> None:

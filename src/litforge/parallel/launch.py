@@ -40,9 +40,10 @@ def config_flags(argv: Sequence[str]) -> list[str]:
 
 def rank_command(local_rank: int) -> tuple[list[str], str]:
     """(command, cwd) that starts `local_rank` of the current Hydra job in the same run folder."""
-    import __main__
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_original_cwd, to_absolute_path
+
+    import __main__
 
     hydra_cfg = HydraConfig.get()
     if __main__.__spec__ is None:
@@ -56,8 +57,11 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
         command.append(f"hydra.searchpath={override_value_text(list(hydra_cfg.searchpath))}")
     output_dir = hydra_cfg.runtime.output_dir
-    command += [f'hydra.run.dir="{output_dir}"', f"hydra.job.name={hydra_cfg.job.name}_rank{local_rank}",
-                "hydra.output_subdir=null"]
+    command += [
+        f'hydra.run.dir="{output_dir}"',
+        f"hydra.job.name={hydra_cfg.job.name}_rank{local_rank}",
+        "hydra.output_subdir=null",
+    ]
     return command, get_original_cwd()
 
 

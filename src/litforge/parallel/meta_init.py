@@ -33,8 +33,7 @@ from torch import Tensor, nn
 from litforge.models.meta import RNG_ATTR, build_on_meta, building_on_meta, is_meta, meta_nets
 from litforge.models.meta import own_tensors as _own_tensors
 
-__all__ = ["build_on_meta", "building_on_meta", "is_meta", "materialize", "meta_nets", "shard_like",
-           "wants_meta_init"]
+__all__ = ["build_on_meta", "building_on_meta", "is_meta", "materialize", "meta_nets", "shard_like", "wants_meta_init"]
 
 
 def wants_meta_init(strategy_cfg: Any) -> bool:
@@ -69,8 +68,7 @@ def _stand_ins(module: nn.Module) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     for name, tensor in _own_tensors(module).items():
         full = torch.empty(tensor.shape, dtype=tensor.dtype)
-        out[name] = nn.Parameter(full, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) \
-            else full
+        out[name] = nn.Parameter(full, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else full
     return out
 
 
@@ -153,8 +151,7 @@ def shard_like(net: nn.Module, weights: Mapping[str, Tensor]) -> dict[str, Tenso
         if like is not None and hasattr(like, "device_mesh") and tuple(tensor.shape) == tuple(like.shape):
             from torch.distributed.tensor import distribute_tensor
 
-            out[key] = distribute_tensor(tensor.to(like.dtype), like.device_mesh, like.placements,
-                                         src_data_rank=None)
+            out[key] = distribute_tensor(tensor.to(like.dtype), like.device_mesh, like.placements, src_data_rank=None)
         else:
             out[key] = tensor
     return out

@@ -74,9 +74,11 @@ def pipeline_layout(world_size: int, data_parallel: int, rank: int, device_type:
 
 def check_divisible(world_size: int, data_parallel: int) -> None:
     if world_size % data_parallel:
-        raise ConfigError(f"trainer.devices gives {world_size} processes, not divisible by strategy.data_parallel="
-                          f"{data_parallel}: use stages x data_parallel processes, e.g. trainer.devices="
-                          f"{max(2, world_size // data_parallel) * data_parallel}")
+        raise ConfigError(
+            f"trainer.devices gives {world_size} processes, not divisible by strategy.data_parallel="
+            f"{data_parallel}: use stages x data_parallel processes, e.g. trainer.devices="
+            f"{max(2, world_size // data_parallel) * data_parallel}"
+        )
 
 
 class Pipeline(DDPStrategy):
@@ -86,14 +88,18 @@ class Pipeline(DDPStrategy):
 
     def __init__(self, schedule: str = "1f1b", microbatches: int = 4, data_parallel: int = 1, **kwargs: Any) -> None:
         if schedule not in SCHEDULES:
-            raise ConfigError(f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}: "
-                              "e.g. strategy.schedule=1f1b")
+            raise ConfigError(
+                f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}: e.g. strategy.schedule=1f1b"
+            )
         if not (isinstance(microbatches, int) and microbatches >= 1):
-            raise ConfigError(f"strategy.microbatches={microbatches!r}: use an integer >= 1, "
-                              "e.g. strategy.microbatches=4")
+            raise ConfigError(
+                f"strategy.microbatches={microbatches!r}: use an integer >= 1, e.g. strategy.microbatches=4"
+            )
         if not (isinstance(data_parallel, int) and data_parallel >= 1):
-            raise ConfigError(f"strategy.data_parallel={data_parallel!r}: use an integer >= 1 (replicas of the "
-                              "pipeline), e.g. strategy.data_parallel=2")
+            raise ConfigError(
+                f"strategy.data_parallel={data_parallel!r}: use an integer >= 1 (replicas of the "
+                "pipeline), e.g. strategy.data_parallel=2"
+            )
         super().__init__(**kwargs)
         self.schedule, self.microbatches, self.data_parallel = schedule, microbatches, data_parallel
         self.layout: Layout | None = None
@@ -110,8 +116,10 @@ class Pipeline(DDPStrategy):
 
         fix = "or use strategy=ddp"
         if not isinstance(task, SteppableTask) or not isinstance(getattr(task, "net", None), torch.nn.Module):
-            raise ConfigError(f"strategy=pipeline needs a task with a `net` and a per-step loss (task=classification, "
-                              f"task=language_model); {type(task).__name__} has none: {fix}")
+            raise ConfigError(
+                f"strategy=pipeline needs a task with a `net` and a per-step loss (task=classification, "
+                f"task=language_model); {type(task).__name__} has none: {fix}"
+            )
         if getattr(task, "mixer", None) is not None:
             raise ConfigError(f"strategy=pipeline does not mix images across micro-batches: pass task.mix=none {fix}")
         split_net(task.net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
@@ -123,9 +131,11 @@ class Pipeline(DDPStrategy):
 
         batch_size = getattr(datamodule, "batch_size", None)
         if isinstance(batch_size, int) and batch_size % self.microbatches:
-            raise ConfigError(f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
-                              f"{self.microbatches}: use a multiple, e.g. data.batch_size="
-                              f"{max(1, round(batch_size / self.microbatches)) * self.microbatches}")
+            raise ConfigError(
+                f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
+                f"{self.microbatches}: use a multiple, e.g. data.batch_size="
+                f"{max(1, round(batch_size / self.microbatches)) * self.microbatches}"
+            )
         devices, nodes = trainer_kwargs.get("devices"), trainer_kwargs.get("num_nodes", 1)
         if isinstance(devices, int) and isinstance(nodes, int):
             check_divisible(devices * nodes, self.data_parallel)
@@ -138,9 +148,11 @@ class Pipeline(DDPStrategy):
         self.clip_val = trainer_kwargs.pop("gradient_clip_val", None)
         self.clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"
         if trainer_kwargs.get("accumulate_grad_batches", 1) != 1:
-            raise ConfigError(f"trainer.accumulate_grad_batches={trainer_kwargs['accumulate_grad_batches']} under "
-                              "strategy=pipeline: raise data.batch_size instead (micro-batches already accumulate), "
-                              "or pass trainer.accumulate_grad_batches=1")
+            raise ConfigError(
+                f"trainer.accumulate_grad_batches={trainer_kwargs['accumulate_grad_batches']} under "
+                "strategy=pipeline: raise data.batch_size instead (micro-batches already accumulate), "
+                "or pass trainer.accumulate_grad_batches=1"
+            )
         callbacks.append(EpochSchedulers(1, processes_ok=True))
 
     # ---- data: every stage of a replica sees that replica's whole batch -----------------------------------------
@@ -169,20 +181,33 @@ class Pipeline(DDPStrategy):
                     dist.broadcast(tensor.data, src=0)
             check_divisible(self.world_size, self.data_parallel)  # trainer.devices=auto: known only here
             num_stages = self.world_size // self.data_parallel
-            self.layout = layout = pipeline_layout(self.world_size, self.data_parallel, self.global_rank,
-                                                   self.root_device.type)
+            self.layout = layout = pipeline_layout(
+                self.world_size, self.data_parallel, self.global_rank, self.root_device.type
+            )
             stages = split_net(module.net, num_stages)
             self.owners = {f"net.{name}": where for name, where in owners(module.net, stages).items()}
             stage = layout.stage
-            tied = [p for p in stages[stage].parameters()
-                    if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+            tied = [
+                p for p in stages[stage].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1
+            ]
             holders = sorted({i for where in self.owners.values() if len(where) > 1 for i in where})
-            self.loop = PipelineLoop(module, stages[stage], stage, num_stages, self.schedule, self.microbatches,
-                                     group=layout.pp_group, stage_ranks=layout.stage_ranks, tied=tied,
-                                     tied_group=tied_groups(layout, holders, self.data_parallel),
-                                     device=self.root_device, clip_val=self.clip_val,
-                                     clip_algorithm=self.clip_algorithm, net_inputs=net_inputs(module),
-                                     dp_group=layout.dp_group)
+            self.loop = PipelineLoop(
+                module,
+                stages[stage],
+                stage,
+                num_stages,
+                self.schedule,
+                self.microbatches,
+                group=layout.pp_group,
+                stage_ranks=layout.stage_ranks,
+                tied=tied,
+                tied_group=tied_groups(layout, holders, self.data_parallel),
+                device=self.root_device,
+                clip_val=self.clip_val,
+                clip_algorithm=self.clip_algorithm,
+                net_inputs=net_inputs(module),
+                dp_group=layout.dp_group,
+            )
         self.loop.install()
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
@@ -212,13 +237,15 @@ def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:
         group = dist.new_group(holders)
     else:
         group, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
-            [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)])
+            [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)]
+        )
     return group if layout.stage in holders else None
 
 
 @torch.no_grad()
-def sync_full_net(module: torch.nn.Module, owners: dict[str, list[int]], stage_ranks: list[int] | None = None,
-                  group: Any = None) -> None:
+def sync_full_net(
+    module: torch.nn.Module, owners: dict[str, list[int]], stage_ranks: list[int] | None = None, group: Any = None
+) -> None:
     """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it) from its first
     holder in this rank's pipeline (`stage_ranks`: the global rank of each stage; default rank = stage), so that
     every rank holds the whole, current model (a collective: all ranks of `group` call it)."""
@@ -233,8 +260,14 @@ def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = 
     parameter indices on every rank, since every rank's optimizer was built over the whole net), gathered over
     `group` (this rank's pipeline; the whole world by default)."""
     everyone: list[Any] = [None] * num_stages
-    dist.all_gather_object(everyone, {k: {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in s.items()}
-                                      for k, s in state["state"].items()}, group=group)
+    dist.all_gather_object(
+        everyone,
+        {
+            k: {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in s.items()}
+            for k, s in state["state"].items()
+        },
+        group=group,
+    )
     merged: dict[Any, Any] = {}
     for rank_state in everyone:
         merged.update(rank_state)

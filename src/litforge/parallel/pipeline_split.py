@@ -18,8 +18,15 @@ from litforge.core.contracts import PipelineModel
 from litforge.core.errors import ConfigError
 
 # the public batch-norm classes (their common base, nn.modules.batchnorm._BatchNorm, is private)
-BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm, nn.LazyBatchNorm1d,
-               nn.LazyBatchNorm2d, nn.LazyBatchNorm3d)
+BATCH_NORMS = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.LazyBatchNorm1d,
+    nn.LazyBatchNorm2d,
+    nn.LazyBatchNorm3d,
+)
 FIX = "use model=mlp, model=vit or experiment=gpt_char, or strategy=ddp for this model"
 
 
@@ -27,11 +34,15 @@ def split_net(net: nn.Module, num_stages: int) -> list[nn.Module]:
     """The net's `num_stages` stages; one ConfigError line for a net that cannot be split."""
     norms = [name for name, module in net.named_modules() if isinstance(module, BATCH_NORMS)]
     if norms:
-        raise ConfigError(f"strategy=pipeline cannot split {type(net).__name__}: its BatchNorm layers (e.g. "
-                          f"{norms[0]}) would normalise each micro-batch on its own: {FIX}")
+        raise ConfigError(
+            f"strategy=pipeline cannot split {type(net).__name__}: its BatchNorm layers (e.g. "
+            f"{norms[0]}) would normalise each micro-batch on its own: {FIX}"
+        )
     if not isinstance(net, PipelineModel):
-        raise ConfigError(f"strategy=pipeline needs a net that declares pipeline_stages() (model=mlp, model=vit, "
-                          f"model=gpt); {type(net).__name__} does not: {FIX}")
+        raise ConfigError(
+            f"strategy=pipeline needs a net that declares pipeline_stages() (model=mlp, model=vit, "
+            f"model=gpt); {type(net).__name__} does not: {FIX}"
+        )
     stages = list(net.pipeline_stages(num_stages))
     if len(stages) != num_stages:
         raise ValueError(f"{type(net).__name__}.pipeline_stages({num_stages}) returned {len(stages)} stages")

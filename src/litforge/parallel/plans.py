@@ -54,14 +54,18 @@ def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
     """The net's declared plan, checked: every entry names a Linear submodule and a known style."""
     if not isinstance(net, TensorParallelModel):
         missing = ", ".join(f"{m}()" for m in missing_members(net, TensorParallelModel))
-        raise ConfigError(f"tensor parallelism needs a net that declares a tensor_parallel_plan() and "
-                          f"check_tensor_parallel() (model=vit, model=gpt); {type(net).__name__} lacks {missing}: use "
-                          "strategy=fsdp or strategy=ddp for this model")
+        raise ConfigError(
+            f"tensor parallelism needs a net that declares a tensor_parallel_plan() and "
+            f"check_tensor_parallel() (model=vit, model=gpt); {type(net).__name__} lacks {missing}: use "
+            "strategy=fsdp or strategy=ddp for this model"
+        )
     plan = dict(net.tensor_parallel_plan())
     for name, style in plan.items():
         if style not in TP_STYLES or not isinstance(net.get_submodule(name), nn.Linear):
-            raise ValueError(f"{type(net).__name__}.tensor_parallel_plan(): {name}={style!r} must name an nn.Linear "
-                             f"and one of {TP_STYLES}")
+            raise ValueError(
+                f"{type(net).__name__}.tensor_parallel_plan(): {name}={style!r} must name an nn.Linear "
+                f"and one of {TP_STYLES}"
+            )
     return plan
 
 
@@ -89,10 +93,13 @@ def hsdp_mesh(dp_mesh: Any, replicate_size: int) -> Any:
 
     world = dp_mesh.size()
     if world % replicate_size:
-        raise ConfigError(f"strategy.replicate_size={replicate_size} does not divide the {world} data-parallel ranks: "
-                          "use a divisor of trainer.devices x trainer.num_nodes")
-    return init_device_mesh(dp_mesh.device_type, (replicate_size, world // replicate_size),
-                            mesh_dim_names=("replicate", "shard"))
+        raise ConfigError(
+            f"strategy.replicate_size={replicate_size} does not divide the {world} data-parallel ranks: "
+            "use a divisor of trainer.devices x trainer.num_nodes"
+        )
+    return init_device_mesh(
+        dp_mesh.device_type, (replicate_size, world // replicate_size), mesh_dim_names=("replicate", "shard")
+    )
 
 
 def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None = None) -> None:
@@ -107,11 +114,16 @@ def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None =
     tp_mesh, dp_mesh = device_mesh["tensor_parallel"], device_mesh["data_parallel"]
     fsdp_kwargs = dict(fsdp_kwargs or {})
     replicate_size = fsdp_kwargs.pop("replicate_size", 1)
-    if dp_mesh.size() == 1 and tp_mesh.size() > 1 and (set(fsdp_kwargs) - {"reshard_after_forward"} or
-                                not fsdp_kwargs.get("reshard_after_forward", True)):
-        raise ConfigError("strategy.mixed_precision, strategy.reshard_after_forward and strategy.offload act on FSDP2, "
-                          "which runs only over more than one data-parallel rank: use their defaults here, or "
-                          "strategy=fsdp with trainer.devices=2 or more")
+    if (
+        dp_mesh.size() == 1
+        and tp_mesh.size() > 1
+        and (set(fsdp_kwargs) - {"reshard_after_forward"} or not fsdp_kwargs.get("reshard_after_forward", True))
+    ):
+        raise ConfigError(
+            "strategy.mixed_precision, strategy.reshard_after_forward and strategy.offload act on FSDP2, "
+            "which runs only over more than one data-parallel rank: use their defaults here, or "
+            "strategy=fsdp with trainer.devices=2 or more"
+        )
     if tp_mesh.size() > 1:
         apply_tensor_parallel(net, tp_mesh)
     if dp_mesh.size() > 1 or tp_mesh.size() == 1:  # one rank: FSDP2 over a 1-rank mesh (DTensor weights, so

@@ -31,26 +31,39 @@ class ModelParallel(ModelParallelStrategy):
 
     strategy_name = "litforge_model_parallel"
 
-    def __init__(self, *args: Any, mixed_precision: str | None = None, reshard_after_forward: bool = True,
-                 offload: str | None = None, replicate_size: int = 1, meta_init: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        mixed_precision: str | None = None,
+        reshard_after_forward: bool = True,
+        offload: str | None = None,
+        replicate_size: int = 1,
+        meta_init: bool = True,
+        **kwargs: Any,
+    ) -> None:
         import torch
 
         from litforge.core.errors import ConfigError
 
         if mixed_precision not in MIXED_PRECISIONS:
-            raise ConfigError(f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16: "
-                              "e.g. strategy.mixed_precision=bf16")
+            raise ConfigError(
+                f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16: "
+                "e.g. strategy.mixed_precision=bf16"
+            )
         if offload not in (None, "cpu"):
             raise ConfigError(f"strategy.offload={offload!r} is not one of null, cpu: e.g. strategy.offload=null")
         if offload == "cpu" and not torch.cuda.is_available():
             # CPUOffloadPolicy pins host memory, which needs a CUDA driver ("Found no NVIDIA driver" mid-setup)
-            raise ConfigError("strategy.offload=cpu moves sharded parameters to pinned host memory between uses and "
-                              "needs CUDA GPUs; this machine has none: use strategy.offload=null")
+            raise ConfigError(
+                "strategy.offload=cpu moves sharded parameters to pinned host memory between uses and "
+                "needs CUDA GPUs; this machine has none: use strategy.offload=null"
+            )
         if replicate_size > 1 and kwargs.get("tensor_parallel_size", 1) not in (1, "1"):
-            raise ConfigError(f"strategy.replicate_size={replicate_size} (HSDP) with strategy.tensor_parallel_size="
-                              f"{kwargs.get('tensor_parallel_size')} would need a 3-D mesh, which litforge does not "
-                              "build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp")
+            raise ConfigError(
+                f"strategy.replicate_size={replicate_size} (HSDP) with strategy.tensor_parallel_size="
+                f"{kwargs.get('tensor_parallel_size')} would need a 3-D mesh, which litforge does not "
+                "build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp"
+            )
         super().__init__(*args, **kwargs)
         self.sharded_saves = bool(kwargs.get("save_distributed_checkpoint", True))
         self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
@@ -93,8 +106,8 @@ class ModelParallel(ModelParallelStrategy):
         from pathlib import Path
 
         from litforge.checkpointing.io import fsync_directory
-        from litforge.parallel.consolidate import META
         from litforge.checkpointing.resume import previous_of
+        from litforge.parallel.consolidate import META
 
         target = Path(self.broadcast(str(filepath)))
         partial = target.with_name(f".{target.name}.partial")
@@ -125,8 +138,10 @@ class ModelParallel(ModelParallelStrategy):
         if self.replicate_size > 1 and world % self.replicate_size:
             from litforge.core.errors import ConfigError
 
-            raise ConfigError(f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
-                              "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes")
+            raise ConfigError(
+                f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
+                "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes"
+            )
         super().setup_environment()
 
 
@@ -154,10 +169,12 @@ class LocalSGD(DDPStrategy):
         # post_local_gradient_allreduce=False: after warm-up each rank uses its own gradients (no per-node subgroup,
         # which torch would size from the CUDA device count); the averager is then the only communication.
         # process_group=None: the default group, created later by setup_distributed.
-        self.comm_state = PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=warmup_steps,
-                                            post_local_gradient_allreduce=False)
-        super().__init__(model_averaging_period=period, ddp_comm_state=self.comm_state,
-                         ddp_comm_hook=post_localSGD_hook, **kwargs)
+        self.comm_state = PostLocalSGDState(
+            process_group=None, subgroup=None, start_localSGD_iter=warmup_steps, post_local_gradient_allreduce=False
+        )
+        super().__init__(
+            model_averaging_period=period, ddp_comm_state=self.comm_state, ddp_comm_hook=post_localSGD_hook, **kwargs
+        )
         self.warmup_steps = warmup_steps
 
     def configure_ddp(self) -> None:

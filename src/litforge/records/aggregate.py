@@ -140,8 +140,7 @@ def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[
     names = sorted({name for g in groups for name in g.metrics})
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["configuration", "runs", "failed", "seeds",
-                     *[f"{n}_{s}" for n in names for s in ("mean", "std")]])
+    writer.writerow(["configuration", "runs", "failed", "seeds", *[f"{n}_{s}" for n in names for s in ("mean", "std")]])
     for g in groups:
         cells = []
         for name in names:
@@ -162,8 +161,12 @@ def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m litforge.records.aggregate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="a sweep folder, run folders, or folders above them")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for aggregate.csv/.md (default: the one folder given, else the current one)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for aggregate.csv/.md (default: the one folder given, else the current one)",
+    )
     parser.add_argument("--metrics", nargs="*", default=None, help="only these metrics (default: all)")
     args = parser.parse_args(argv)
 
@@ -183,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     header, rows = table(groups)
-    view = Table(title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold")
+    view = Table(
+        title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold"
+    )
     for i, name in enumerate(header):
         view.add_column(name, justify="left" if i in (0, 3) else "right", overflow="fold")
     for row in rows:

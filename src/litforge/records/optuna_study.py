@@ -22,8 +22,9 @@ def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
 
     key = str(name).lower()
     if key not in PRUNERS:
-        raise ValueError(f"hydra.sweeper.pruner={name!r}: use one of {', '.join(PRUNERS)} "
-                         "(e.g. hydra.sweeper.pruner=median)")
+        raise ValueError(
+            f"hydra.sweeper.pruner={name!r}: use one of {', '.join(PRUNERS)} (e.g. hydra.sweeper.pruner=median)"
+        )
     if key == "none":  # pruning off: pruner_args (e.g. a search config's median settings) do not apply
         return optuna.pruners.NopPruner()
     cls = getattr(optuna.pruners, PRUNERS[key])
@@ -31,8 +32,9 @@ def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
         return cls(**dict(args or {}))
     except TypeError as exc:
         accepted = ", ".join(p for p in inspect.signature(cls).parameters if p != "self") or "none"
-        raise ValueError(f"hydra.sweeper.pruner_args for pruner={key}: {exc}; {cls.__name__} takes: {accepted}") \
-            from None
+        raise ValueError(
+            f"hydra.sweeper.pruner_args for pruner={key}: {exc}; {cls.__name__} takes: {accepted}"
+        ) from None
 
 
 def study_storage(url: str) -> Any:

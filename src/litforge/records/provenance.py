@@ -41,6 +41,7 @@ def git_state(root: Path = SOURCE_ROOT) -> dict[str, Any]:
     `diff` is `git diff HEAD` (tracked files, staged or not); `dirty` also counts untracked files that git does
     not ignore, which the diff cannot hold: their names are listed under `untracked`.
     """
+
     def git(*args: str) -> str | None:
         try:
             proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
@@ -53,8 +54,13 @@ def git_state(root: Path = SOURCE_ROOT) -> dict[str, Any]:
         return {"commit": None, "branch": None, "dirty": None, "diff": "", "untracked": []}
     status = git("status", "--porcelain", "--untracked-files=normal") or ""
     untracked = [line[3:] for line in status.splitlines() if line.startswith("??")]
-    return {"commit": commit.strip(), "branch": (git("rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None,
-            "dirty": bool(status.strip()), "diff": git("diff", "HEAD") or "", "untracked": untracked}
+    return {
+        "commit": commit.strip(),
+        "branch": (git("rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None,
+        "dirty": bool(status.strip()),
+        "diff": git("diff", "HEAD") or "",
+        "untracked": untracked,
+    }
 
 
 def environment() -> dict[str, Any]:
@@ -117,8 +123,14 @@ def collect(root: Path = SOURCE_ROOT) -> tuple[dict[str, Any], str]:
     """(the provenance record, the diff text) for a run starting now."""
     git = git_state(root)
     diff = git.pop("diff")
-    record = {"start": now(), "end": None, "status": "running", "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-              "git": git, **environment()}
+    record = {
+        "start": now(),
+        "end": None,
+        "status": "running",
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "git": git,
+        **environment(),
+    }
     return record, diff
 
 

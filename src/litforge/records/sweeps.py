@@ -34,8 +34,7 @@ class SweepSummary(Callback):
         if hydra_cfg.mode != RunMode.MULTIRUN:
             return
         job_dir = Path(hydra_cfg.runtime.output_dir)
-        record = job_record(job_dir, list(job_return.overrides or []), job_return.status.name,
-                            _error_text(job_return))
+        record = job_record(job_dir, list(job_return.overrides or []), job_return.status.name, _error_text(job_return))
         atomic_write(job_dir / RESULT_FILE, json.dumps(record, indent=2))
         records = write_summary(Path(hydra_cfg.sweep.dir))
         if record["status"] != "COMPLETED":
@@ -83,14 +82,23 @@ def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
         return records
     metric_names = sorted({name for r in records for name in r.get("metrics", {})})
     header = ["job", "status", "overrides", *metric_names, "error"]
-    rows = [[r["job"], r["status"], " ".join(o for o in r["overrides"] if not o.startswith(PLUMBING_OVERRIDES)),
-             *[_fmt(r.get("metrics", {}).get(m)) for m in metric_names], (r.get("error") or "")[:200]]
-            for r in records]
+    rows = [
+        [
+            r["job"],
+            r["status"],
+            " ".join(o for o in r["overrides"] if not o.startswith(PLUMBING_OVERRIDES)),
+            *[_fmt(r.get("metrics", {}).get(m)) for m in metric_names],
+            (r.get("error") or "")[:200],
+        ]
+        for r in records
+    ]
     buffer = io.StringIO()
     csv.writer(buffer).writerows([header, *rows])
     atomic_write(sweep_dir / "summary.csv", buffer.getvalue())
     objective = next((r["objective"] for r in records if r.get("objective")), None)
-    title = f"Sweep summary, best first by {objective['metric']} ({objective['mode']})" if objective else "Sweep summary"
+    title = (
+        f"Sweep summary, best first by {objective['metric']} ({objective['mode']})" if objective else "Sweep summary"
+    )
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     atomic_write(sweep_dir / "summary.md", "\n".join(lines) + "\n")
@@ -128,9 +136,12 @@ def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_
     import sys
 
     failed = sum(r.get("status") not in ("COMPLETED", PRUNED) for r in records)
-    print(f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"
-          f"litforge: {failed} of {len(records)} jobs failed so far; the other jobs go on. Results of every job: "
-          f"{sweep_dir / 'summary.md'}", file=sys.stderr)
+    print(
+        f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"
+        f"litforge: {failed} of {len(records)} jobs failed so far; the other jobs go on. Results of every job: "
+        f"{sweep_dir / 'summary.md'}",
+        file=sys.stderr,
+    )
 
 
 def _fmt(value: Any) -> str:

@@ -67,9 +67,16 @@ class MLflowLogger(MLFlowLogger):
 
     tracker = "mlflow"  # the key of this tracker's run id in a checkpoint, and its `logger=` option's name
 
-    def __init__(self, tracking_uri: str | None = None, store_dir: str = "logs", experiment_name: str = "train",
-                 run_dir: str | None = None, run_name: str | None = None, run_id: str | None = None,
-                 tags: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        store_dir: str = "logs",
+        experiment_name: str = "train",
+        run_dir: str | None = None,
+        run_name: str | None = None,
+        run_id: str | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> None:
         artifact_location = None
         run_name = run_name or (Path(run_dir).name if run_dir else None)
         tags = {**(tags or {}), **({"litforge_run_dir": str(Path(run_dir).resolve())} if run_dir else {})}
@@ -79,8 +86,15 @@ class MLflowLogger(MLFlowLogger):
             tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
             artifact_location = (store / "mlartifacts").as_uri()
         resumed = bool(run_id) and reopen(tracking_uri, str(run_id))
-        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
-                         artifact_location=artifact_location, run_id=run_id if resumed else None, log_model=False)
+        super().__init__(
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tracking_uri=tracking_uri,
+            tags=tags,
+            artifact_location=artifact_location,
+            run_id=run_id if resumed else None,
+            log_model=False,
+        )
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
         self.resumed = resumed
 
@@ -94,26 +108,36 @@ class MLflowLogger(MLFlowLogger):
 
         if not is_rank_zero():
             return
-        config = self.run_config if self.run_config is not None else (
-            dict(params) if isinstance(params, Mapping) else vars(params))
-        flat = {key: "null" if value is None else str(value)[:MAX_PARAM_VAL_LENGTH]
-                for key, value in flatten(config).items()}
+        config = (
+            self.run_config
+            if self.run_config is not None
+            else (dict(params) if isinstance(params, Mapping) else vars(params))
+        )
+        flat = {
+            key: "null" if value is None else str(value)[:MAX_PARAM_VAL_LENGTH]
+            for key, value in flatten(config).items()
+        }
         if self.resumed:
             logged = self.experiment.get_run(self.run_id).data.params
             changed = sorted(k for k in flat if k in logged and logged[k] != flat[k])
             if changed:
-                log.info("MLflow run %s keeps its first values of %s (params cannot change)", self.run_id,
-                         ", ".join(changed))
+                log.info(
+                    "MLflow run %s keeps its first values of %s (params cannot change)", self.run_id, ", ".join(changed)
+                )
             flat = {k: v for k, v in flat.items() if k not in logged}
         items = [Param(key=k, value=v) for k, v in flat.items()]
         for start in range(0, len(items), PARAM_CHUNK):
-            self.experiment.log_batch(run_id=self.run_id, params=items[start:start + PARAM_CHUNK])
+            self.experiment.log_batch(run_id=self.run_id, params=items[start : start + PARAM_CHUNK])
 
     def log_run_files(self, run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         """The config, the provenance (and diff) and the best checkpoint's path as artifacts; the commit as a tag."""
         client, run_id = self.experiment, self.run_id
-        for path in (run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml", run_dir / FILE,
-                     run_dir / DIFF_FILE):
+        for path in (
+            run_dir / ".hydra" / "config.yaml",
+            run_dir / ".hydra" / "overrides.yaml",
+            run_dir / FILE,
+            run_dir / DIFF_FILE,
+        ):
             if path.is_file():
                 client.log_artifact(run_id, str(path))
         best = result.get("best_checkpoint") or result.get("last_checkpoint")
@@ -133,11 +157,26 @@ class WandbLogger(LightningWandbLogger):
 
     tracker = "wandb"  # the key of this tracker's run id in a checkpoint, and its `logger=` option's name
 
-    def __init__(self, save_dir: str = ".", project: str = "train", offline: bool = True, run_id: str | None = None,
-                 run_name: str | None = None, log_model: bool | Literal["all"] = False, **kwargs: Any) -> None:
-        super().__init__(name=run_name, save_dir=save_dir, project=project, offline=offline, id=run_id,
-                         # validated config string; WandbLogger wants Literal['all']
-                         log_model=log_model, **kwargs)  # Lightning passes id= with resume="allow" to wandb.init
+    def __init__(
+        self,
+        save_dir: str = ".",
+        project: str = "train",
+        offline: bool = True,
+        run_id: str | None = None,
+        run_name: str | None = None,
+        log_model: bool | Literal["all"] = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=run_name,
+            save_dir=save_dir,
+            project=project,
+            offline=offline,
+            id=run_id,
+            # validated config string; WandbLogger wants Literal['all']
+            log_model=log_model,
+            **kwargs,
+        )  # Lightning passes id= with resume="allow" to wandb.init
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
 
     def log_hyperparams(self, params: Any) -> None:
@@ -154,8 +193,12 @@ class WandbLogger(LightningWandbLogger):
         """The config, overrides, provenance (and diff) as run files; the best checkpoint's path and the commit in
         the summary."""
         run = self.experiment
-        for path in (run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml", run_dir / FILE,
-                     run_dir / DIFF_FILE):
+        for path in (
+            run_dir / ".hydra" / "config.yaml",
+            run_dir / ".hydra" / "overrides.yaml",
+            run_dir / FILE,
+            run_dir / DIFF_FILE,
+        ):
             if path.is_file():
                 run.save(str(path), base_path=str(run_dir), policy="now")
         best = result.get("best_checkpoint") or result.get("last_checkpoint")

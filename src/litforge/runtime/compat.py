@@ -125,8 +125,10 @@ def skip_sigterm_broadcast(trainer: Any) -> None:
     if "_broadcast_sigterm_tensor" in vars(epoch_loop):  # already replaced by agree_on_sigterm_every (the SIGTERM
         return  # checkpoint callback): its rare agreement stays, or a SIGTERM would never stop this rank
     if not callable(getattr(type(epoch_loop), "_broadcast_sigterm_tensor", None)):
-        raise RuntimeError("litforge.runtime.compat.skip_sigterm_broadcast: Lightning's _TrainingEpochLoop has no "
-                           "_broadcast_sigterm_tensor any more; see the entry's docstring")
+        raise RuntimeError(
+            "litforge.runtime.compat.skip_sigterm_broadcast: Lightning's _TrainingEpochLoop has no "
+            "_broadcast_sigterm_tensor any more; see the entry's docstring"
+        )
 
     def local_sigterm_check() -> None:
         if getattr(trainer, "received_sigterm", False):
@@ -201,7 +203,8 @@ def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
         import logging
 
         logging.getLogger("pytorch_lightning").info(
-            rank_prefixed_message(f"Received SIGTERM: {signum}", trainer.local_rank))
+            rank_prefixed_message(f"Received SIGTERM: {signum}", trainer.local_rank)
+        )
         if not (pending[0] or connector.received_sigterm) and trainer.strategy.launcher is not None:
             trainer.strategy.launcher.kill(signum)
         if several_ranks():

@@ -39,7 +39,7 @@ class StepLosses:
         values = flat.tolist()  # the one device->host copy
         offset = 0
         for where, tensor in pending:
-            self.unchecked.append((where, values[offset:offset + tensor.numel()]))
+            self.unchecked.append((where, values[offset : offset + tensor.numel()]))
             offset += tensor.numel()
         return self.unchecked[-1][1]
 

@@ -45,8 +45,9 @@ class HangWatchdog:
     code that handles SIGTERM and means to go on, e.g. a test process).
     """
 
-    def __init__(self, grace_s: float, *, key: str = "callbacks.checkpoint_on_signal.hang_grace",
-                 log_file: str | None = None) -> None:
+    def __init__(
+        self, grace_s: float, *, key: str = "callbacks.checkpoint_on_signal.hang_grace", log_file: str | None = None
+    ) -> None:
         self.grace_s = float(grace_s)
         self.key = key  # named in the message, so the user knows what to raise
         self.log_file = log_file
@@ -108,9 +109,11 @@ class HangWatchdog:
             self._end()
 
     def _end(self) -> None:
-        line = (f"litforge: error: still running {self.grace_s:g} s after SIGTERM, so it is stuck where the stacks "
-                f"below show (e.g. a collective another rank never joined); ending it with exit code {EXIT_CODE}. "
-                f"Checkpoints and logs are kept; give the normal stop more time with {self.key}=<seconds>\n")
+        line = (
+            f"litforge: error: still running {self.grace_s:g} s after SIGTERM, so it is stuck where the stacks "
+            f"below show (e.g. a collective another rank never joined); ending it with exit code {EXIT_CODE}. "
+            f"Checkpoints and logs are kept; give the normal stop more time with {self.key}=<seconds>\n"
+        )
         _dump(sys.stderr, line)
         if self.log_file:
             try:

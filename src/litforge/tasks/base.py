@@ -15,11 +15,11 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from litforge.runtime.compat import attached_trainer, logs_this_step, refresh_initial_hparams
-from litforge.core.errors import ConfigError
-from litforge.runtime.host_reads import StepLosses, Where, host_scalar
 from litforge.config.instantiate import call_partial
+from litforge.core.errors import ConfigError
 from litforge.loops.steps_per_call import optimizer_steps_in_run
+from litforge.runtime.compat import attached_trainer, logs_this_step, refresh_initial_hparams
+from litforge.runtime.host_reads import StepLosses, Where, host_scalar
 
 CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
 
@@ -59,8 +59,13 @@ class LitforgeTask(pl.LightningModule):
     #: what `datamodule.kind` this task consumes; checked before training so a wrong pair fails early
     data_kind: str = "image"
 
-    def __init__(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None = None,
-                 run_config: dict[str, Any] | None = None, lr_scaling: str = "none") -> None:
+    def __init__(
+        self,
+        optimizer: dict[str, Any],
+        scheduler: dict[str, Any] | None = None,
+        run_config: dict[str, Any] | None = None,
+        lr_scaling: str = "none",
+    ) -> None:
         super().__init__()
         self.optimizer_cfg = optimizer
         self.scheduler_cfg = scheduler or None
@@ -103,8 +108,12 @@ class LitforgeTask(pl.LightningModule):
         sampler = trainer.distributed_sampler_kwargs if trainer is not None else None
         return int(sampler["num_replicas"]) if sampler else 1
 
-    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
         """Clip by the global norm of every gradient when some are sharded (fsdp, tp, fsdp_tp, hsdp): torch's
         `clip_grad_norm_`, which Lightning calls, fails on a mix of DTensor and plain gradients or of two meshes
         (litforge.parallel.clipping). Unsharded runs keep Lightning's own clipping."""
@@ -194,8 +203,14 @@ class LitforgeTask(pl.LightningModule):
         self.step_losses.keep(loss, where)
         if self.logs_this_step():
             values = self.step_losses.read()
-            self.log("train/loss", host_scalar(sum(values) / len(values)), on_step=True, on_epoch=False,
-                     prog_bar=True, batch_size=len(batch[0]))
+            self.log(
+                "train/loss",
+                host_scalar(sum(values) / len(values)),
+                on_step=True,
+                on_epoch=False,
+                prog_bar=True,
+                batch_size=len(batch[0]),
+            )
 
     # ---- logging ---------------------------------------------------------------------------------------------------
     def logs_this_step(self) -> bool:
@@ -239,8 +254,10 @@ class LitforgeTask(pl.LightningModule):
 # back its own. Lightning's Trainer saves no RNG state at all (only Fabric's seed helpers collect one process's).
 def _rng_state(device: torch.device) -> dict[str, Any]:
     """This process's CPU generator and, on a GPU, the generator of its own device (not every visible device's)."""
-    return {"torch": torch.get_rng_state(),
-            "device": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+    return {
+        "torch": torch.get_rng_state(),
+        "device": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
 
 
 def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:

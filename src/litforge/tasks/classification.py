@@ -10,9 +10,9 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpointing.load import load_checkpoint
-from litforge.runtime.compat import attached_trainer
 from litforge.models import transfer
 from litforge.models.factory import build_net
+from litforge.runtime.compat import attached_trainer
 from litforge.tasks.base import LitforgeTask, build_loss
 from litforge.tasks.mixing import build_mixer
 
@@ -85,7 +85,7 @@ class ClassificationTask(LitforgeTask):
         """
         checkpoint = load_checkpoint(path)
         prefix = "net."
-        weights = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+        weights = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
         from litforge.parallel.meta_init import shard_like
 
         fresh = transfer.load_backbone(self.net, shard_like(self.net, weights), path)  # sharded net: slices

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from litforge.data.gym import env_state, load_env_state
 from litforge.core.errors import ConfigError
-from litforge.runtime.host_reads import host_scalar
+from litforge.data.gym import env_state, load_env_state
 from litforge.models.factory import build_net
+from litforge.runtime.host_reads import host_scalar
 from litforge.tasks.base import LitforgeTask, build_loss
 
 REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
@@ -57,8 +57,10 @@ class DQNTask(LitforgeTask):
         self.save_hyperparameters(ignore=["run_config"])
         # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.config.validation (task.*)
         if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
-            raise ConfigError(f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
-                              "use loss=huber (experiment=cartpole_dqn sets it)")
+            raise ConfigError(
+                f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
+                "use loss=huber (experiment=cartpole_dqn sets it)"
+            )
         self.net = build_net(net, observation_size=observation_size, num_actions=num_actions)
         self.target_net = copy.deepcopy(self.net).requires_grad_(False)  # frozen: never reaches the optimizer
         self.loss_fn: nn.Module = build_loss(loss, nn.HuberLoss)
@@ -123,17 +125,22 @@ class DQNTask(LitforgeTask):
     def acting_state(self) -> dict[str, Any]:
         """The training env mid-episode (None for an env `env_state` cannot read), its observation, the episode's
         return so far, the env step count and the exploration generator."""
-        return {"env": None if self.env is None else env_state(self.env),
-                "obs": torch.tensor(self.obs) if self.obs is not None else None,  # a copy
-                "episode_return": self.episode_return, "env_steps": self.env_steps,
-                "explore": self.explore.get_state()}
+        return {
+            "env": None if self.env is None else env_state(self.env),
+            "obs": torch.tensor(self.obs) if self.obs is not None else None,  # a copy
+            "episode_return": self.episode_return,
+            "env_steps": self.env_steps,
+            "explore": self.explore.get_state(),
+        }
 
     def restore_acting(self, saved: dict[str, Any]) -> None:
         self.explore.set_state(saved["explore"])
         self.env_steps = int(saved["env_steps"])
         if saved["env"] is None or saved["obs"] is None:
-            log.warning("DQN resume: %s keeps no state litforge can save; the training env starts a new episode",
-                        type(self.env.unwrapped).__name__ if self.env is not None else "the env")
+            log.warning(
+                "DQN resume: %s keeps no state litforge can save; the training env starts a new episode",
+                type(self.env.unwrapped).__name__ if self.env is not None else "the env",
+            )
             return
         load_env_state(self.env, saved["env"])
         self.obs, self.episode_return = saved["obs"].numpy(), float(saved["episode_return"])

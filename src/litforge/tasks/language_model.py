@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
-from litforge.runtime.host_reads import host_scalar
 from litforge.models.factory import build_net
+from litforge.runtime.host_reads import host_scalar
 from litforge.tasks.base import LitforgeTask, build_loss
 
 Batch = tuple[Tensor, Tensor, Tensor]  # inputs, next-token targets, document ids (all B x T)
@@ -85,8 +85,9 @@ class LanguageModelTask(LitforgeTask):
         if unknown:
             from litforge.core.errors import ConfigError
 
-            raise ConfigError(f"the prompt has characters the model never saw: {unknown}; use only characters of "
-                              "its training text")
+            raise ConfigError(
+                f"the prompt has characters the model never saw: {unknown}; use only characters of its training text"
+            )
         return torch.tensor([index[c] for c in text], dtype=torch.int64)
 
     def decode(self, ids: list[int]) -> str:
@@ -94,8 +95,14 @@ class LanguageModelTask(LitforgeTask):
             return bytes(ids).decode("utf-8", errors="replace")
         return "".join(self.vocab[i] for i in ids)
 
-    def generate_text(self, prompt: str = "", max_new_tokens: int = 200, temperature: float = 0.8,
-                      top_k: int | None = None, seed: int | None = None) -> str:
+    def generate_text(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int | None = None,
+    ) -> str:
         """Sample a continuation of `prompt` (an empty prompt starts from a newline, or token 0)."""
         if prompt:
             start = self.encode(prompt)
@@ -107,4 +114,4 @@ class LanguageModelTask(LitforgeTask):
         # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
         out = self.net.generate(start.to(self.device).unsqueeze(0), max_new_tokens, temperature, top_k, generator)  # type: ignore[operator]
         self.train(was_training)
-        return prompt + self.decode(out[0, len(start):].tolist())
+        return prompt + self.decode(out[0, len(start) :].tolist())

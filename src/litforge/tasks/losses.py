@@ -53,7 +53,9 @@ class FocalLoss(nn.Module):
         self.scale = float(alpha) if isinstance(alpha, (int, float)) else 1.0
         # not persistent: the weights come from the config, so checkpoints must not pin (or clash with) them
         # a sequence of per-class weights (Hydra may pass a ListConfig) becomes the buffer; a number is `scale`
-        class_alpha = None if alpha is None or isinstance(alpha, (int, float)) else torch.tensor([float(a) for a in alpha])
+        class_alpha = (
+            None if alpha is None or isinstance(alpha, (int, float)) else torch.tensor([float(a) for a in alpha])
+        )
         self.register_buffer("alpha", class_alpha, persistent=False)
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:

@@ -19,21 +19,26 @@ from litforge.core.errors import ConfigError
 MIXES = {"mixup": "MixUp", "cutmix": "CutMix"}  # task.mix → torchvision.transforms.v2 class
 
 
-def build_mixer(mix: str, alpha: float, num_classes: int,
-                loss_fn: nn.Module) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+def build_mixer(
+    mix: str, alpha: float, num_classes: int, loss_fn: nn.Module
+) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
     """The v2 transform for `task.mix`, or None for `none`; called as `images, soft = mixer(images, labels)`."""
     if mix == "none":
         return None
     if mix not in MIXES:
         raise ConfigError(f"task.mix={mix!r} is not one of none, mixup, cutmix; e.g. task.mix=mixup")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
-        raise ConfigError(f"task.mix_alpha={alpha!r} must be a number > 0 (the Beta(alpha, alpha) of the mixing "
-                          f"factor), e.g. task.mix_alpha=0.2")
+        raise ConfigError(
+            f"task.mix_alpha={alpha!r} must be a number > 0 (the Beta(alpha, alpha) of the mixing "
+            f"factor), e.g. task.mix_alpha=0.2"
+        )
     from litforge.tasks.losses import FocalLoss
 
     if not isinstance(loss_fn, (nn.CrossEntropyLoss, FocalLoss)):
-        raise ConfigError(f"task.mix={mix} gives soft targets, which the loss {type(loss_fn).__name__} does not "
-                          f"take: pass loss=cross_entropy (or label_smoothing, focal), or task.mix=none")
+        raise ConfigError(
+            f"task.mix={mix} gives soft targets, which the loss {type(loss_fn).__name__} does not "
+            f"take: pass loss=cross_entropy (or label_smoothing, focal), or task.mix=none"
+        )
     from torchvision.transforms import v2  # imported only when asked: importing torchvision takes seconds
 
     return getattr(v2, MIXES[mix])(alpha=float(alpha), num_classes=num_classes)

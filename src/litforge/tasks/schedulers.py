@@ -36,8 +36,15 @@ class WarmupCosine(LRScheduler):
     starts), and the last of the T steps runs just above `eta_min`. W=0 is a plain cosine decay.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int | None = None,
-                 warmup_fraction: float = 0.05, eta_min: float = 0.0, last_epoch: int = -1) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        total_steps: int,
+        warmup_steps: int | None = None,
+        warmup_fraction: float = 0.05,
+        eta_min: float = 0.0,
+        last_epoch: int = -1,
+    ) -> None:
         self.total_steps = int(total_steps)
         self.warmup_steps = warmup_length(self.total_steps, warmup_steps, float(warmup_fraction))
         self.eta_min = float(eta_min)
@@ -59,7 +66,7 @@ class WarmupCosine(LRScheduler):
 
     def get_lr(self) -> list[float | Tensor]:
         step = self.last_epoch
-        for group in self.optimizer.param_groups[len(self.base_lrs):]:
+        for group in self.optimizer.param_groups[len(self.base_lrs) :]:
             # a group added mid-run (callbacks=finetune unfreezes the backbone): it joins the curve where it is now,
             # its lr at this moment taken as its point on the curve (torch's schedulers would leave it unscheduled)
             previous = max(0, step - 1)
