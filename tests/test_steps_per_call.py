@@ -142,3 +142,67 @@ def test_nonfinite_guard_names_the_exact_step_inside_a_batch_of_steps():
     guard.on_train_batch_start(trainer, None, None, 3)
     with pytest.raises(TrainingStopped, match="loss became nan at step 42 "):
         guard.on_train_batch_end(trainer, None, {"loss": torch.tensor([0.5, 0.4, float("nan"), float("nan")])}, None, 3)
+
+
+USER_TASK = '''
+from litforge.tasks.classification import ClassificationTask
+
+
+class LoudTask(ClassificationTask):
+    """A user's task whose training_step does more than step_loss: a loop must not skip it."""
+
+    def training_step(self, batch, batch_idx):
+        print("user training_step ran")
+        return super().training_step(batch, batch_idx)
+'''
+
+
+def test_own_training_step_is_named_and_litforges_own_is_not():
+    from litforge.core.contracts import own_training_step
+    from litforge.tasks.classification import ClassificationTask
+    from litforge.tasks.language_model import LanguageModelTask
+
+    namespace: dict = {}
+    exec(USER_TASK, namespace)  # noqa: S102 - the user's module, as the CLI test below writes it
+    loud = namespace["LoudTask"].__new__(namespace["LoudTask"])
+    assert own_training_step(loud) is not None and own_training_step(loud).endswith("LoudTask")
+    for cls in (ClassificationTask, LanguageModelTask):
+        assert own_training_step(cls.__new__(cls)) is None, cls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [["steps_per_call=4"]])
+def test_steps_per_call_refuses_a_task_that_overrides_training_step_in_one_line(tmp_path, overrides):
+    """The user's training_step is not bypassed silently: one `litforge: error:` line naming the class and the fix."""
+    import os
+
+    from conftest import run_cli
+
+    (tmp_path / "user_tasks.py").write_text(USER_TASK)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    result = run_cli(
+        "train.py",
+        "task._target_=user_tasks.LoudTask",
+        "trainer.max_epochs=1",
+        *overrides,
+        log_dir=tmp_path / "logs",
+        env=env,
+        fresh_process=True,
+    )
+    assert result.returncode == 1, result.output[-2000:]
+    errors = [line for line in result.output.splitlines() if line.startswith("litforge: error:")]
+    assert len(errors) == 1, result.output[-2000:]
+    assert "user_tasks.LoudTask overrides training_step" in errors[0] and "step_loss" in errors[0], errors[0]
+    assert "Traceback" not in result.output and "user training_step ran" not in result.output
+
+
+def test_the_pipeline_loop_refuses_a_task_that_overrides_training_step():
+    from types import SimpleNamespace
+
+    from litforge.loops.pipeline import PipelineLoop
+
+    namespace: dict = {}
+    exec(USER_TASK, namespace)  # noqa: S102
+    loud = namespace["LoudTask"].__new__(namespace["LoudTask"])
+    with pytest.raises(ConfigError, match=r"strategy=pipeline .*LoudTask overrides training_step: move that code"):
+        PipelineLoop.install(SimpleNamespace(task=loud))  # type: ignore[arg-type]

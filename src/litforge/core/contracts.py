@@ -104,6 +104,24 @@ class SteppableTask(Task, Protocol):
         ...
 
 
+def steps_through_step_loss(training_step: Any) -> Any:
+    """Mark a `training_step` that is only `step_loss(batch)` plus logging, so loop helpers may drive `step_loss`
+    themselves in its place (litforge's base task marks its own)."""
+    training_step.steps_through_step_loss = True
+    return training_step
+
+
+def own_training_step(task: Any) -> str | None:
+    """The class that gives `task` a `training_step` of its own (one not marked by :func:`steps_through_step_loss`),
+    or None. A loop that replaces `training_step` by calls to `step_loss` would silently skip that code, so it
+    refuses such a task instead."""
+    method = getattr(type(task), "training_step", None)
+    if method is None or getattr(method, "steps_through_step_loss", False):
+        return None
+    owner = next((c for c in type(task).__mro__ if "training_step" in vars(c)), type(task))
+    return f"{owner.__module__}.{owner.__qualname__}"
+
+
 @runtime_checkable
 class Model(Protocol):
     """A net: a plain `torch.nn.Module`, no Lightning, taking the shape keywords it needs in its constructor.

@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from litforge.core.contracts import own_training_step
+from litforge.core.errors import ConfigError
 from litforge.runtime.compat import counted_optimizer_step
 
 SCHEDULES = ("gpipe", "1f1b")  # strategy.schedule
@@ -106,6 +108,11 @@ class PipelineLoop:
     def install(self) -> None:
         """Manual optimization, and the task's steps replaced on the instance by this loop's (idempotent)."""
         task = self.task
+        if owner := own_training_step(task):
+            raise ConfigError(
+                f"strategy=pipeline drives the task's step_loss(batch) per micro-batch in place of its training_step, "
+                f"but {owner} overrides training_step: move that code into step_loss, or use another strategy"
+            )
         task.automatic_optimization = False
         for name in ("validation_step", "test_step"):
             if name not in self._originals:

@@ -32,7 +32,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from litforge.core.contracts import StatefulLoader, SteppableTask
+from litforge.core.contracts import StatefulLoader, SteppableTask, own_training_step
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import advance_logger_step, counted_optimizer_step
 
@@ -345,6 +345,11 @@ def install(
         raise ConfigError(
             f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
             f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}"
+        )
+    if owner := own_training_step(task):
+        raise ConfigError(
+            f"steps_per_call={steps} drives the task's step_loss(batch) in place of its training_step, but {owner} "
+            f"overrides training_step: move that code into step_loss, or {fix}"
         )
     if not isinstance(getattr(datamodule, "batch_size", None), int):
         raise ConfigError(

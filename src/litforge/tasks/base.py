@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from litforge.config.instantiate import call_partial
+from litforge.core.contracts import steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 from litforge.runtime.compat import attached_trainer, logs_this_step, refresh_initial_hparams
@@ -177,6 +178,7 @@ class LitforgeTask(pl.LightningModule):
         return max(1, trainer.max_epochs)
 
     # ---- training: one optimizer step per batch, from the task's per-step loss ----------------------------------
+    @steps_through_step_loss
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """One optimizer step on `batch`, from the task's `step_loss(batch)`: the loss of one step (updating the
         training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
