@@ -25,37 +25,51 @@ def _renamed(entry: str, what: str) -> str:
 
 
 # ---- every private name compat relies on still exists -------------------------------------------------------------
-def test_lightning_trainer_attachment_and_logging_decision():
-    from pytorch_lightning import LightningModule
+def test_lightning_logging_decision():
     from pytorch_lightning.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 
-    from litforge.runtime import compat
-
-    assert "_trainer" in inspect.getsource(LightningModule.__init__), _renamed(
-        "attached_trainer", "LightningModule._trainer"
-    )
     assert isinstance(getattr(_LoggerConnector, "should_update_logs", None), property), _renamed(
         "logs_this_step", "_LoggerConnector.should_update_logs"
     )
-    assert compat.attached_trainer(LightningModule()) is None
 
 
-def test_lightning_initial_hparams_copy():
+def test_the_public_trainer_property_answers_none_when_detached():
+    """tasks.base.attached_trainer relies on Lightning's `trainer` property raising RuntimeError when detached."""
     from pytorch_lightning import LightningModule
 
-    from litforge.runtime import compat
+    from litforge.tasks.base import attached_trainer
 
-    class Module(LightningModule):
+    assert attached_trainer(LightningModule()) is None
+
+
+def test_loggers_record_the_hparams_as_fit_starts():
+    """core.hparams overrides the public `hparams_initial`, the property Lightning's loggers read at fit start."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.loggers import CSVLogger
+
+    from litforge.core.hparams import HparamsAtFitStart
+
+    class Module(HparamsAtFitStart, pl.LightningModule):
         def __init__(self, lr: float = 0.1) -> None:
             super().__init__()
             self.save_hyperparameters()
 
     module = Module()
-    assert hasattr(module, "_hparams_initial"), _renamed("refresh_initial_hparams", "LightningModule._hparams_initial")
-    module.hparams["lr"] = 0.5
-    assert module.hparams_initial["lr"] == 0.1  # Lightning logs its copy, not the changed hparams
-    compat.refresh_initial_hparams(module)
-    assert module.hparams_initial["lr"] == 0.5, _renamed("refresh_initial_hparams", "hparams_initial's source")
+    module.hparams["lr"] = 0.5  # what a finder does before fit
+    assert module.hparams_initial["lr"] == 0.5
+    logged = {}
+
+    class Recording(CSVLogger):
+        def log_hyperparams(self, params, *args, **kwargs):  # noqa: ANN001
+            logged.update(params)
+
+    from pytorch_lightning.loggers.utilities import _log_hyperparams
+
+    trainer = pl.Trainer(logger=Recording("unused"), barebones=False, enable_progress_bar=False, max_epochs=0)
+    trainer.strategy.connect(module)
+    module.trainer = trainer
+    _log_hyperparams(trainer)
+    assert logged.get("lr") == 0.5, logged
 
 
 def test_lightning_optimizer_step_counters_and_logger_step():
@@ -130,19 +144,6 @@ def test_lightning_pruning_targets():
     assert "self._parameters_to_prune" in inspect.getsource(ModelPruning), _renamed(
         "set_pruning_targets", "ModelPruning._parameters_to_prune"
     )
-
-
-def test_lightning_mesh_sizes():
-    from pytorch_lightning.strategies import ModelParallelStrategy
-
-    from litforge.runtime import compat
-
-    strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=2)
-    assert hasattr(strategy, "_data_parallel_size") and hasattr(strategy, "_tensor_parallel_size"), _renamed(
-        "fill_auto_mesh_sizes", "ModelParallelStrategy._data_parallel_size/_tensor_parallel_size"
-    )
-    compat.fill_auto_mesh_sizes(strategy, world_size=8)
-    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (4, 2)
 
 
 def test_lightning_per_batch_sigterm_broadcast():

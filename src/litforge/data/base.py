@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from litforge.core.errors import ConfigError
+from litforge.core.hparams import HparamsAtFitStart
 from litforge.data.augment import build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
 from litforge.data.placement import dataset_bytes, hold_on_device
@@ -72,7 +73,7 @@ def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[
     return torch.from_numpy(train_idx).long(), torch.from_numpy(val_idx).long()
 
 
-class ImageDataModule(pl.LightningDataModule):
+class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
     """Base for image classification data held in memory as `(images, labels)` tensors.
 
     Subclasses set the shape attributes in `__init__` and implement :meth:`load_arrays`, returning uint8 or float

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from litforge.core.errors import ConfigError, DataError
+from litforge.core.hparams import HparamsAtFitStart
 from litforge.data.pinned import pin_memory_for
 from litforge.data.stateful import stateful_train_loader
 
@@ -47,7 +48,7 @@ class Windows(Dataset):
         return self.tokens[s:e], self.tokens[s + 1 : e + 1], self.doc_ids[s:e]
 
 
-class TextDataModule(pl.LightningDataModule):
+class TextDataModule(HparamsAtFitStart, pl.LightningDataModule):
     """A corpus as token ids, split contiguously into train / val / test (the last fractions of the stream).
 
     States its shape at construction (it reads the text then: the vocabulary depends on it): `vocab_size`,

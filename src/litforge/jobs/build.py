@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import get_class
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.config.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 from litforge.config.validation import check_group, check_moved_keys
@@ -126,14 +126,39 @@ def build_fit_trainer(
     return trainer
 
 
-def build_strategy(node: Any) -> Any:
-    """`strategy` is either a name Lightning knows (`{name: auto}`) or an instantiable strategy config."""
+def build_strategy(node: Any, trainer_kwargs: dict[str, Any] | None = None) -> Any:
+    """`strategy` is either a name Lightning knows (`{name: auto}`) or an instantiable strategy config.
+
+    A mesh size left `auto` (`strategy=fsdp|tp|fsdp_tp|hsdp`) is given explicitly here, from the process count the
+    trainer config asks for: Lightning's ModelParallelStrategy reads `data_parallel_size: auto` as "the number of
+    nodes", so `strategy=fsdp trainer.devices=2` on one machine would otherwise shard over one rank.
+    """
     if node is None:
         return "auto"
     if "_target_" in node:  # checked by instantiate_group
-        return instantiate_group("strategy", node)
+        from litforge.parallel.strategies import explicit_mesh_sizes
+
+        sizes = explicit_mesh_sizes(node, process_count(trainer_kwargs or {}))
+        return instantiate_group("strategy", OmegaConf.merge(node, sizes) if sizes else node)
     check_group("strategy", node)
     return node.get("name", "auto")
+
+
+def process_count(trainer_kwargs: dict[str, Any]) -> int:
+    """The processes a Trainer built from `trainer_kwargs` runs (devices per node x nodes), as Lightning counts
+    them: `devices=auto` (or -1) is every GPU where the accelerator may be one and CUDA is there, else 1."""
+    devices, nodes = trainer_kwargs.get("devices", "auto"), int(trainer_kwargs.get("num_nodes", 1) or 1)
+    if isinstance(devices, (list, tuple)) or (hasattr(devices, "__len__") and not isinstance(devices, str)):
+        per_node = len(devices)
+    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
+        per_node = int(devices)
+    else:  # auto, -1
+        import torch
+
+        accelerator = str(trainer_kwargs.get("accelerator", "auto"))
+        gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
+        per_node = max(1, gpus)
+    return per_node * nodes
 
 
 def build_trainer(trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:

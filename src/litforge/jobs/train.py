@@ -107,7 +107,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
         trainer = build_fit_trainer(
             trainer_kwargs,
-            build_strategy(cfg.get("strategy")),
+            build_strategy(cfg.get("strategy"), trainer_kwargs),
             task,
             datamodule,
             callbacks,

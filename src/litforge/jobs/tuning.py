@@ -269,12 +269,9 @@ def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, A
 def _set_batch_size(task: Any, datamodule: Any, value: int) -> None:
     """The datamodule's batch size and its hparams (Lightning's finder sets both; the loggers record the hparams'
     initial copy), and the run config the task stores in checkpoints (eval and predict rebuild the data from it)."""
-    from litforge.runtime.compat import refresh_initial_hparams
-
     datamodule.batch_size = value
     if "batch_size" in getattr(datamodule, "hparams", {}):
         datamodule.hparams["batch_size"] = value
-        refresh_initial_hparams(datamodule)  # what the loggers record (hparams.yaml) is Lightning's initial copy
     run_config = getattr(task, "run_config", None)
     if isinstance(run_config, dict) and isinstance(run_config.get("data"), dict):
         task.run_config = {**run_config, "data": {**run_config["data"], "batch_size": value}}

@@ -270,15 +270,14 @@ def time_optimizer_step(
     """Median seconds of one optimizer step (`step_loss`, backward, `optimizer.step`) of `task` on `batch`, taken on
     a copy of the task and a fresh optimizer of the same kind: the run's weights, optimizer state and RNG stream
     are left exactly as they were, so the run equals its steps_per_call=N twin."""
+    import copy
     import statistics
     import time
-
-    from litforge.runtime.compat import detached_copy
 
     rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
-        probe = detached_copy(task)
+        probe = copy.deepcopy(task, {id(task.trainer): None})  # the task without its Trainer (not copied along)
         probe.train()
         params = [p for p in probe.parameters() if p.requires_grad]
         accepted = inspect.signature(type(optimizer)).parameters  # `defaults` may hold derived keys (AdamW's)

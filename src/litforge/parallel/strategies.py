@@ -1,8 +1,9 @@
 """Two small subclasses of Lightning strategies, each fixing one thing the stock class cannot do here.
 
 - :class:`ModelParallel`: Lightning's `ModelParallelStrategy` reads `data_parallel_size: auto` as "the number of
-  nodes", so FSDP over 2 processes on one machine would need the size spelled out. Here `auto` fills whatever the
-  other dimension leaves of the world size, so `strategy=fsdp trainer.devices=N` works for any N.
+  nodes", so FSDP over 2 processes on one machine would need the size spelled out. The training job fills `auto`
+  with whatever the other dimension leaves of the world size (:func:`explicit_mesh_sizes`) before building it, so
+  `strategy=fsdp trainer.devices=N` works for any N.
   Its sharded checkpoint saves are atomic (:meth:`ModelParallel.save_checkpoint`).
 - :class:`LocalSGD`: post-local SGD (Lin et al. 2020, "Don't use large mini-batches, use local SGD"): synchronous
   DDP for `warmup_steps`, then every rank steps on its own gradients and the models are averaged every `period`
@@ -21,8 +22,19 @@ from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 MIXED_PRECISIONS = (None, "bf16")  # strategy.mixed_precision: null = fp32 throughout
 
 
+def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:
+    """The mesh sizes a strategy config leaves `auto`, filled from the `world` size: dp = world / tp, tp = world / dp
+    (Lightning's own `auto` means "the number of nodes" for dp). Empty when nothing is `auto`."""
+    dp, tp = node.get("data_parallel_size"), node.get("tensor_parallel_size")
+    if dp == "auto" and tp not in (None, "auto"):
+        return {"data_parallel_size": max(1, world // int(tp))}
+    if tp == "auto" and dp not in (None, "auto"):
+        return {"tensor_parallel_size": max(1, world // int(dp))}
+    return {}
+
+
 class ModelParallel(ModelParallelStrategy):
-    """`ModelParallelStrategy` whose `auto` sizes fill the world: dp = world / tp, tp = world / dp; plus the FSDP2
+    """`ModelParallelStrategy` with explicit mesh sizes (`auto` filled by :func:`explicit_mesh_sizes`); plus the FSDP2
     options of `strategy=fsdp|fsdp_tp` (:meth:`fsdp_kwargs`, applied by litforge.parallel.plans.shard).
 
     Lightning's strategy exposes none of FSDP2's options: the task's `configure_model` calls `fully_shard` itself,
@@ -131,10 +143,7 @@ class ModelParallel(ModelParallelStrategy):
         self.barrier()
 
     def setup_environment(self) -> None:
-        from litforge.runtime.compat import fill_auto_mesh_sizes
-
         world = self.num_processes * self.num_nodes
-        fill_auto_mesh_sizes(self, world)
         if self.replicate_size > 1 and world % self.replicate_size:
             from litforge.core.errors import ConfigError
 

@@ -19,28 +19,6 @@ from typing import Any
 # ---- Lightning -----------------------------------------------------------------------------------------------------
 
 
-def attached_trainer(module: Any) -> Any:
-    """The Trainer `module` (a LightningModule) is attached to, or None.
-
-    `LightningModule.trainer` raises when no trainer is attached (a task built for eval/predict, or in a notebook),
-    and Lightning has no public "is attached" test. Upstream: Lightning-AI/pytorch-lightning#17517.
-    """
-    return module._trainer
-
-
-def refresh_initial_hparams(module: Any) -> None:
-    """Make what the loggers record as `module`'s hyperparameters (`hparams_initial`: hparams.yaml, MLflow params)
-    match its current `hparams`, after litforge changed one before training starts (the lr finder's `optimizer.lr`).
-
-    Lightning keeps a deep copy taken by `save_hyperparameters` in `_hparams_initial` and logs that copy at fit
-    start; calling `save_hyperparameters(dict)` again would refresh it but also reset `_hparams_name`, which
-    `load_from_checkpoint` reads. Upstream: no public setter (pytorch_lightning/core/mixins/hparams_mixin.py).
-    """
-    import copy
-
-    module._hparams_initial = copy.deepcopy(module.hparams)
-
-
 def logs_this_step(trainer: Any) -> bool:
     """Whether the loggers write the step metrics of the training step in progress.
 
@@ -95,21 +73,6 @@ def route_hydra_relaunch(command: Callable[[int], tuple[Sequence[str], str]]) ->
     trainer_launcher._hydra_subprocess_cmd = command  # the Trainer's launcher imported its own reference
 
 
-def fill_auto_mesh_sizes(strategy: Any, world_size: int) -> None:
-    """Resolve `auto` in a ModelParallelStrategy's sizes from the world size, before its device mesh is built.
-
-    Lightning reads `data_parallel_size: auto` as "the number of nodes", so FSDP over 2 processes of one machine
-    would need the size spelled out; here `auto` fills whatever the other dimension leaves. The sizes live only in
-    the private `_data_parallel_size` / `_tensor_parallel_size` attributes. Upstream: no issue filed; the meaning
-    of `auto` is documented in ModelParallelStrategy's docstring.
-    """
-    dp, tp = strategy._data_parallel_size, strategy._tensor_parallel_size
-    if dp == "auto" and tp != "auto":
-        strategy._data_parallel_size = max(1, world_size // int(tp))
-    elif tp == "auto" and dp != "auto":
-        strategy._tensor_parallel_size = max(1, world_size // int(dp))
-
-
 def skip_sigterm_broadcast(trainer: Any) -> None:
     """Stop `trainer`'s fit loop from broadcasting a SIGTERM flag from rank 0 before every training batch.
 
@@ -135,23 +98,6 @@ def skip_sigterm_broadcast(trainer: Any) -> None:
             raise SIGTERMException()
 
     epoch_loop._broadcast_sigterm_tensor = local_sigterm_check
-
-
-def detached_copy(module: Any) -> Any:
-    """A deep copy of a LightningModule without its Trainer (which `copy.deepcopy` would copy along with it).
-
-    The module's reference to its trainer is the private `_trainer`; Lightning has no public way to detach it
-    (Lightning-AI/pytorch-lightning#17517, as for `attached_trainer`). Used by steps_per_call=auto to time a few
-    optimizer steps without touching the run's own weights.
-    """
-    import copy
-
-    trainer = module._trainer
-    module._trainer = None
-    try:
-        return copy.deepcopy(module)
-    finally:
-        module._trainer = trainer
 
 
 def pruning_targets(callback: Any) -> Any:

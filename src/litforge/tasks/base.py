@@ -18,8 +18,9 @@ from torch import nn
 from litforge.config.instantiate import call_partial
 from litforge.core.contracts import steps_through_step_loss
 from litforge.core.errors import ConfigError
+from litforge.core.hparams import HparamsAtFitStart
 from litforge.loops.steps_per_call import optimizer_steps_in_run
-from litforge.runtime.compat import attached_trainer, logs_this_step, refresh_initial_hparams
+from litforge.runtime.compat import logs_this_step
 from litforge.runtime.host_reads import StepLosses, Where, host_scalar
 
 CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
@@ -54,7 +55,16 @@ def scale_learning_rate(optimizer: torch.optim.Optimizer, scaling: str, replicas
                 group["initial_lr"] *= factor
 
 
-class LitforgeTask(pl.LightningModule):
+def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
+    """The Trainer `module` is attached to, or None (a task built for eval, predict or a notebook): Lightning's
+    public `trainer` property raises instead of answering None."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
+
+
+class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     """Optimizer and LR scheduler from configs, checkpoint metadata, and RNG state for exact resume."""
 
     #: what `datamodule.kind` this task consumes; checked before training so a wrong pair fails early
@@ -99,7 +109,6 @@ class LitforgeTask(pl.LightningModule):
         self.optimizer_cfg = {**self.optimizer_cfg, "lr": float(lr)}
         if "optimizer" in self.hparams:
             self.hparams["optimizer"] = self.optimizer_cfg
-            refresh_initial_hparams(self)  # what the loggers record (hparams.yaml) is Lightning's initial copy
         if isinstance(self.run_config, dict) and isinstance(self.run_config.get("optimizer"), dict):
             self.run_config = {**self.run_config, "optimizer": {**self.run_config["optimizer"], "lr": float(lr)}}
 
@@ -224,7 +233,7 @@ class LitforgeTask(pl.LightningModule):
         slower).
         """
         trainer = attached_trainer(self)
-        if trainer is None or trainer.fast_dev_run:
+        if trainer is None or getattr(trainer, "fast_dev_run", False):  # set outside Trainer.__init__'s annotations
             return True
         return logs_this_step(trainer)
 

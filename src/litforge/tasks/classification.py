@@ -12,8 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from litforge.checkpointing.load import load_checkpoint
 from litforge.models import transfer
 from litforge.models.factory import build_net
-from litforge.runtime.compat import attached_trainer
-from litforge.tasks.base import LitforgeTask, build_loss
+from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
 from litforge.tasks.mixing import build_mixer
 
 log = logging.getLogger(__name__)
