@@ -314,3 +314,29 @@ def test_litdata_replays_a_restored_epoch_left_early_which_the_streaming_loader_
 
 def _identity_item(index: int) -> int:
     return index
+
+
+# The private Lightning/Hydra names compat.py still uses, each behind one entry above with its upstream issue: the
+# logging decision (_logger_connector), steps_per_call's optimizer-step counters (_on_before_step, _on_after_step,
+# _batches_that_stepped), the Hydra relaunch command (_hydra_subprocess_cmd), the SIGTERM agreement
+# (_broadcast_sigterm_tensor, _signal_connector, _sigterm_notifier_fn), ModelPruning's targets
+# (_parameters_to_prune) and Hydra's override writer (_get_value_element_as_str). A new one must replace one of
+# these or come with a reason to raise the bound.
+PRIVATE_NAMES_BOUND = 10
+
+
+def test_compat_uses_a_bounded_set_of_private_library_names():
+    source = (SRC / "litforge" / "runtime" / "compat.py").read_text()
+    lines = source.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# ---- gymnasium"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("# ---- Hydra"))
+    libraries = "\n".join(lines[:start] + lines[end:])  # gymnasium's private names do not count
+    names = set()
+    for node in ast.walk(ast.parse(libraries)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.name for a in node.names if a.name.startswith("_"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
+            names.add(node.value)  # getattr(obj, "_name") / "_name" in vars(obj)
+    assert len(names) <= PRIVATE_NAMES_BOUND, sorted(names)
