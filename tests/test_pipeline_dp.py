@@ -172,5 +172,8 @@ def test_pipeline_x_data_parallel_cli_trains_like_ddp(tmp_path) -> None:
         timeout=120,
     )
     assert bad.returncode != 0
-    assert "trainer.devices gives 3 processes, not divisible by strategy.data_parallel=2" in bad.output
+    errors = [line for line in bad.output.splitlines() if line.startswith("litforge: error:")]
+    assert len(errors) == 1 and "trainer.devices=3" in errors[0], bad.output
+    assert "not divisible by strategy.data_parallel=2" in errors[0] and "e.g. trainer.devices=2" in errors[0]
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").rglob("*.yaml")), "refused before a run"
     assert "Traceback" not in bad.output
