@@ -10,7 +10,7 @@ then resume=auto; pruning + QAT, then a CPU-only export; single-rank fsdp, then 
 samples, then generate.py on the GPU; EMA; the DQN. "CPU-only" = CUDA_VISIBLE_DEVICES="" for that command.
 
 Without CUDA it says so in one line and exits 0 (tests/test_gpu_bugs.py checks that). On the lent GPU machine (no
-hydra-core, omegaconf or antlr4 there, no registry; see ../shared/LESSONS.md) bring the pure-Python wheels:
+hydra-core, omegaconf or antlr4 there, and no package registry) bring the pure-Python wheels:
 `pip download --no-deps -d wheels hydra-core omegaconf antlr4-python3-runtime` here, then there
 `pip install --no-deps wheels/*.whl && PYTHONPATH=src python benchmarks/gpu_smoke.py`.
 """

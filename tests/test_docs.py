@@ -214,3 +214,91 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
         "litforge.cli.main.CONF_DIR.parent",
     ]
     assert missing_scripts(page, root=tmp_path) == ["benchmarks/gone.py"]
+
+
+# ---- docs/testing.md: every test file, and the suite's size --------------------------------------------------------
+TEST_COUNT = re.compile(r"^(\d[\d,]*) tests\.", re.M)
+
+
+def test_the_testing_page_names_every_test_file_and_no_other():
+    page = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    table = page.split("## What each file proves", 1)[1].split("\n\n", 2)[1]
+    named = set(re.findall(r"`(test_\w+\.py)`", table))
+    on_disk = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert named == on_disk, f"docs/testing.md: add {sorted(on_disk - named)}, drop {sorted(named - on_disk)}"
+
+
+def collected_test_count(session: pytest.Session) -> int:
+    """The suite's size as pytest collects it: this session's items when it collected every test file (the whole
+    suite, as CI runs it), else a collection of its own in a subprocess."""
+    import subprocess
+    import sys
+
+    files = {Path(str(item.fspath)).name for item in session.items}
+    if files >= {p.name for p in (ROOT / "tests").glob("test_*.py")}:
+        return len(session.items)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    return int(re.search(r"^(\d+) tests? collected", out, re.M).group(1))
+
+
+@pytest.mark.slow
+def test_the_testing_page_states_the_suites_current_size(request: pytest.FixtureRequest):
+    page = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    stated = TEST_COUNT.search(page)
+    assert stated, "docs/testing.md: the 'How long it takes' section opens with '<N> tests.'"
+    count = collected_test_count(request.session)
+    assert int(stated.group(1).replace(",", "")) == count, (
+        f"docs/testing.md says {stated.group(1)} tests; pytest collects {count}"
+    )
+
+
+# ---- reference, not history; nothing outside the repository ---------------------------------------------------------
+HISTORY = re.compile(
+    r"\bthis stop\b|\blast stop\b|\bstop \d+\b|\b[Ii]ssue \d+(?:'s| goal)|\(issue \d+\)|\(([0-9a-f]{7,12})\)"
+)
+OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])shared/(?:LESSONS|DESIGN)\.md")
+
+
+def tracked_text_files() -> list[Path]:
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    kept = (".md", ".py", ".yaml", ".yml", ".toml", ".ipynb", ".cfg", ".txt")
+    return [ROOT / n for n in names if n.endswith(kept) or n == ".ci/run"]
+
+
+def test_no_project_file_points_outside_the_repository():
+    this = Path(__file__).resolve()
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in tracked_text_files()
+        if p.resolve() != this and p.is_file()
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert offenders == [], "state the fact or link its public source instead: " + ", ".join(offenders)
+
+
+def test_reference_docs_hold_no_history():
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}: {m.group(0)}"
+        for p in doc_files()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if (m := HISTORY.search(line))
+    ]
+    assert offenders == [], "docs are reference (git keeps history): " + "; ".join(offenders)
+
+
+def test_the_history_and_path_patterns_catch_what_they_are_for():
+    for line in ("Cut this stop: ...", "(before issue 17's cuts)", "the tree before (cbd0c29)", "stop 26 landed"):
+        assert HISTORY.search(line), line
+    for line in ("Lightning issue 21487 (open)", "Lightning-AI/pytorch-lightning#17517", "sha 19f6269e..."):
+        assert not HISTORY.search(line), line
+    assert OUTSIDE.search("see ../shared/LESSONS.md") and not OUTSIDE.search("a shared/ folder")
