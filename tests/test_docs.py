@@ -217,7 +217,7 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
 
 
 # ---- docs/testing.md: every test file, and the suite's size --------------------------------------------------------
-TEST_COUNT = re.compile(r"^(\d[\d,]*) tests\.", re.M)
+TEST_COUNT = re.compile(r"^(\d[\d,]*) tests\b", re.M)
 
 
 def test_the_testing_page_names_every_test_file_and_no_other():
