@@ -306,8 +306,8 @@ def test_speed_options_need_a_net(compile_value):
 # ---- host syncs -----------------------------------------------------------------------------------
 # Calls that make the CPU wait for a GPU when the tensor lives there. Counted on CPU by patching them
 # (Tensor.item/tolist/__float__/__bool__/cpu/numpy); two kinds of call never wait and are not counted: the
-# optimizers' step counters (torch/optim keeps them on the host) and 0-d float64 CPU tensors, which is how litforge logs values it already
-# read to the host (litforge.runtime.host_reads.host_scalar).
+# optimizers' step counters (torch/optim keeps them on the host) and 0-d float64 CPU tensors, which is how
+# litforge logs values it already read to the host (litforge.runtime.host_reads.host_scalar).
 SYNC_METHODS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
 
 
