@@ -25,7 +25,8 @@ table, on CUDA, one line compares the GPT's FlexAttention document mask with the
 
 On the lent GPU machine (its python3 has torch, Lightning, torchmetrics, torchvision, tensorboard and onnxruntime,
 but no hydra-core, omegaconf or antlr4, and no package registry) bring the pure-Python wheels:
-`pip download --no-deps -d wheels hydra-core omegaconf antlr4-python3-runtime` here, then there `pip install --no-deps wheels/*.whl && PYTHONPATH=src python3 benchmarks/gpu.py`. Not yet run on a GPU.
+`pip download --no-deps -d wheels hydra-core omegaconf antlr4-python3-runtime` here, then there
+`pip install --no-deps wheels/*.whl && PYTHONPATH=src python3 benchmarks/gpu.py`. Not yet run on a GPU.
 """
 
 from __future__ import annotations
