@@ -18,10 +18,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from litforge.core.bounds import Range
+from litforge.core.bounds import Check, Range
 from litforge.core.errors import ConfigError
 
-__all__ = ["Range", "check_target", "parameters", "shown"]
+__all__ = ["Check", "Range", "check_target", "parameters", "shown"]
 
 
 _LISTS = (list, tuple, Sequence)
@@ -45,8 +45,10 @@ def _fits(kind: Any, v: Any) -> bool | None:
         verdicts = [_fits(k, v) for k in typing.get_args(kind)]
         return True if any(verdicts) or None in verdicts else False
     if typing.get_origin(kind) is typing.Annotated:
-        inner = _fits(typing.get_args(kind)[0], v)
-        return inner and all(r.holds(v) for r in _ranges(kind)) if inner is not None else None
+        inner, markers = _fits(typing.get_args(kind)[0], v), _ranges(kind)
+        if inner is None and not any(isinstance(m, Check) for m in markers):
+            return None
+        return inner is not False and all(m.holds(v) for m in markers)
     if origin is typing.Literal:
         return any(type(v) is type(o) and v == o for o in typing.get_args(kind))
     if kind is type(None):
@@ -70,9 +72,15 @@ def _words(kind: Any) -> str:
     origin = typing.get_origin(kind)
     if origin is typing.Annotated:
         base, ranges = typing.get_args(kind)[0], _ranges(kind)
-        if typing.get_origin(base) in _LISTS and ranges and ranges[0].min_items:
+        checks = [m.words for m in kind.__metadata__ if isinstance(m, Check)]
+        if checks:
+            return " ".join(checks)
+        if typing.get_origin(base) in _LISTS and any(isinstance(r, Range) and r.min_items for r in ranges):
             return "a non-empty " + _words(base)[2:]
-        return " ".join([_words(base), *(r.words() for r in ranges if r.words())])
+        nullable = typing.get_origin(base) in (typing.Union, types.UnionType) and type(None) in typing.get_args(base)
+        base = typing.Union[tuple(k for k in typing.get_args(base) if k is not type(None))] if nullable else base
+        words = [_words(base), *(w for r in ranges if isinstance(r, Range) and (w := r.words()))]
+        return " ".join(words) + (" (or null)" if nullable else "")
     if origin in (typing.Union, types.UnionType):
         return " or ".join("null" if k is type(None) else _words(k) for k in typing.get_args(kind))
     if origin is typing.Literal:
@@ -83,10 +91,10 @@ def _words(kind: Any) -> str:
     return _KINDS.get(origin or kind, getattr(kind, "__name__", str(kind)))
 
 
-def _ranges(kind: Any, deep: bool = False) -> list[Range]:
+def _ranges(kind: Any, deep: bool = False) -> list[Range | Check]:
     """The Range markers of an annotation, also inside `Annotated[...] | None` (and inside `list[...]` when deep)."""
     if typing.get_origin(kind) is typing.Annotated:
-        own = [m for m in kind.__metadata__ if isinstance(m, Range)]
+        own = [m for m in kind.__metadata__ if isinstance(m, (Range, Check))]
         return own + (_ranges(typing.get_args(kind)[0], deep) if deep else [])
     if typing.get_origin(kind) in (typing.Union, types.UnionType) or deep and typing.get_origin(kind) in _LISTS:
         return [r for k in typing.get_args(kind) for r in _ranges(k, deep)]
@@ -118,18 +126,31 @@ def parameters(target: Any) -> tuple[dict[str, Any], bool]:
     return found, True
 
 
-def check_target(scope: str, node: Any) -> None:
-    """Bind the keys of `node` (a mapping with `_target_`) to its target's signature; ConfigError on a mismatch."""
+GROUP_TARGETS = {"trainer": "pytorch_lightning.Trainer"}  # a group built without a `_target_`: what it builds
+
+
+def check_target(scope: str, node: Any, imports: bool = True, target_name: str | None = None) -> None:
+    """Bind the keys of `node` to its target's signature, with litforge's stand-in for a library class
+    (litforge.config.library) on top; ConfigError on a mismatch. Without `imports`, only the torch-free stand-in is
+    bound (unknown keys then wait for the pass that imports). `target_name` names a group without a `_target_`."""
     from hydra.utils import get_object
 
-    target_name = node.get("_target_") if isinstance(node, Mapping) or OmegaConf.is_dict(node) else None
-    if not isinstance(target_name, str):
+    from litforge.config.library import STAND_INS
+
+    mapping = isinstance(node, Mapping) or OmegaConf.is_dict(node)
+    target_name = target_name or (node.get("_target_") if mapping else None)
+    if not isinstance(target_name, str) or not mapping or not imports and target_name not in STAND_INS:
         return
-    try:
-        target = get_object(target_name)
-    except Exception:  # an import error is the build's to report (instantiate's one line names the group)
-        return
-    params, open_ended = parameters(target)
+    params: dict[str, Any] = {}
+    open_ended = not imports
+    if imports and (target_name in GROUP_TARGETS or target_name not in STAND_INS or "." in target_name):
+        try:
+            params, open_ended = parameters(get_object(GROUP_TARGETS.get(target_name, target_name)))
+        except Exception:  # an import error is the build's to report (instantiate's one line names the group)
+            return
+    if target_name in STAND_INS:  # its bounds, for the arguments the target takes
+        typed = parameters(STAND_INS[target_name])[0].items()
+        params.update({k: v for k, v in typed if k in params or not params})
     for key in node.keys():
         key = str(key)
         if key.startswith("_"):

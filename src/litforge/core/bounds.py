@@ -1,19 +1,20 @@
 """Bounds of an argument, written where the argument is declared: `dropout: Annotated[float, Range(ge=0, lt=1)]`.
 
-Why in core: every layer may annotate its constructors with it (models import nothing of config);
-litforge.config.signatures reads the markers and checks a config against them before a run starts.
+Why in core: every layer may annotate its constructors with these markers (models import nothing of config);
+litforge.config.signatures reads them and checks a config against them before a run starts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 
 @dataclass(frozen=True)
 class Range:
-    """Bounds of a number (`gt`/`lt` exclusive, `ge`/`le` inclusive) or, for a list, its least length `min_items`;
-    `example` is a valid value, shown in the refusal."""
+    """Bounds of a number (`gt`/`lt` exclusive, `ge`/`le` inclusive; `also`: values allowed outside them, e.g. -1 for
+    "no limit") or, for a list, its least length `min_items`; `example` is a valid value, shown in the refusal."""
 
     ge: float | None = None
     gt: float | None = None
@@ -21,11 +22,12 @@ class Range:
     lt: float | None = None
     example: Any = None
     min_items: int = 0
+    also: tuple[Any, ...] = ()
 
     def holds(self, v: Any) -> bool:
         if isinstance(v, (list, tuple)):
             return len(v) >= self.min_items
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v in self.also:
             return True
         return (
             (self.ge is None or v >= self.ge)
@@ -37,7 +39,19 @@ class Range:
     def words(self) -> str:
         lo, hi = (self.gt if self.gt is not None else self.ge), (self.lt if self.lt is not None else self.le)
         if lo is not None and hi is not None:
-            return f"in {'(' if self.gt is not None else '['}{lo}, {hi}{')' if self.lt is not None else ']'}"
-        if lo is not None:
-            return f"{'>' if self.gt is not None else '>='} {lo}"
-        return f"{'<' if self.lt is not None else '<='} {hi}" if hi is not None else ""
+            text = f"in {'(' if self.gt is not None else '['}{lo}, {hi}{')' if self.lt is not None else ']'}"
+        elif lo is not None:
+            text = f"{'>' if self.gt is not None else '>='} {lo}"
+        else:
+            text = f"{'<' if self.lt is not None else '<='} {hi}" if hi is not None else ""
+        return text + "".join(f" or {a}" for a in self.also)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A condition no type or range can say, e.g. `Annotated[str, Check(is_duration, "a duration like 30min")]`:
+    `words` replaces the type's own description in the refusal."""
+
+    holds: Callable[[Any], bool]
+    words: str
+    example: Any = None
