@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import CONF, make_image_folder
+from litforge.jobs.settings import JobSettings
 
 GROUPS = [
     "data",
@@ -128,7 +129,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
         write_shards(DigitsDataModule(classes=[0, 1, 2], train_per_class=20), str(tmp_path / "shards"))
         overrides.append(f"data.input_dir={tmp_path / 'shards'}")
     cfg = compose_cfg(*overrides)
-    check_config(cfg)  # every default of every option passes the rule table (its rules are not too strict)
+    check_config(cfg, JobSettings)  # every default of every option passes the typed check (not too strict)
 
     datamodule = instantiate(cfg.data, _convert_="all")
     task = build_task(cfg, datamodule.describe())

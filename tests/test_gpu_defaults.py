@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
 from litforge.data.pinned import pin_memory_for
+from litforge.jobs.settings import JobSettings
 from litforge.jobs.train import apply_matmul_precision
 from litforge.records import provenance
 
@@ -53,7 +54,7 @@ def test_matmul_precision_applies_to_cuda_runs_only(monkeypatch, restore_matmul_
 
 def test_a_bad_matmul_precision_is_refused_in_one_line(compose_cfg):
     with pytest.raises(ConfigError, match="matmul_precision") as error:
-        check_run(compose_cfg("matmul_precision=fast"))
+        check_run(compose_cfg("matmul_precision=fast"), JobSettings)
     assert "\n" not in str(error.value) and "highest" in str(error.value)
 
 

@@ -17,6 +17,7 @@ import yaml
 from conftest import CONF
 from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
+from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import TB_TAG, check_tuning
 
 # one short epoch; the finder's 20 steps are about as many as the run's own
@@ -176,7 +177,7 @@ def test_finders_are_refused_in_one_line_where_they_cannot_work(compose_cfg, ove
 )
 def test_bad_tune_values_are_refused_naming_the_key(compose_cfg, overrides, says):
     with pytest.raises(ConfigError) as error:
-        check_run(compose_cfg(*overrides))
+        check_run(compose_cfg(*overrides), JobSettings)
     assert says in str(error.value) and "\n" not in str(error.value)
 
 

@@ -1,84 +1,129 @@
-"""The config rule table (litforge.config.validation), and its boundary: each group is checked where it is built.
+"""The one config check (litforge.config.validation): the composed config bound to the typed signatures of what it
+builds, the relations across groups, and its boundary: each group is checked where it is built.
 
 Fast and in-process: each bad value is judged by the same functions the CLI (tests/test_preflight.py) and the
-builders call; a handful of the same mistakes go through the real CLI in tests/test_bad_input.py. The table is kept
-honest from both sides: every key a rule names exists in some conf/ option (rules do not rot), and every default in
-conf/ passes (rules are not too strict: tests/test_configs.py checks each option as composed, this file the job
-configs as shipped).
+builders call; a handful of the same mistakes go through the real CLI in tests/test_bad_input.py. The typed
+declarations are kept honest from both sides: every value of every shipped option is bound to a typed argument
+(nothing escapes the check), every stand-in names arguments its library class really takes (they do not rot), and
+every default in conf/ passes (they are not too strict).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import typing
 
 import pytest
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF
-from litforge.config.validation import (
-    RELATIONS,
-    RULES,
-    check_config,
-    check_group,
-    check_run,
-    check_value,
-    leaves,
-    run_notes,
-)
+from litforge.config.validation import BUILT_GROUPS, NAMED_GROUPS, check_config, check_group, check_run
 from litforge.core.errors import ConfigError
+from litforge.jobs.settings import JobSettings
 
 JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
+REQUIRED = {"train": [], "prepare": ["output=shards"]}  # the others: ckpt_path
 
 
-# ---- the table itself ------------------------------------------------------------------------------------------------
-def conf_keys() -> set[str]:
-    """Every full key some conf/ option sets, read from the YAML files (`@package _global_` ones at the root)."""
-    keys: set[str] = set()
+def compose(job: str = "train", *overrides: str):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
-    def walk(prefix: str, node: object) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                full = f"{prefix}.{key}" if prefix else str(key)
-                keys.add(full)
-                walk(full, value)
+    import litforge.runtime.ranks  # noqa: F401  (registers the ${uid:} resolver)
 
-    for path in CONF.rglob("*.yaml"):
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
-        data.pop("defaults", None)
-        group = path.parent.relative_to(CONF).as_posix()
-        is_global = group == "." or "# @package _global_" in path.read_text().splitlines()[0]
-        walk("" if is_global else group.replace("/", "."), data)
-    return keys
-
-
-def test_every_key_a_rule_or_relation_names_exists_in_some_option():
-    keys = conf_keys()
-    named = [*RULES, *(key for relation in RELATIONS for key in relation.keys)]
-    missing = [pattern for pattern in named if not any(fnmatch.fnmatchcase(key, pattern) for key in keys)]
-    assert not missing, f"rules for keys no conf/ option has (renamed or removed?): {missing}"
-
-
-@pytest.mark.parametrize("key", sorted(RULES))
-def test_every_rules_example_fits_the_rule_as_typed(key: str):
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    rule = RULES[key]
-    value = OverridesParser.create().parse_override(f"x={rule.example}").value()  # as the command line parses it
-    assert rule.problem(key, value) is None, (key, rule.example)
+    required = REQUIRED.get(job, ["ckpt_path=run/checkpoints/last.ckpt"])
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(config_name=job, overrides=[*required, "paths.output_dir=out", *overrides])
 
 
 @pytest.mark.parametrize("job", JOBS)
 def test_each_jobs_shipped_config_passes(job: str):
-    from hydra import compose, initialize_config_dir
-
-    required = {"train": [], "prepare": ["output=shards"]}.get(job, ["ckpt_path=run/checkpoints/last.ckpt"])
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name=job, overrides=[*required, "paths.output_dir=out"])
-    check_config(cfg)
-    assert sum(1 for _ in leaves("", cfg)) > 10  # the walk really saw the config
+    check_config(compose(job), JobSettings)
 
 
-# ---- one bad value: (key, value, what the message must also say) -----------------------------------------------------
+def _options() -> list[str]:
+    return sorted(
+        f"{p.parent.relative_to(CONF).as_posix()}={p.stem}"
+        for p in CONF.glob("*/*.yaml")
+        if p.parent.name in BUILT_GROUPS and p.parent.name not in ("callbacks", "logger")
+    ) + ["callbacks=[default,ema,pruning,qat,text_samples]", "logger=many", "logger=mlflow", "logger=wandb"]
+
+
+def _bound(cfg) -> list[tuple[str, object]]:
+    """(full key, annotation) of every value under the built groups, as check_config binds them."""
+    from hydra.utils import get_object
+
+    from litforge.config.library import STAND_INS
+    from litforge.config.signatures import GROUP_TARGETS, parameters
+    from litforge.config.validation import _targets
+
+    found = []
+    for group in BUILT_GROUPS:
+        node = cfg.get(group)
+        scopes = [(f"{group}.{n}", node[n]) for n in node] if group in NAMED_GROUPS and node else [(group, node)]
+        for scope, sub in scopes:
+            for key, target_node in _targets(scope, sub) if sub is not None else []:
+                name = target_node.get("_target_") or key
+                params = {}
+                if "." in name or name in GROUP_TARGETS:
+                    params = parameters(get_object(GROUP_TARGETS.get(name, name)))[0]
+                if name in STAND_INS:
+                    params.update(parameters(STAND_INS[name])[0])
+                for arg in [str(a) for a in target_node if not str(a).startswith("_")]:
+                    try:
+                        value = target_node[arg]
+                    except Exception:  # an interpolation that resolves only inside a Hydra job
+                        value = None
+                    if not (OmegaConf.is_dict(value) and "_target_" in value):
+                        found.append((f"{key}.{arg}", params.get(arg, (None,))[0]))
+    return found
+
+
+UNTYPED_BY_DESIGN = {
+    "trainer.plugins",  # a list of `_target_` nodes, each built and checked on its own
+    "trainer.callbacks",
+    "trainer.logger",
+    "trainer.strategy",
+}
+
+
+@pytest.mark.parametrize("option", _options())
+def test_every_value_of_every_option_is_bound_to_a_typed_argument(option: str):
+    """Nothing a user can set escapes the check: each key names a typed argument of what its node builds."""
+    cfg = compose("train", option, *(["data.root=x"] if option == "data=image_folder" else []))
+    loose = [
+        f"{key} ({kind})"
+        for key, kind in _bound(cfg)
+        if key not in UNTYPED_BY_DESIGN and (kind is None or kind is typing.Any)
+    ]
+    assert not loose, f"{option}: values no signature types (annotate the argument, or a stand-in): {loose}"
+
+
+def test_every_stand_in_names_arguments_its_library_class_takes():
+    from hydra.utils import get_object
+
+    from litforge.config.library import STAND_INS
+    from litforge.config.signatures import GROUP_TARGETS, parameters
+
+    for name, stand_in in STAND_INS.items():
+        if "." not in name and name not in GROUP_TARGETS:
+            continue  # a group litforge itself reads (scheduler's interval and monitor)
+        real, open_ended = parameters(get_object(GROUP_TARGETS.get(name, name)))
+        assert open_ended or set(parameters(stand_in)[0]) <= set(real), (name, set(parameters(stand_in)[0]) - set(real))
+
+
+def test_the_job_settings_are_the_keys_the_jobs_have():
+    """Every field of litforge.jobs.settings is a key of some job's config, and every top-level key of every job is
+    a field (or a group): the structured config and the YAML files cannot drift apart."""
+    from dataclasses import fields
+
+    from litforge.jobs.settings import JobSettings
+
+    keys = {str(k) for job in JOBS for k in compose(job).keys()} - {"hydra", *BUILT_GROUPS}
+    assert keys == {f.name for f in fields(JobSettings)}
+
+
+# ---- one bad value: (key, value, what the message must also say) ---------------------------------------------------
 BAD_VALUES = [
     # the issue's two examples
     ("data.batch_size", 0, "expected an integer >= 1"),
@@ -123,11 +168,11 @@ BAD_VALUES = [
     ("loss.gamma", -1.0, ">= 0"),
     ("loss.delta", 0, "> 0"),
     # trainer
-    ("trainer.max_epochs", 0, "trains nothing"),
-    ("trainer.max_steps", 0, "trains nothing"),
-    ("trainer.limit_train_batches", 0, "trains nothing"),
+    ("trainer.max_epochs", 0, ">= 1 or -1"),
+    ("trainer.max_steps", 0, ">= 1 or -1"),
+    ("trainer.limit_train_batches", 0, "a batch count >= 1"),
     ("trainer.limit_train_batches", 1.5, "a fraction in (0, 1]"),
-    ("trainer.limit_test_batches", 0, "test_after_training=false"),
+    ("trainer.limit_test_batches", 0, "a batch count >= 1"),
     ("trainer.limit_val_batches", -1, "[0, 1]"),
     ("trainer.precision", 17, "a Lightning precision"),
     ("trainer.precision", "bf16-mixd", "bf16-mixed"),
@@ -138,11 +183,11 @@ BAD_VALUES = [
     ("trainer.log_every_n_steps", 0, ">= 1"),
     ("trainer.accumulate_grad_batches", 0, ">= 1"),
     ("trainer.gradient_clip_val", -1.0, ">= 0"),
-    ("trainer.gradient_clip_algorithm", "l2", "one of norm, value"),
+    ("trainer.gradient_clip_algorithm", "l2", "norm, value or null"),
     ("trainer.check_val_every_n_epoch", 0, ">= 1"),
     ("trainer.num_sanity_val_steps", -2, ">= -1"),
     ("trainer.val_check_interval", 0, "(0, 1]"),
-    ("trainer.deterministic", "always", "true, false or warn"),
+    ("trainer.deterministic", "always", "true, false, warn or null"),
     # callbacks
     ("callbacks.early_stopping.patience", -1, ">= 0"),
     ("callbacks.model_checkpoint.save_top_k", -2, ">= -1"),
@@ -181,6 +226,68 @@ BAD_VALUES = [
 ]
 
 
+# the option a key needs (its group's default lacks it), and the job of a top-level key other than train's
+WHERE = {
+    "data.image_size": ["data=image_folder", "data.root=x"],
+    "data.channels": ["data=image_folder", "data.root=x"],
+    "data.tokenizer": ["data=python_docs"],
+    "data.block_size": ["data=python_docs"],
+    "data.steps_per_epoch": ["data=cartpole"],
+    "task.target_tau": ["task=dqn"],
+    "task.target_sync_steps": ["task=dqn"],
+    "task.gamma": ["task=dqn"],
+    "task.eps_end": ["task=dqn"],
+    "optimizer.momentum": ["optimizer=sgd"],
+    "scheduler.scheduler.step_size": ["scheduler=step"],
+    "scheduler.scheduler.gamma": ["scheduler=step"],
+    "scheduler.scheduler.pct_start": ["scheduler=onecycle"],
+    "scheduler.scheduler.factor": ["scheduler=plateau"],
+    "scheduler.scheduler.patience": ["scheduler=plateau"],
+    "loss.label_smoothing": ["loss=label_smoothing"],
+    "loss.gamma": ["loss=focal"],
+    "loss.alpha": ["loss=focal"],
+    "loss.delta": ["loss=huber"],
+    "callbacks.pruning": ["callbacks=[default,pruning]"],
+    "callbacks.qat": ["callbacks=[default,qat]"],
+    "callbacks.ema": ["callbacks=[default,ema]"],
+    "callbacks.finetune": ["callbacks=[default,finetune]"],
+    "callbacks.text_samples": ["callbacks=[default,text_samples]"],
+    "strategy.period": ["strategy=local_sgd"],
+    "strategy.warmup_steps": ["strategy=local_sgd"],
+    "strategy.tensor_parallel_size": ["strategy=tp"],
+    "strategy.data_parallel_size": ["strategy=fsdp"],
+    "strategy.start_method": ["strategy=ddp"],
+    "logger.wandb": ["logger=wandb"],
+}
+JOB_OF = {"batch_size": "predict", "max_new_tokens": "generate", "temperature": "generate", "parity": "export"}
+JOB_OF["input_dtype"] = "export"
+
+
+def with_value(key: str, value: object):
+    """The shipped config that has `key`, with `value` set there as a command line would."""
+    options = next((o for prefix, o in WHERE.items() if key == prefix or key.startswith(prefix + ".")), [])
+    cfg = compose(JOB_OF.get(key.split(".")[0], "train"), *options)
+    with open_dict(cfg):
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def example_of(message: str, key: str) -> object:
+    return OverridesParser.create().parse_override(f"x={message.rsplit(f'e.g. {key}=', 1)[1]}").value()
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), BAD_VALUES, ids=[f"{k}={v!r}" for k, v, _ in BAD_VALUES])
+def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, value: object, needle: str):
+    with pytest.raises(ConfigError) as info:
+        check_config(with_value(key, value), JobSettings)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{key}="), message  # names the key and the value as typed
+    assert needle in message, message
+    if f"e.g. {key}=" in message:  # the example given passes
+        check_config(with_value(key, example_of(message, key)), JobSettings)
+
+
 # the nets' bounds sit on their own constructors: the key is judged by the option that has it, not by its name alone
 MODEL_VALUES = [
     ("mlp", "model.dropout", 1.0, "in [0, 1)"),
@@ -197,11 +304,7 @@ MODEL_VALUES = [
     ("option", "key", "value", "needle"), MODEL_VALUES, ids=[f"{o}:{k}={v!r}" for o, k, v, _ in MODEL_VALUES]
 )
 def test_a_bad_net_argument_is_refused_by_the_nets_signature(option: str, key: str, value: object, needle: str):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf, open_dict
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"model={option}", "paths.output_dir=out"])
+    cfg = compose("train", f"model={option}")
     with open_dict(cfg):
         OmegaConf.update(cfg, key, value)
     with pytest.raises(ConfigError) as info:
@@ -209,32 +312,14 @@ def test_a_bad_net_argument_is_refused_by_the_nets_signature(option: str, key: s
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{key}=") and f"e.g. {key}=" in message, message
     assert needle in message, message
-    example = message.rsplit(f"e.g. {key}=", 1)[1]
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    OmegaConf.update(cfg, key, OverridesParser.create().parse_override(f"x={example}").value())
+    OmegaConf.update(cfg, key, example_of(message, key))
     check_group("model", cfg.model)  # the example itself passes
-
-
-@pytest.mark.parametrize(("key", "value", "needle"), BAD_VALUES, ids=[f"{k}={v!r}" for k, v, _ in BAD_VALUES])
-def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, value: object, needle: str):
-    with pytest.raises(ConfigError) as info:
-        check_value(key, value)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith(f"{key}="), message  # names the key and the value as typed
-    assert f"e.g. {key}=" in message, message  # and a valid example
-    assert needle in message, message
-    example = message.rsplit(f"e.g. {key}=", 1)[1]
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    check_value(key, OverridesParser.create().parse_override(f"x={example}").value())  # the example itself passes
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("trainer.max_epochs", -1),
+        ("trainer.max_steps", -1),
         ("trainer.devices", "auto"),
         ("trainer.devices", [0, 1]),
         ("trainer.devices", "0,1"),
@@ -253,11 +338,10 @@ def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, 
         ("compile", {"mode": "max-autotune"}),
         ("loss.alpha", [1.0, 2.0]),
         ("strategy.data_parallel_size", "auto"),
-        ("some.key.without.a.rule", object()),
     ],
 )
 def test_valid_edge_values_pass(key: str, value: object):
-    check_value(key, value)
+    check_config(with_value(key, value), JobSettings)
 
 
 # ---- relations, groups, runs ---------------------------------------------------------------------------------------
@@ -271,11 +355,15 @@ def test_valid_edge_values_pass(key: str, value: object):
         ),
         (
             "callbacks.pruning",
-            {"_target_": "x", "start_epoch": 3, "end_epoch": 1},
+            {"_target_": "litforge.callbacks.pruning.Pruning", "start_epoch": 3, "end_epoch": 1},
             "callbacks.pruning.end_epoch=1 is before callbacks.pruning.start_epoch=3",
         ),
         ("trainer", {"max_epochs": 3, "min_epochs": 5}, "trainer.min_epochs=5 is more than trainer.max_epochs=3"),
-        ("data", {"_target_": "x", "root": "???"}, "data.root has no value and is required: pass data.root=<value>"),
+        (
+            "data",
+            {"_target_": "litforge.data.image_folder.ImageFolderDataModule", "root": "???"},
+            "data.root has no value and is required: pass data.root=<value>",
+        ),
     ],
 )
 def test_a_group_is_checked_with_its_relations_as_it_is_built(group: str, node: dict, needle: str):
@@ -304,10 +392,10 @@ def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
             "data": {"shuffle_seed": "${seed}", "batch_size": 8},
         }
     )
-    check_config(cfg)
+    check_config(cfg, JobSettings)
     cfg.seed = -1  # an interpolated value is checked under its own key first
     with pytest.raises(ConfigError, match=r"^seed=-1"):
-        check_config(cfg)
+        check_config(cfg, JobSettings)
 
 
 @pytest.mark.parametrize(
@@ -324,6 +412,8 @@ def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
     ],
 )
 def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str | None):
+    from litforge.jobs.train import run_notes
+
     notes = run_notes(OmegaConf.create({"trainer": trainer, "data": data}))
     assert (says in notes[0] and "no validation" in notes[0]) if says else not notes
 
@@ -335,7 +425,7 @@ def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str |
         ("data.batch_size=0", "data.batch_size=0"),
         ("optimizer.lr=-1", "optimizer.lr=-1"),
         ("callbacks.early_stopping.patience=-1", "callbacks.early_stopping.patience=-1"),
-        ("trainer.max_epochs=0", "trainer.max_epochs=0 trains nothing"),
+        ("trainer.max_epochs=0", "trainer.max_epochs=0: expected an integer >= 1 or -1"),
         ("seed=-1", "seed=-1"),
         ("+model.foo=1", "model.foo is not an argument of litforge.models.mlp.MLP (it takes: in_channels"),
         ("+task.foo=1", "task.foo is not an argument of litforge.tasks.classification.ClassificationTask"),
@@ -370,9 +460,9 @@ def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
 
     seen: list[str] = []
 
-    def counting(scope: str, node: object) -> None:
+    def counting(scope: str, node: object, imports: bool = True) -> None:
         seen.append(scope)
-        validation.check_group(scope, node)
+        validation.check_group(scope, node, imports)
 
     monkeypatch.setattr(litforge.config.instantiate, "check_group", counting)
     monkeypatch.setattr(litforge.jobs.build, "check_group", counting)
@@ -410,11 +500,9 @@ def test_a_tracker_whose_package_is_missing_is_refused_in_one_line(override: str
 def test_the_precision_names_are_lightnings():
     """Lightning lists its precision names only in a private type alias (no public list to import): read it here,
     in a test, so the table follows a Lightning release that adds or drops one."""
-    import typing
-
     from lightning_fabric import connector
 
-    from litforge.config.validation import PRECISIONS
+    from litforge.config.library import PRECISIONS, PRECISIONS_OLD
 
     names = {value for literal in typing.get_args(connector._PRECISION_INPUT) for value in typing.get_args(literal)}
-    assert set(PRECISIONS) == names
+    assert set(PRECISIONS + PRECISIONS_OLD) == names

@@ -1,4 +1,5 @@
-"""The one check every folder litforge writes to gets: it exists (or can be made), takes a file, and has room.
+"""The checks every folder litforge writes to gets: it exists (or can be made), takes a file, has room, and is not
+another run's.
 
 Used before Hydra starts (`paths.log_dir`, litforge.cli.preflight) and again by the training job for its run folder.
 """
@@ -39,3 +40,14 @@ def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -
                 f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
                 "to skip this check"
             )
+
+
+def check_not_another_run(folder: Path) -> None:
+    """`hydra.run.dir=<another run>` would overwrite that run's checkpoints, metrics and overrides: a run writes only
+    into a folder of its own (resume= continues one in place)."""
+    held = [n for n in (".hydra", "checkpoints", "metrics.json") if (folder / n).exists()]
+    if held:
+        raise ConfigError(
+            f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): a run never writes "
+            f"into another's; continue it with resume={folder}, or pass a new folder"
+        )

@@ -19,9 +19,12 @@ Torch-free: used before Hydra starts.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from litforge.core.errors import CheckpointError, ConfigError
 
@@ -123,3 +126,41 @@ def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, 
         return Resume(asked=str(resume))
     run_dir, checkpoint = found
     return Resume(checkpoint=str(checkpoint), run_dir=run_dir, asked=str(resume))
+
+
+def resume_command_line(cfg: Any, parsed: list[Any], overrides: list[str]) -> list[str]:
+    """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`, so
+    Hydra reuses that folder with that run's overrides (yours win): its logs, events and checkpoints stay in one
+    place. Called by litforge.cli.preflight before Hydra starts; `parsed` are Hydra's parsed `overrides`."""
+    log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
+    decided = decide(cfg.get("resume"), cfg.get("ckpt_path"), log_dir, task_name)
+    if decided.asked is None:
+        return overrides
+    mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
+    if decided.run_dir is None or decided.checkpoint is None:
+        print(
+            f"litforge: resume={decided.asked}: no interrupted run under {log_dir}/{task_name}/runs, starting a new "
+            "run",
+            file=sys.stderr,
+        )
+        return [o.input_line for o in mine]
+    run_dir, ckpt = decided.run_dir, Path(decided.checkpoint)
+    print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)
+    merged: dict[str, str] = {}
+    for line in [*_saved_overrides(run_dir), *(o.input_line for o in mine)]:
+        key = line.split("=", 1)[0].lstrip("+~")
+        if key not in ("resume", "ckpt_path", "hydra.run.dir"):
+            merged[key] = line  # later (yours) wins over the run's own
+    return [*merged.values(), f"hydra.run.dir={_quote(run_dir)}", f"resume={_quote(ckpt)}"]
+
+
+def _saved_overrides(run_dir: Path) -> list[str]:
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not saved.exists():
+        return []
+    return [str(line) for line in (OmegaConf.load(saved) or [])]
+
+
+def _quote(path: Path) -> str:
+    """A path as a quoted Hydra override value (paths may hold characters the override grammar reserves)."""
+    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -37,11 +37,15 @@ def stands_in_for(*targets: str) -> Callable[[Callable[..., None]], Callable[...
 
 def _batches(zero: bool) -> Callable[[Any], bool]:
     """Lightning's `limit_*_batches` style: a float fraction of the batches, or an int count of them."""
-    return lambda v: v is None or (0 <= v if zero else 0 < v) and v <= 1 if isinstance(v, float) else _int(v, int(not zero))
+    return lambda v: (
+        v is None or (0 <= v if zero else 0 < v) and v <= 1 if isinstance(v, float) else _int(v, int(not zero))
+    )
 
 
 Batches = Annotated[float | int | None, Check(_batches(zero=False), "a fraction in (0, 1] or a batch count >= 1", 0.5)]
-BatchesOrNone = Annotated[float | int | None, Check(_batches(zero=True), "a fraction in [0, 1] or a batch count >= 0", 0)]
+BatchesOrNone = Annotated[
+    float | int | None, Check(_batches(zero=True), "a fraction in [0, 1] or a batch count >= 0", 0)
+]
 
 
 # Lightning's precision names (lightning_fabric.connector._PRECISION_INPUT; tests/test_validation.py compares)
@@ -67,7 +71,7 @@ def _devices(v: Any) -> bool:
     )
 
 
-# ---- the Trainer (the `trainer` group: keyword arguments of pytorch_lightning.Trainer) --------------------------------
+# ---- the Trainer (the `trainer` group: keyword arguments of pytorch_lightning.Trainer) -------------------------------
 @stands_in_for("trainer", "pytorch_lightning.Trainer")
 def trainer(
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] = "auto",
@@ -99,19 +103,35 @@ def trainer(
     overfit_batches: BatchesOrNone = 0.0,
     profiler: Literal["simple", "advanced", "pytorch"] | dict[str, Any] | None = None,
     default_root_dir: str | None = None,
+    plugins: list[dict[str, Any]] | None = None,  # each a `_target_` node, checked on its own
 ) -> None: ...
 
 
+@stands_in_for("strategy")
+def strategy(name: str = "auto") -> None:
+    """The `strategy` group without a `_target_`: a strategy Lightning knows by name (auto, ddp, xla, ...)."""
+
+
 # ---- optimizers (the task passes the parameters) --------------------------------------------------------------------
-@stands_in_for("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD")
-def optimizer(
-    lr: Annotated[float, Range(gt=0, example=0.001)] = 0.001,
+Lr = Annotated[float, Range(gt=0, example=0.001)]
+
+
+@stands_in_for("torch.optim.AdamW", "torch.optim.Adam")
+def adam(
+    lr: Lr = 0.001,
     weight_decay: NonNegative = 0.0,
-    momentum: Annotated[float, Range(ge=0, lt=1, example=0.9)] = 0.0,
     betas: Annotated[
-        list[Annotated[float, Range(ge=0, lt=1)]],
+        list[float],
         Check(lambda v: len(v) == 2 and all(0 <= x < 1 for x in v), "a list of 2 numbers in [0, 1)", [0.9, 0.999]),
     ] = [0.9, 0.999],  # noqa: B006 (never called)
+) -> None: ...
+
+
+@stands_in_for("torch.optim.SGD")
+def sgd(
+    lr: Lr = 0.001,
+    weight_decay: NonNegative = 0.0,
+    momentum: Annotated[float, Range(ge=0, lt=1, example=0.9)] = 0.0,
     nesterov: bool = False,
 ) -> None: ...
 

@@ -10,6 +10,7 @@ and a typo caught by them stay torch-free).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 import typing
@@ -81,8 +82,21 @@ def _words(kind: Any) -> str:
         base = typing.Union[tuple(k for k in typing.get_args(base) if k is not type(None))] if nullable else base
         words = [_words(base), *(w for r in ranges if isinstance(r, Range) and (w := r.words()))]
         return " ".join(words) + (" (or null)" if nullable else "")
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join("null" if k is type(None) else _words(k) for k in typing.get_args(kind))
+    if origin in (typing.Union, types.UnionType):  # `true, false, warn or null`
+        items = [
+            w
+            for k in typing.get_args(kind)
+            for w in (
+                [shown(o, quote=False) for o in typing.get_args(k)]
+                if typing.get_origin(k) is typing.Literal
+                else ["true", "false"]
+                if k is bool
+                else ["null"]
+                if k is type(None)
+                else [_words(k)]
+            )
+        ]
+        return ", ".join(items[:-1]) + " or " + items[-1]
     if origin is typing.Literal:
         return "one of " + ", ".join(shown(o, quote=False) for o in typing.get_args(kind))
     if origin in _LISTS and typing.get_args(kind):
@@ -129,10 +143,13 @@ def parameters(target: Any) -> tuple[dict[str, Any], bool]:
 GROUP_TARGETS = {"trainer": "pytorch_lightning.Trainer"}  # a group built without a `_target_`: what it builds
 
 
-def check_target(scope: str, node: Any, imports: bool = True, target_name: str | None = None) -> None:
+def check_target(
+    scope: str, node: Any, imports: bool = True, target_name: str | None = None, signature: Any = None
+) -> None:
     """Bind the keys of `node` to its target's signature, with litforge's stand-in for a library class
     (litforge.config.library) on top; ConfigError on a mismatch. Without `imports`, only the torch-free stand-in is
-    bound (unknown keys then wait for the pass that imports). `target_name` names a group without a `_target_`."""
+    bound (unknown keys then wait for the pass that imports). `target_name` names a group without a `_target_`;
+    `signature` (parameters' answer) binds to a structured config instead, its unknown keys left to others."""
     from hydra.utils import get_object
 
     from litforge.config.library import STAND_INS
@@ -140,37 +157,53 @@ def check_target(scope: str, node: Any, imports: bool = True, target_name: str |
     mapping = isinstance(node, Mapping) or OmegaConf.is_dict(node)
     target_name = target_name or (node.get("_target_") if mapping else None)
     if not isinstance(target_name, str) or not mapping or not imports and target_name not in STAND_INS:
-        return
-    params: dict[str, Any] = {}
-    open_ended = not imports
-    if imports and (target_name in GROUP_TARGETS or target_name not in STAND_INS or "." in target_name):
+        if signature is None or not mapping:
+            return
+    params, open_ended = (dict(signature[0]), True) if signature else ({}, not imports)
+    if (
+        not signature
+        and imports
+        and (target_name in GROUP_TARGETS or target_name not in STAND_INS or "." in target_name)
+    ):
         try:
             params, open_ended = parameters(get_object(GROUP_TARGETS.get(target_name, target_name)))
         except Exception:  # an import error is the build's to report (instantiate's one line names the group)
             return
     if target_name in STAND_INS:  # its bounds, for the arguments the target takes
         typed = parameters(STAND_INS[target_name])[0].items()
-        params.update({k: v for k, v in typed if k in params or not params})
-    for key in node.keys():
-        key = str(key)
-        if key.startswith("_"):
-            continue
+        params.update({k: v for k, v in typed if k in params or not params or open_ended})
+    bind(scope, node, params, open_ended, GROUP_TARGETS.get(target_name, target_name))
+
+
+def bind(scope: str, node: Any, params: dict[str, Any], open_ended: bool, name: Any) -> None:
+    """Each key of `node` against `params` ({argument: (annotation, default)}); a mapping whose annotation is a
+    dataclass is bound to that dataclass's fields in turn."""
+    for key in [str(k) for k in node.keys() if not str(k).startswith("_")]:
+        full = f"{scope}.{key}" if scope else key
         if key not in params:
             if open_ended:
                 continue
             raise ConfigError(
-                f"{scope}.{key} is not an argument of {target_name} (it takes: {', '.join(params)}): "
-                f"remove {scope}.{key} or fix its spelling"
+                f"{full} is not an argument of {name} (it takes: {', '.join(params)}): remove {full} or fix its "
+                "spelling"
             )
+        if OmegaConf.is_dict(node) and OmegaConf.is_missing(node, key):
+            raise ConfigError(f"{full} has no value and is required: pass {full}=<value>")
+        kind, default = params[key]
+        structured = [k for k in (kind, *typing.get_args(kind)) if dataclasses.is_dataclass(k)]
         try:
             value = node[key]
+            if structured and OmegaConf.is_dict(value):
+                bind(full, value, parameters(structured[0])[0], False, structured[0].__name__)
+                continue
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except ConfigError:
+            raise
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked when it is built
             continue
-        kind, default = params[key]
         if value is None and (default is None or _fits(kind, None) is not False):
             continue  # null where the argument allows it, or one the builder fills in (a partial's caller)
-        check_argument(f"{scope}.{key}", value, *params[key])
+        check_argument(full, value, kind, default)
 
 
 def shown(value: Any, quote: bool = True) -> str:

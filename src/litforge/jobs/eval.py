@@ -12,6 +12,7 @@ from litforge.checkpointing.restore import load_for_inference
 from litforge.config.instantiate import instantiate_group
 from litforge.config.validation import check_run
 from litforge.jobs.build import build_trainer
+from litforge.jobs.settings import JobSettings
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
 
@@ -20,7 +21,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import RichProgressBar
 
-    check_run(cfg)
+    check_run(cfg, JobSettings)
     task, datamodule, checkpoint = load_for_inference(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}

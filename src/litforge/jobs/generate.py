@@ -10,13 +10,14 @@ from omegaconf import DictConfig
 
 from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
+from litforge.jobs.settings import JobSettings
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import inference_device, restore_task
 
-    check_run(cfg)
+    check_run(cfg, JobSettings)
     path = str(cfg.ckpt_path)
     task = restore_task(load_checkpoint(path), path).to(inference_device(str(cfg.get("device", "auto"))))
     if not hasattr(task, "generate_text"):

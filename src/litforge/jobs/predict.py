@@ -8,10 +8,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from litforge.config.validation import check_run
 from litforge.data.images import find_images, load_image_tensor
+from litforge.jobs.settings import JobSettings
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
+    check_run(cfg, JobSettings)
+
     import torch
 
     from litforge.checkpointing.restore import inference_device, load_for_inference

@@ -15,13 +15,14 @@ from omegaconf import DictConfig
 from litforge.config.instantiate import instantiate_group, to_plain
 from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
+from litforge.jobs.settings import JobSettings
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Write the shards and the facts file; returns the sample counts (shown in the summary)."""
     from litforge.data.streaming import write_shards
 
-    check_run(cfg)
+    check_run(cfg, JobSettings)
     if cfg.data is None or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
         raise ConfigError(
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder
 from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
-from litforge.config.validation import check_run, run_notes
+from litforge.config.validation import check_run
 from litforge.core.contracts import DataModule, missing_members
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.jobs.build import (
@@ -33,6 +33,7 @@ from litforge.jobs.build import (
     task_class,
     training_callbacks,
 )
+from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
@@ -66,7 +67,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
-    check_run(cfg)  # top-level keys and relations between groups; each group is checked where it is built
+    check_run(cfg, JobSettings)  # top-level keys and relations between groups; each group is checked where it is built
     check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg):
         log.warning("%s", note)
@@ -269,3 +270,22 @@ def _describe(net_cfg: dict[str, Any]) -> str:
     target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
     knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
     return f"{target}({knobs})"
+
+
+def run_notes(cfg: Any) -> list[str]:
+    """What a valid training config will not do although a user may expect it (e.g. no validation at all)."""
+    trainer, data = cfg.get("trainer") or {}, cfg.get("data") or {}
+    every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
+    if trainer.get("limit_val_batches") == 0:
+        why = "trainer.limit_val_batches=0"
+    elif data.get("val_fraction") == 0:
+        why = "data.val_fraction=0"
+    elif isinstance(every, int) and isinstance(epochs, int) and 0 < epochs < every and not trainer.get("fast_dev_run"):
+        why = f"trainer.check_val_every_n_epoch={every} > trainer.max_epochs={epochs}"
+    else:
+        return []
+    tested = " and tested" if cfg.get("test_after_training", True) else ""
+    return [
+        f"no validation in this run ({why}): no best checkpoint, no early stopping and no objective value; the last "
+        f"weights are saved{tested}"
+    ]
