@@ -154,25 +154,27 @@ def check_target(
 
     from litforge.config.library import STAND_INS
 
-    mapping = isinstance(node, Mapping) or OmegaConf.is_dict(node)
-    target_name = target_name or (node.get("_target_") if mapping else None)
-    if not isinstance(target_name, str) or not mapping or not imports and target_name not in STAND_INS:
-        if signature is None or not mapping:
+    if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)):
+        return
+    name = str(target_name or node.get("_target_") or "")
+    stand_in = STAND_INS.get(name)
+    params: dict[str, Any] = {}
+    if signature is not None:
+        params, open_ended = dict(signature[0]), True
+    elif not imports or stand_in is not None and "." not in name and name not in GROUP_TARGETS:
+        open_ended = not imports  # a group litforge reads itself (scheduler's interval) takes only its stand-in's
+        if stand_in is None:
             return
-    params, open_ended = (dict(signature[0]), True) if signature else ({}, not imports)
-    if (
-        not signature
-        and imports
-        and (target_name in GROUP_TARGETS or target_name not in STAND_INS or "." in target_name)
-    ):
+    elif "." in name or name in GROUP_TARGETS:
         try:
-            params, open_ended = parameters(get_object(GROUP_TARGETS.get(target_name, target_name)))
+            params, open_ended = parameters(get_object(GROUP_TARGETS.get(name, name)))
         except Exception:  # an import error is the build's to report (instantiate's one line names the group)
             return
-    if target_name in STAND_INS:  # its bounds, for the arguments the target takes
-        typed = parameters(STAND_INS[target_name])[0].items()
-        params.update({k: v for k, v in typed if k in params or not params or open_ended})
-    bind(scope, node, params, open_ended, GROUP_TARGETS.get(target_name, target_name))
+    else:
+        return
+    if stand_in is not None:  # its bounds, for the arguments the target takes
+        params.update({k: v for k, v in parameters(stand_in)[0].items() if k in params or not params or open_ended})
+    bind(scope, node, params, open_ended, GROUP_TARGETS.get(name, name))
 
 
 def bind(scope: str, node: Any, params: dict[str, Any], open_ended: bool, name: Any) -> None:
@@ -190,11 +192,11 @@ def bind(scope: str, node: Any, params: dict[str, Any], open_ended: bool, name: 
         if OmegaConf.is_dict(node) and OmegaConf.is_missing(node, key):
             raise ConfigError(f"{full} has no value and is required: pass {full}=<value>")
         kind, default = params[key]
-        structured = [k for k in (kind, *typing.get_args(kind)) if dataclasses.is_dataclass(k)]
+        structured = [k for k in (kind, *typing.get_args(kind)) if isinstance(k, type) and dataclasses.is_dataclass(k)]
         try:
             value = node[key]
             if structured and OmegaConf.is_dict(value):
-                bind(full, value, parameters(structured[0])[0], False, structured[0].__name__)
+                bind(full, value, parameters(structured[0])[0], False, getattr(structured[0], "__name__", key))
                 continue
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except ConfigError:

@@ -176,8 +176,8 @@ def check_run(cfg: Any, settings: type | None = None) -> None:
     if settings is not None:
         own = OmegaConf.masked_copy(cfg, [str(k) for k in cfg.keys() if k not in BUILT_GROUPS and k != "hydra"])
         check_target("", own, target_name=settings.__name__, signature=parameters(settings))
-    for relation in RELATIONS:
-        if len({_scope(k) for k in relation.keys}) > 1:
+    for relation in RELATIONS:  # those of no one group (a group's own are checked where it is built)
+        if len(scopes := {_scope(k) for k in relation.keys}) > 1 or scopes == {None}:
             _check_relation(relation, lambda key: _lookup(cfg, key))
 
 
