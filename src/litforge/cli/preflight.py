@@ -64,8 +64,8 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
-        new = [o for o in values if baseline is not None and not (o.is_add() or o.is_force_add())]
-        message = next(filter(None, (unknown_key_message(baseline, o) for o in new)), None)
+        known = [o for o in values if not (o.is_add() or o.is_force_add())] if baseline is not None else []
+        message = next(filter(None, (unknown_key_message(baseline, o) for o in known if baseline)), None)
         if message:
             raise ConfigError(message)
         return overrides
@@ -184,8 +184,8 @@ def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
 
 def check_job(cfg: DictConfig, config_name: str) -> None:
     """What a job would refuse only after Hydra made its run folder: asked here, of the same functions."""
-    data = cfg.get("data") or {}
-    target = str(data.get("_target_", ""))
+    data: Any = cfg.get("data") or {}
+    target, root = str(data.get("_target_", "")), str(data.get("root"))
     if config_name == "prepare" and (not data or target.endswith("StreamingImageDataModule")):
         raise ConfigError(
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
@@ -194,15 +194,15 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
     if config_name == "train" and target.endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
         from litforge.data.streaming import read_facts
 
-        read_facts(data.get("input_dir"))
-    if config_name == "train" and target.endswith("ImageFolderDataModule") and Path(str(data.root)).is_dir():
+        read_facts(str(data.input_dir))
+    if config_name == "train" and target.endswith("ImageFolderDataModule") and Path(root).is_dir():
         from litforge.data.folder_layout import FolderLayout
 
-        classes = FolderLayout.scan(str(data.root)).class_names  # and every layout mistake, named with its folder
+        classes = FolderLayout.scan(root).class_names  # and every layout mistake, named with its folder
         if len(classes) == 1:  # torchmetrics' multiclass metrics would fail inside fit
             raise ConfigError(
-                f"data.root={data.root} has one class folder ({classes[0]}): a classifier needs two or more; add "
-                f"a folder per class, e.g. {Path(str(data.root)) / 'other' / '001.png'}"
+                f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; add a "
+                f"folder per class, e.g. {Path(root) / 'other' / '001.png'}"
             )
     if config_name == "export":
         from litforge.jobs.export import check_export
