@@ -137,13 +137,14 @@ SUMMARY_TITLES = {"train": "train: final metrics"}
 
 
 def print_summary(job_name: str, result: dict[str, Any]) -> None:
-    """One screen at the end of a job: metrics, where things were written, how to look at them."""
+    """One screen at the end of a job: metrics, then each path a user needs next, whole on a line of its own (plain
+    print: rich would wrap a long path where the output is not a terminal, and a log could not be copied from), and
+    only for a file that is there. The same lines end the job's log file (`<run folder>/<job>.log`)."""
     if not is_rank_zero():
         return
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     metrics = result.get("metrics") or {}
     if metrics:
         table = Table(title=SUMMARY_TITLES.get(job_name, job_name), show_header=True, header_style="bold")
@@ -151,15 +152,23 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
         table.add_column("value", justify="right")
         for name, value in metrics.items():
             table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
-        console.print(table)
+        Console().print(table)
+    lines: list[str] = []
     for label, key in (
         ("best checkpoint", "best_checkpoint"),
         ("last checkpoint", "last_checkpoint"),
         ("run folder", "output_dir"),
         ("written", "written"),
-        ("trained at commit", "trained_at_commit"),
     ):
-        if result.get(key):
-            console.print(f"{label}: {result[key]}")
-    if result.get("output_dir") and job_name == "train":
-        console.print(f"view it: tensorboard --logdir {result['output_dir']} --host 127.0.0.1")
+        paths = result.get(key) or []
+        lines += [f"{label}:\n{p}" for p in ([paths] if isinstance(paths, str) else paths) if Path(p).exists()]
+    if result.get("trained_at_commit"):
+        lines.append(f"trained at commit: {result['trained_at_commit']}")
+    run_dir = Path(str(result.get("output_dir", "")))
+    if job_name == "train" and result.get("output_dir") and next(run_dir.rglob("events.out.tfevents.*"), None):
+        lines.append(f"view it:\ntensorboard --logdir {run_dir} --host 127.0.0.1")
+    print("\n".join(lines))
+    for handler in logging.getLogger().handlers:  # Hydra's file handler: the run's log keeps the summary
+        if isinstance(handler, logging.FileHandler):
+            handler.stream.write("\n".join([*(f"{n}: {v}" for n, v in metrics.items()), *lines]) + "\n")
+            handler.flush()

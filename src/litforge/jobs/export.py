@@ -150,7 +150,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         "onnx": str(onnx_path),
         "report": rows,
         "output_dir": str(out_dir),
-        "written": str(written),
+        "written": [str(v.path) for v in variants.values() if getattr(v, "path", None)] + [str(written)],
     }
     (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -62,7 +62,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    metrics: dict[str, float] = {"predictions": float(len(rows))}
+    metrics: dict[str, float | int] = {"predictions": len(rows)}  # a count, shown as one
     if labels is not None:
         metrics["accuracy"] = sum(r["predicted"] == r["label"] for r in rows) / len(rows)
     return {"metrics": metrics, "written": str(output), "output_dir": str(cfg.paths.output_dir)}

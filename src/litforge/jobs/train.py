@@ -200,19 +200,32 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
     """`trainer.fit`; SIGTERM (after the on-signal checkpoint is saved) ends the run with how to resume it."""
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+    where = "at step {} (epoch {})"
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
     except SIGTERMException:
         saved = next((cb.saved_path for cb in trainer.callbacks if getattr(cb, "saved_path", None)), None)
-        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
         raise TrainingStopped(
-            f"stopped by SIGTERM {where}; "
+            f"stopped by SIGTERM {where.format(trainer.global_step, trainer.current_epoch)}; "
             + (
                 f"saved {saved}. Continue with: python train.py resume={output_dir}"
                 if saved
                 else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"
             ),
             exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
+        ) from None
+    except SystemExit:  # Ctrl-C: Lightning tears the run down, then exits (pytorch_lightning/trainer/call.py)
+        if not trainer.interrupted:
+            raise
+        last = resume.run_checkpoint(output_dir)  # no save at Ctrl-C: the newest checkpoint written before it
+        raise TrainingStopped(
+            f"stopped by Ctrl-C {where.format(trainer.global_step, trainer.current_epoch)}; "
+            + (
+                f"the last checkpoint is {last}. Continue from it with: python train.py resume={output_dir}"
+                if last
+                else "no checkpoint was written yet (one is written at each epoch end, or every checkpoint_every)"
+            ),
+            exit_code=130,  # 128 + SIGINT
         ) from None
 
 

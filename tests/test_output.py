@@ -1,0 +1,78 @@
+"""What a person reads at the end of a job: the paths they need next, whole on lines of their own and only for files
+that are there, the same summary in the job's log file, and how to continue after Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, TINY, run_cli, single_run
+
+pytestmark = pytest.mark.slow
+
+FAULTS_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+
+
+def _paths_after(output: str, label: str) -> list[str]:
+    """The lines right after each `<label>:` line (the summary prints a path alone on the line below its label)."""
+    lines = output.splitlines()
+    return [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == f"{label}:"]
+
+
+def test_the_summary_prints_each_path_whole_and_the_job_log_keeps_it(tmp_path: Path):
+    deep = tmp_path / ("a_long_folder_name_" * 6) / "logs"  # longer than any terminal: rich would wrap it
+    result = run_cli("train.py", *TINY, log_dir=deep)
+    assert result.returncode == 0, result.output[-3000:]
+    run_dir = single_run(deep)
+    assert _paths_after(result.stdout, "run folder") == [str(run_dir)]
+    assert _paths_after(result.stdout, "last checkpoint") == [str(run_dir / "checkpoints" / "last.ckpt")]
+    (best,) = _paths_after(result.stdout, "best checkpoint")
+    assert Path(best).is_file() and Path(best).parent == run_dir / "checkpoints"
+    assert _paths_after(result.stdout, "view it") == [f"tensorboard --logdir {run_dir} --host 127.0.0.1"]
+    log = (run_dir / "train.log").read_text()
+    assert f"last checkpoint:\n{run_dir / 'checkpoints' / 'last.ckpt'}" in log and "test/acc: " in log
+
+
+def test_a_run_that_writes_no_checkpoint_claims_none(tmp_path: Path):
+    result = run_cli("train.py", *TINY, "debug=fdr", log_dir=tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    for label in ("best checkpoint", "last checkpoint", "view it"):
+        for path in _paths_after(result.stdout, label):
+            assert Path(path.split()[-3] if label == "view it" else path).exists(), (label, path)
+    assert not _paths_after(result.stdout, "last checkpoint"), "fast_dev_run writes no checkpoint"
+
+
+def test_ctrl_c_says_how_to_continue_and_the_run_continues(tmp_path: Path):
+    args = [*TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=6", "callbacks.early_stopping=null"]
+    fault = ["+callbacks.fault._target_=faults.SignalAt", "+callbacks.fault.step=9", "+callbacks.fault.signal=SIGINT"]
+    result = run_cli("train.py", *args, *fault, log_dir=tmp_path, env=FAULTS_ENV)
+    assert result.returncode == 130, result.output[-3000:]  # 128 + SIGINT, as a shell reports it
+    assert "Traceback" not in result.output, result.output[-3000:]
+    run_dir = single_run(tmp_path)
+    assert (
+        f"stopped by Ctrl-C at step 9 (epoch 1); the last checkpoint is {run_dir / 'checkpoints' / 'last.ckpt'}. "
+        f"Continue from it with: python train.py resume={run_dir}" in result.output
+    ), result.output[-3000:]
+    no_fault = "+callbacks.fault.step=1000"  # the run's own overrides come back with resume=; this one wins
+    resumed = run_cli("train.py", f"resume={run_dir}", no_fault, log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert (run_dir / "metrics.json").exists()
+
+
+def test_export_names_every_file_it_wrote(tmp_path: Path):
+    trained = run_cli("train.py", *TINY, log_dir=tmp_path)
+    assert trained.returncode == 0, trained.output[-3000:]
+    ckpt = single_run(tmp_path) / "checkpoints" / "last.ckpt"
+    result = run_cli("export.py", f"ckpt_path={ckpt}", "quantize=[]", log_dir=tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    written = _paths_after(result.stdout, "written")
+    out = single_run(tmp_path, "export")
+    assert str(out / "model.onnx") in written and str(out / "compression_report.md") in written, written
+    assert "model.onnx" in (out / "export.log").read_text()
+
+    predicted = run_cli("predict.py", f"ckpt_path={ckpt}", log_dir=tmp_path)
+    assert predicted.returncode == 0, predicted.output[-3000:]
+    assert re.search(r"│ predictions +│ +359 │", predicted.stdout), predicted.stdout  # a count, not 359.0000
