@@ -176,6 +176,9 @@ def test_multirun_writes_one_folder_per_job_and_a_ranked_summary(tmp_path):
     overrides = {" ".join(line.split(",")[2].split()[-2:]) for line in summary[1:]}
     assert overrides == {f"optimizer.lr={lr} model={m}" for lr in ("0.01", "0.001") for m in ("mlp", "cnn")}
     assert (sweeps[0] / "summary.md").read_text().startswith("# Sweep summary")
+    tail = result.stdout.splitlines()[-4:]  # where the summary is, whole on its own line, ends the sweep's output
+    assert tail[:2] == ["sweep: 4 of 4 jobs completed; summary, best first:", str(sweeps[0] / "summary.md")], tail
+    assert tail[2] == "best job's checkpoint:" and Path(tail[3]).is_file(), tail
 
 
 def test_runs_started_in_the_same_second_get_different_folders(tmp_path):

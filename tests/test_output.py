@@ -76,3 +76,20 @@ def test_export_names_every_file_it_wrote(tmp_path: Path):
     predicted = run_cli("predict.py", f"ckpt_path={ckpt}", log_dir=tmp_path)
     assert predicted.returncode == 0, predicted.output[-3000:]
     assert re.search(r"│ predictions +│ +359 │", predicted.stdout), predicted.stdout  # a count, not 359.0000
+
+
+def test_a_missing_checkpoint_names_the_newest_ones_under_its_folder(tmp_path: Path):
+    from litforge.checkpointing.load import load_checkpoint
+    from litforge.core.errors import CheckpointError
+
+    older, newer = tmp_path / "train/runs/a/checkpoints/last.ckpt", tmp_path / "train/runs/b/checkpoints/last.ckpt"
+    for path in (older, newer):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"x")
+    os.utime(older, (1, 1))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(tmp_path / "nope.ckpt")
+    assert f"The newest under {tmp_path}: {newer}, {older}." in str(info.value), str(info.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="holds no .ckpt files, at any depth"):
+        load_checkpoint(tmp_path / "empty" / "nope.ckpt")

@@ -29,9 +29,13 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     if not file.exists():
         hint = ""
         parent = file.parent
-        if parent.is_dir():
-            found = sorted(p.name for p in parent.glob("*.ckpt"))[:5]
-            hint = f" Checkpoints in {parent}: {', '.join(found)}." if found else f" {parent} holds no .ckpt files."
+        if parent.is_dir():  # the newest checkpoints under that folder, at any depth (logs/ holds run folders)
+            found = sorted(parent.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)[:3]
+            hint = (
+                f" The newest under {parent}: {', '.join(map(str, found))}."
+                if found
+                else f" {parent} holds no .ckpt files, at any depth."
+            )
         raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
     if file.is_dir():
         from litforge.parallel.consolidate import consolidate, consolidated_path, is_distributed_checkpoint

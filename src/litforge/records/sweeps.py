@@ -41,9 +41,15 @@ class SweepSummary(Callback):
             report_failure(record, records, Path(hydra_cfg.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """The summary, and where it is, as the sweep's last lines (each path whole on a line of its own)."""
         sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir():
-            write_summary(sweep_dir)
+        records = write_summary(sweep_dir) if sweep_dir.is_dir() else []
+        if records:
+            done = sum(r.get("status") == "COMPLETED" for r in records)
+            print(f"\nsweep: {done} of {len(records)} jobs completed; summary, best first:\n{sweep_dir / 'summary.md'}")
+            best = records[0].get("best_checkpoint")
+            if records[0].get("status") == "COMPLETED" and best and Path(best).exists():
+                print(f"best job's checkpoint:\n{best}")
 
 
 def job_record(job_dir: Path, overrides: list[str], status: str, error: str | None) -> dict[str, Any]:
