@@ -82,15 +82,16 @@ def test_shell_completion_installs_and_completes_groups():
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])
-def test_config_tree_and_summary_print_on_rank_zero_only(rank, monkeypatch, capsys):
+def test_config_tree_and_summary_print_on_rank_zero_only(rank, monkeypatch, capsys, tmp_path):
     from litforge.cli import main as cli
 
     monkeypatch.setenv("RANK", rank)
+    (tmp_path / "events.out.tfevents.1").write_bytes(b"")
     cfg = OmegaConf.create({"print_config": True, "seed": 1})
-    result = cli.run_job(lambda c: {"metrics": {"val/acc": 0.5}, "output_dir": "/tmp/run"}, cfg)
+    result = cli.run_job(lambda c: {"metrics": {"val/acc": 0.5}, "output_dir": str(tmp_path)}, cfg)
     cli.print_summary("train", result)
     out = capsys.readouterr().out
     if rank == "0":
-        assert "seed" in out and "val/acc" in out and "tensorboard --logdir /tmp/run" in out
+        assert "seed" in out and "val/acc" in out and f"tensorboard --logdir {tmp_path}" in out
     else:
         assert out == ""

@@ -27,11 +27,16 @@ def test_the_summary_prints_each_path_whole_and_the_job_log_keeps_it(tmp_path: P
     result = run_cli("train.py", *TINY, log_dir=deep)
     assert result.returncode == 0, result.output[-3000:]
     run_dir = single_run(deep)
-    assert _paths_after(result.stdout, "run folder") == [str(run_dir)]
+    assert _paths_after(result.stdout, "run folder") == [str(run_dir)] * 2  # at the start and at the end
     assert _paths_after(result.stdout, "last checkpoint") == [str(run_dir / "checkpoints" / "last.ckpt")]
     (best,) = _paths_after(result.stdout, "best checkpoint")
     assert Path(best).is_file() and Path(best).parent == run_dir / "checkpoints"
     assert _paths_after(result.stdout, "view it") == [f"tensorboard --logdir {run_dir} --host 127.0.0.1"]
+    start = result.stdout.splitlines()[:3]  # a short start: what runs and where it writes, not the config tree
+    assert start[0].startswith("train: data=digits model=mlp task=classification") and start[1:] == [
+        "run folder:",
+        str(run_dir),
+    ], start
     log = (run_dir / "train.log").read_text()
     assert f"last checkpoint:\n{run_dir / 'checkpoints' / 'last.ckpt'}" in log and "test/acc: " in log
 

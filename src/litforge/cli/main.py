@@ -56,7 +56,7 @@ def main(job_name: str) -> None:
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 
     def task_function(cfg: DictConfig) -> float | None:
-        result = run_job(job_function(job_name), cfg)
+        result = run_job(job_function(job_name), cfg, job_name)
         print_summary(job_name, result)
         return (result.get("objective") or {}).get("value")  # what a sweeper (Optuna) optimises
 
@@ -69,7 +69,7 @@ def job_function(job_name: str) -> Callable[[DictConfig], dict[str, Any]]:
     return getattr(importlib.import_module(module), name)
 
 
-def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
+def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "train") -> Any:
     """Run a job; a user mistake (LitforgeError) ends it with its message and exit code 1, not a traceback.
 
     In a multirun the error is re-raised instead, so Hydra records the job as failed and the sweep goes on.
@@ -80,8 +80,8 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
 
     quiet_library_chatter()
     try:
-        if cfg.get("print_config", False) and is_rank_zero():
-            print_config(cfg)
+        if is_rank_zero():
+            print_config(cfg) if cfg.get("print_config", False) else print_start(job_name)
         with launched_ranks_cleaned_up():
             return job(cfg)
     except (LitforgeError, OmegaConfBaseException) as exc:
@@ -119,6 +119,23 @@ def quiet_library_chatter() -> None:
 
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DropLines("💡 Tip"))
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+def print_start(job_name: str) -> None:
+    """A short start: the job, the option of each group, and the run folder (the whole config: print_config=true;
+    it is also saved in <run folder>/.hydra/config.yaml)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    chosen = {g: c for g, c in hydra_cfg.runtime.choices.items() if c is not None and not g.startswith("hydra")}
+    order = ["experiment", "data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer"]
+    groups = sorted(chosen, key=lambda g: order.index(g) if g in order else len(order))
+    print(
+        f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\nrun folder:\n{hydra_cfg.runtime.output_dir}",
+        flush=True,
+    )
 
 
 def print_config(cfg: DictConfig) -> None:
@@ -169,6 +186,6 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
         lines.append(f"view it:\ntensorboard --logdir {run_dir} --host 127.0.0.1")
     print("\n".join(lines))
     for handler in logging.getLogger().handlers:  # Hydra's file handler: the run's log keeps the summary
-        if isinstance(handler, logging.FileHandler):
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None:
             handler.stream.write("\n".join([*(f"{n}: {v}" for n, v in metrics.items()), *lines]) + "\n")
             handler.flush()

@@ -92,7 +92,7 @@ class JobSettings:
     # every job
     task_name: str = "train"
     seed: Seed = 42
-    print_config: bool = True
+    print_config: bool = False
     ckpt_path: str | None = None
     paths: Paths | None = None
     # train
