@@ -50,6 +50,15 @@ def test_a_run_that_writes_no_checkpoint_claims_none(tmp_path: Path):
     assert not _paths_after(result.stdout, "last checkpoint"), "fast_dev_run writes no checkpoint"
 
 
+def test_a_run_that_never_validated_says_which_weights_it_tested(tmp_path: Path):
+    result = run_cli("train.py", *TINY, "trainer.max_steps=3", log_dir=tmp_path)  # stops before the epoch's validation
+    assert result.returncode == 0, result.output[-3000:]
+    assert "tested: the last weights (no val/acc was logged before training ended" in result.stdout, result.stdout
+    assert not _paths_after(result.stdout, "best checkpoint")
+    normal = run_cli("train.py", *TINY, log_dir=tmp_path / "normal")
+    assert "tested: the best checkpoint by val/acc" in normal.stdout, normal.stdout[-2000:]
+
+
 def test_ctrl_c_says_how_to_continue_and_the_run_continues(tmp_path: Path):
     args = [*TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=6", "callbacks.early_stopping=null"]
     fault = ["+callbacks.fault._target_=faults.SignalAt", "+callbacks.fault.step=9", "+callbacks.fault.signal=SIGINT"]

@@ -179,6 +179,8 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
     ):
         paths = result.get(key) or []
         lines += [f"{label}:\n{p}" for p in ([paths] if isinstance(paths, str) else paths) if Path(p).exists()]
+    if result.get("tested"):
+        lines.append(f"tested: {result['tested']}")
     if result.get("trained_at_commit"):
         lines.append(f"trained at commit: {result['trained_at_commit']}")
     run_dir = Path(str(result.get("output_dir", "")))

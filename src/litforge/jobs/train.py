@@ -167,14 +167,23 @@ def test_best_checkpoint(trainer: Any, task: Any, datamodule: Any, *, run: bool)
     checkpoint_cb = trainer.checkpoint_callback
     best = getattr(checkpoint_cb, "best_model_path", "") or None
     last = latest_path(trainer)  # before test(): restoring the best checkpoint resets the callback's state
+    tested = None
     if run and not trainer.interrupted:
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
         metrics.update(scalar_metrics(trainer.callback_metrics))
+        monitor = getattr(checkpoint_cb, "monitor", None)
+        tested = (
+            f"the best checkpoint by {monitor}"
+            if best
+            else f"the last weights (no {monitor or 'monitored metric'} was logged before training ended, so there "
+            "is no best checkpoint: validate sooner, e.g. trainer.val_check_interval=<steps>)"
+        )
     return {
         "metrics": metrics,
         "best_checkpoint": best,
         "last_checkpoint": last,
         "interrupted": bool(trainer.interrupted),
+        "tested": tested,
     }
 
 
@@ -188,6 +197,7 @@ def write_metrics(output_dir: Path, tested: dict[str, Any], objective: Any, *, w
         "last_checkpoint": tested["last_checkpoint"],
         "output_dir": str(output_dir),
         "interrupted": tested["interrupted"],
+        "tested": tested["tested"],
     }
     if write:
         (output_dir / "metrics.json").write_text(
