@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: an example may be a list
 class Range:
     """Bounds of a number (`gt`/`lt` exclusive, `ge`/`le` inclusive; `also`: values allowed outside them, e.g. -1 for
     "no limit") or, for a list, its least length `min_items`; `example` is a valid value, shown in the refusal."""
@@ -47,7 +47,7 @@ class Range:
         return text + "".join(f" or {a}" for a in self.also)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: an example may be a list
 class Check:
     """A condition no type or range can say, e.g. `Annotated[str, Check(is_duration, "a duration like 30min")]`:
     `words` replaces the type's own description in the refusal."""
@@ -55,3 +55,15 @@ class Check:
     holds: Callable[[Any], bool]
     words: str
     example: Any = None
+
+
+# The bounded kinds most arguments are: the name says what the argument is, and its bound travels with it.
+Count = Annotated[int, Range(ge=1)]  # batch sizes, steps, episodes, epochs between things
+NonNegativeInt = Annotated[int, Range(ge=0)]  # worker processes, warmup steps, patience
+Seed = Annotated[
+    int, Range(ge=0, le=2**32 - 1, example=42)
+]  # numpy's range, which Lightning's seed_everything enforces
+HeldOut = Annotated[float, Range(ge=0, lt=1, example=0.1)]  # a share of a split held out, in [0, 1)
+UnitInterval = Annotated[float, Range(ge=0, le=1)]  # a probability
+Positive = Annotated[float, Range(gt=0)]
+NonNegative = Annotated[float, Range(ge=0)]

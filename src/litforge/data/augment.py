@@ -23,13 +23,15 @@ values, not on standardised ones. The output keeps the input's shape, dtype and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from litforge.core.errors import ConfigError
 
-AUGMENTS = ("none", "flip_crop", "randaugment", "trivialaugment", "autoaugment")
+Augment = Literal["none", "flip_crop", "randaugment", "trivialaugment", "autoaugment"]  # data.augment
+AUGMENTS: tuple[str, ...] = get_args(Augment)
 #: torchvision.transforms.v2 class of each policy
 POLICIES = {"randaugment": "RandAugment", "trivialaugment": "TrivialAugmentWide", "autoaugment": "AutoAugment"}
 

@@ -10,15 +10,16 @@ augmentation (training batches only, litforge.data.augment) then normalisation r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Range, Seed
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
-from litforge.data.augment import build_augment, resolve_augment
+from litforge.data.augment import Augment, build_augment, resolve_augment
 from litforge.data.loader import InMemoryLoader
 from litforge.data.placement import dataset_bytes, hold_on_device
 
@@ -86,17 +87,17 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
     def __init__(
         self,
         data_dir: str = "data",
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        val_fraction: float = 0.1,
-        split_seed: int = 0,
-        shuffle_seed: int = 0,
+        batch_size: Count = 64,
+        eval_batch_size: Count | None = None,
+        val_fraction: HeldOut = 0.1,
+        split_seed: Seed = 0,
+        shuffle_seed: Seed = 0,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        augment: str | bool = "none",
-        on_device: bool | str = "auto",
-        num_folds: int | None = None,
-        fold: int = 0,
+        augment: Augment | bool = "none",  # true/false: the older spelling of flip_crop/none
+        on_device: Literal["auto"] | bool = "auto",
+        num_folds: Annotated[int, Range(ge=2, example=5)] | None = None,
+        fold: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -5,12 +5,19 @@ It is the embedded default so that `python train.py` trains on real data on any 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor
 
+from litforge.core.bounds import Check, Count, HeldOut, Range
 from litforge.data.base import ImageDataModule, split_indices
+
+DIGITS = "a non-empty list of distinct digits in [0, 9]"
+
+
+def _distinct(v: list[int]) -> bool:
+    return bool(v) and len(set(v)) == len(v)
 
 
 class DigitsDataModule(ImageDataModule):
@@ -23,9 +30,17 @@ class DigitsDataModule(ImageDataModule):
 
     def __init__(
         self,
-        test_fraction: float = 0.2,
-        classes: list[int] | None = None,
-        train_per_class: int | None = None,
+        test_fraction: HeldOut = 0.2,
+        classes: Annotated[
+            list[Annotated[int, Range(ge=0, le=9)]],
+            Check(
+                lambda v: bool(v) and len(set(v)) == len(v),
+                "a non-empty list of distinct digits in [0, 9]",
+                [5, 6, 7, 8, 9],
+            ),
+        ]
+        | None = None,
+        train_per_class: Count | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from litforge.core.bounds import Count, Seed
 from litforge.core.errors import ConfigError
 from litforge.runtime import compat
 
@@ -160,12 +161,12 @@ class GymDataModule(pl.LightningDataModule):
     def __init__(
         self,
         env_id: str = "CartPole-v1",
-        batch_size: int = 64,
-        buffer_size: int = 100_000,
-        steps_per_epoch: int = 1000,
-        val_episodes: int = 10,
-        test_episodes: int = 100,
-        seed: int = 0,
+        batch_size: Count = 64,
+        buffer_size: Count = 100_000,
+        steps_per_epoch: Count = 1000,
+        val_episodes: Count = 10,
+        test_episodes: Count = 100,
+        seed: Seed = 0,
     ) -> None:
         super().__init__()
         self.env_id, self.batch_size, self.steps_per_epoch = env_id, batch_size, steps_per_epoch

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.core.bounds import Check, Count, HeldOut, NonNegative, NonNegativeInt, Range, Seed
 from litforge.core.errors import ConfigError, DataError
+from litforge.data.augment import Augment
 from litforge.data.base import ImageDataModule, channel_stats
 from litforge.data.folder_layout import SPLIT_FOLDERS, FolderLayout, Samples
 from litforge.data.images import (
@@ -65,6 +68,15 @@ def mixed_modes_message(ref_path: str, ref_mode: str, path: str, mode: str) -> s
         f"images have different colour modes ({ref_path}: {describe(ref_mode)}, {path}: {describe(mode)}); set "
         f"data.channels=3 to convert them all to RGB (or data.channels=1 for grey)"
     )
+
+
+def _image_size(v: Any) -> bool:
+    """data.image_size: a side, or [height, width], each >= 1 (null: the native size)."""
+
+    def side(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+    return v is None or side(v) or isinstance(v, list) and len(v) == 2 and all(map(side, v))
 
 
 class ImageFileDataset(Dataset):
@@ -130,23 +142,25 @@ class ImageFolderDataModule(ImageDataModule):
     def __init__(
         self,
         root: str,
-        image_size: int | Sequence[int] | None = None,
-        channels: int | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.2,
-        split_seed: int = 0,
-        shuffle_seed: int = 0,
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        num_workers: int = 0,
-        augment: str | bool = "none",
+        image_size: Annotated[
+            int | list[int] | None, Check(_image_size, "an integer >= 1 or [height,width]", 64)
+        ] = None,
+        channels: Literal[1, 3] | None = None,
+        val_fraction: HeldOut = 0.1,
+        test_fraction: HeldOut = 0.2,
+        split_seed: Seed = 0,
+        shuffle_seed: Seed = 0,
+        batch_size: Count = 64,
+        eval_batch_size: Count | None = None,
+        num_workers: NonNegativeInt = 0,
+        augment: Augment | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        max_in_memory_mb: float | str = "auto",
-        on_device: bool | str = "auto",
-        num_folds: int | None = None,
-        fold: int = 0,
-        decoder: str = "torchvision",
+        max_in_memory_mb: NonNegative | Literal["auto"] = "auto",
+        on_device: Literal["auto"] | bool = "auto",
+        num_folds: Annotated[int, Range(ge=2, example=5)] | None = None,
+        fold: NonNegativeInt = 0,
+        decoder: Literal["torchvision", "pil"] = "torchvision",
     ) -> None:
         super().__init__(
             data_dir=str(root),

@@ -20,13 +20,15 @@ import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
+from litforge.core.bounds import Count, NonNegativeInt, Seed
 from litforge.core.errors import ConfigError, DataError
+from litforge.data.augment import Augment
 from litforge.data.base import ImageDataModule
 
 FACTS_FILE = "litforge_facts.json"  # the shape facts beside the split folders
@@ -245,17 +247,17 @@ class StreamingImageDataModule(ImageDataModule):
     def __init__(
         self,
         input_dir: str,
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        num_workers: int = 0,
-        shuffle_seed: int = 0,
+        batch_size: Count = 64,
+        eval_batch_size: Count | None = None,
+        num_workers: NonNegativeInt = 0,
+        shuffle_seed: Seed = 0,
         cache_dir: str | None = None,
         max_cache_size: str | int = "100GB",
         storage_options: Mapping[str, Any] | None = None,
-        augment: str | bool = "none",
+        augment: Augment | bool = "none",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        on_device: bool | str = "auto",
+        on_device: Literal["auto"] | bool = "auto",
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be 0 (load in the main process) or more")

@@ -12,13 +12,14 @@ Documents and packing: the corpus is one token stream cut into `block_size` wind
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from litforge.core.bounds import Count, HeldOut
 from litforge.core.errors import ConfigError, DataError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.data.pinned import pin_memory_for
@@ -60,15 +61,15 @@ class TextDataModule(HparamsAtFitStart, pl.LightningDataModule):
     def __init__(
         self,
         path: str | None = None,
-        tokenizer: str = "char",
+        tokenizer: Literal["char", "byte"] = "char",
         document_separator: str | None = None,
-        block_size: int = 128,
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        val_fraction: float = 0.05,
-        test_fraction: float = 0.05,
+        block_size: Count = 128,
+        batch_size: Count = 64,
+        eval_batch_size: Count | None = None,
+        val_fraction: HeldOut = 0.05,
+        test_fraction: HeldOut = 0.05,
         packed: bool = True,
-        max_chars: int | None = None,
+        max_chars: Count | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -8,7 +8,7 @@ nothing but the file.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -75,7 +75,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         optimizer: dict[str, Any],
         scheduler: dict[str, Any] | None = None,
         run_config: dict[str, Any] | None = None,
-        lr_scaling: str = "none",
+        lr_scaling: Literal["none", "linear", "sqrt"] = "none",  # the lr x data-parallel replicas: none | linear | sqrt
     ) -> None:
         super().__init__()
         self.optimizer_cfg = optimizer

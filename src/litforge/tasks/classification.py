@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpointing.load import load_checkpoint
+from litforge.core.bounds import Positive
 from litforge.models import transfer
 from litforge.models.factory import build_net
 from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
@@ -37,9 +38,9 @@ class ClassificationTask(LitforgeTask):
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
         init_from: str | None = None,
-        lr_scaling: str = "none",
-        mix: str = "none",
-        mix_alpha: float = 0.2,
+        lr_scaling: Literal["none", "linear", "sqrt"] = "none",
+        mix: Literal["none", "mixup", "cutmix"] = "none",
+        mix_alpha: Positive = 0.2,
         run_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)

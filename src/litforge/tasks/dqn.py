@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from litforge.core.bounds import Count, NonNegativeInt, Range, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.data.gym import env_state, load_env_state
 from litforge.models.factory import build_net
@@ -41,16 +42,16 @@ class DQNTask(LitforgeTask):
         num_actions: int,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
-        gamma: float = 0.99,
-        target_sync_steps: int = 500,
-        target_tau: float = 1.0,
+        gamma: UnitInterval = 0.99,  # the discount
+        target_sync_steps: Count = 500,
+        target_tau: Annotated[float, Range(gt=0, le=1)] = 1.0,  # 1 = copy the online net, < 1 = Polyak averaging
         double_dqn: bool = False,
-        warmup_steps: int = 1000,
-        env_steps_per_step: int = 1,
-        eps_start: float = 1.0,
-        eps_end: float = 0.05,
-        eps_decay_steps: int = 10_000,
-        lr_scaling: str = "none",
+        warmup_steps: NonNegativeInt = 1000,
+        env_steps_per_step: Count = 1,
+        eps_start: UnitInterval = 1.0,
+        eps_end: UnitInterval = 0.05,
+        eps_decay_steps: NonNegativeInt = 10_000,
+        lr_scaling: Literal["none", "linear", "sqrt"] = "none",
         run_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)

@@ -7,7 +7,7 @@ learned anything from context ends well below it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +33,7 @@ class LanguageModelTask(LitforgeTask):
         unigram_loss: float | None = None,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
-        lr_scaling: str = "none",
+        lr_scaling: Literal["none", "linear", "sqrt"] = "none",
         packed: bool = True,
         run_config: dict[str, Any] | None = None,
     ) -> None:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from litforge.core.bounds import HeldOut, NonNegative, Positive, Range
 from litforge.core.errors import ConfigError
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -35,10 +36,10 @@ class FocalLoss(nn.Module):
 
     def __init__(
         self,
-        gamma: float = 2.0,
-        alpha: float | Sequence[float] | None = None,
-        label_smoothing: float = 0.0,
-        reduction: str = "mean",
+        gamma: NonNegative = 2.0,  # 0 = plain cross-entropy
+        alpha: Positive | Annotated[list[NonNegative], Range(min_items=1)] | None = None,  # per-class weights
+        label_smoothing: HeldOut = 0.0,
+        reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:
         super().__init__()
         if reduction not in REDUCTIONS:

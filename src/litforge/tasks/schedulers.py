@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
+from litforge.core.bounds import Count, HeldOut, NonNegative, NonNegativeInt
 from litforge.core.errors import ConfigError
 
 
@@ -39,10 +40,10 @@ class WarmupCosine(LRScheduler):
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        total_steps: int,
-        warmup_steps: int | None = None,
-        warmup_fraction: float = 0.05,
-        eta_min: float = 0.0,
+        total_steps: Count,
+        warmup_steps: NonNegativeInt | None = None,
+        warmup_fraction: HeldOut = 0.05,
+        eta_min: NonNegative = 0.0,
         last_epoch: int = -1,
     ) -> None:
         self.total_steps = int(total_steps)
