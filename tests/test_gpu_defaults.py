@@ -159,6 +159,6 @@ def test_a_bad_on_device_is_refused_in_one_line(compose_cfg):
 
     with pytest.raises(ConfigError, match="data.on_device='maybe'") as error:
         check_config(compose_cfg("data.on_device=maybe"))
-    assert "\n" not in str(error.value) and "one of auto, true, false" in str(error.value)
+    assert "\n" not in str(error.value) and "expected auto, true or false" in str(error.value)
     check_config(compose_cfg("data.on_device=true"))  # and the three valid values pass
     check_config(compose_cfg("data.on_device=false"))

@@ -185,14 +185,18 @@ def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedul
 
 
 def test_strategy_refusals_name_the_key_and_the_fix() -> None:
+    from omegaconf import OmegaConf
+
+    from litforge.config.validation import check_group
     from litforge.loops.steps_per_call import EpochSchedulers
     from litforge.parallel.pipeline import Pipeline
     from litforge.tasks.classification import ClassificationTask
 
-    with pytest.raises(ConfigError, match=r"strategy.schedule='zigzag' is not one of gpipe, 1f1b"):
-        Pipeline(schedule="zigzag")
-    with pytest.raises(ConfigError, match=r"strategy.microbatches=0: use an integer >= 1"):
-        Pipeline(microbatches=0)
+    target = "litforge.parallel.pipeline.Pipeline"
+    with pytest.raises(ConfigError, match=r"strategy.schedule='zigzag': expected one of gpipe, 1f1b"):
+        check_group("strategy", OmegaConf.create({"_target_": target, "schedule": "zigzag"}))
+    with pytest.raises(ConfigError, match=r"strategy.microbatches=0: expected an integer >= 1"):
+        check_group("strategy", OmegaConf.create({"_target_": target, "microbatches": 0}))
     strategy = Pipeline(microbatches=4)
     data = type("Data", (), {"batch_size": 30})()
     with pytest.raises(ConfigError, match=r"data.batch_size=30 is not divisible by strategy.microbatches=4: .*=32"):

@@ -440,7 +440,7 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
     for bad, message in (
         ("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),
         ("strategy.reshard_after_forward=maybe", "strategy.reshard_after_forward='maybe'"),
-        ("strategy.offload=disk", r"strategy.offload='disk'.*e.g. strategy.offload=null"),
+        ("strategy.offload=disk", r"strategy.offload='disk': expected cpu or null"),
     ):
         with pytest.raises(ConfigError, match=message):
             check_config(compose_cfg("strategy=fsdp", bad))
@@ -540,12 +540,16 @@ def _hsdp_rank(rank: int, *args: object) -> None:
 
 
 def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ranks():
+    from omegaconf import OmegaConf
+
+    from litforge.config.validation import check_group
     from litforge.core.errors import ConfigError
     from litforge.parallel.plans import hsdp_mesh
     from litforge.parallel.strategies import ModelParallel
 
+    hsdp_tp = {"_target_": "litforge.parallel.strategies.ModelParallel", "tensor_parallel_size": 2, "replicate_size": 2}
     with pytest.raises(ConfigError, match=r"replicate_size=2 \(HSDP\) with strategy.tensor_parallel_size=2"):
-        ModelParallel(data_parallel_size="auto", tensor_parallel_size=2, replicate_size=2)
+        check_group("strategy", OmegaConf.create(hsdp_tp))
 
     class ThreeRanks:
         device_type = "cpu"

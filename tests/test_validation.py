@@ -201,7 +201,7 @@ BAD_VALUES = [
     ("callbacks.ema.decay", 1.0, "in (0, 1)"),
     ("callbacks.finetune.backbone_initial_ratio_lr", 0, "in (0, 1]"),
     ("callbacks.text_samples.temperature", 0, "> 0"),
-    ("callbacks.tensorboard_extras.normalize", "rows", "one of true, pred, all"),
+    ("callbacks.tensorboard_extras.normalize", "rows", "true, pred, all or null"),
     # strategy
     ("strategy.period", 0, ">= 1"),
     ("strategy.warmup_steps", -1, ">= 0"),
@@ -257,6 +257,7 @@ WHERE = {
     "strategy.warmup_steps": ["strategy=local_sgd"],
     "strategy.tensor_parallel_size": ["strategy=tp"],
     "strategy.data_parallel_size": ["strategy=fsdp"],
+    "strategy.replicate_size": ["strategy=hsdp"],
     "strategy.start_method": ["strategy=ddp"],
     "logger.wandb": ["logger=wandb"],
 }

@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
+from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
 from litforge.runtime.host_reads import StepLosses, Where
@@ -49,7 +50,7 @@ class StopOnNonFiniteLoss(Callback):
     others blocking on a rank that stopped (issue 18).
     """
 
-    def __init__(self, check_every_n_steps: int | None = None) -> None:
+    def __init__(self, check_every_n_steps: Count | None = None) -> None:
         super().__init__()
         self.check_every_n_steps = check_every_n_steps
         self._own = StepLosses()  # losses kept from the step outputs, for modules without `step_losses`
@@ -154,7 +155,7 @@ class CheckpointOnSignal(Callback):
     """
 
     def __init__(
-        self, filename: str = "last", hang_grace: float | None = 60, check_every_n_steps: int | None = None
+        self, filename: str = "last", hang_grace: Positive | None = 60, check_every_n_steps: Count | None = None
     ) -> None:
         super().__init__()
         self.filename = filename

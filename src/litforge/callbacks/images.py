@@ -7,19 +7,25 @@ confusion matrix (synchronised across processes) and matplotlib figures sent to 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import pytorch_lightning as pl
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from litforge.callbacks.tensorboard import tensorboard_loggers
+from litforge.core.bounds import Check, Count
+
+# confusion-matrix cells: null = counts | true | pred | all (`normalize=true` arrives as a YAML bool)
+Normalize = Annotated[
+    Any, Check(lambda v: v is None or v is True or v in ("true", "pred", "all"), "true, pred, all or null", "true")
+]
 
 
 class ClassificationImages(pl.Callback):
     """`test/confusion_matrix` and `test/predictions` images; a no-op for tasks that are not image classifiers."""
 
-    def __init__(self, max_samples: int = 32, normalize: str | None = None) -> None:
+    def __init__(self, max_samples: Count = 32, normalize: Normalize = None) -> None:
         self.max_samples = max_samples
         # confusion matrix normalisation: null (counts) | true | pred | all; `normalize=true` arrives as a YAML bool
         self.normalize = "true" if normalize is True else normalize

@@ -8,6 +8,8 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import RichProgressBar as LightningRichProgressBar
 
+from litforge.core.bounds import NonNegativeInt
+
 
 class RichProgressBar(LightningRichProgressBar):
     """`RichProgressBar` (same arguments) that updates the training bar at most `refresh_rate` times a second.
@@ -20,8 +22,8 @@ class RichProgressBar(LightningRichProgressBar):
     bar would show. Validation, test and predict bars are Lightning's. Upstream Lightning has no option for it.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, refresh_rate: NonNegativeInt = 1, leave: bool = False, **kwargs: Any) -> None:
+        super().__init__(refresh_rate=refresh_rate, leave=leave, **kwargs)  # refresh_rate 0 = hidden
         self._next_train_update = 0.0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -22,7 +22,7 @@ zeros are real), so eval/predict/export load them like any other checkpoint.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.callbacks.selection import restart_selection
+from litforge.core.bounds import HeldOut, NonNegativeInt, Range
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import pruning_targets, set_pruning_targets
 
@@ -56,16 +57,18 @@ class Pruning(ModelPruning):
 
     def __init__(
         self,
-        method: str = "l1_unstructured",
-        amount: float = 0.5,
-        start_epoch: int = 0,
-        end_epoch: int | None = None,
-        norm: int = 2,
+        method: Literal["l1_unstructured", "random_unstructured", "ln_structured", "random_structured"] = (
+            "l1_unstructured"
+        ),
+        amount: HeldOut = 0.5,  # the share of weights pruned by the end of the schedule, in [0, 1)
+        start_epoch: NonNegativeInt = 0,
+        end_epoch: NonNegativeInt | None = None,
+        norm: Annotated[int, Range(ge=1)] = 2,
         exclude: list[str] | None = None,
         select_after_schedule: bool = True,
         verbose: int = 0,
     ) -> None:
-        # method, amount and the epochs (0 <= start_epoch <= end_epoch) are checked by litforge.config.validation
+        # start_epoch <= end_epoch: litforge.config.validation.RELATIONS
         end_epoch = start_epoch if end_epoch is None else end_epoch
         structured = method.endswith("_structured") and not method.endswith("_unstructured")
         super().__init__(

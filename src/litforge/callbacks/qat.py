@@ -31,6 +31,7 @@ from torch.nn.utils import prune
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.callbacks.selection import restart_selection
+from litforge.core.bounds import NonNegativeInt
 from litforge.core.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class QuantizationAwareTraining(pl.Callback):
     """
 
     def __init__(
-        self, start_epoch: int = 0, save: bool = True, module: str = "net", restart_selection: bool = True
+        self, start_epoch: NonNegativeInt = 0, save: bool = True, module: str = "net", restart_selection: bool = True
     ) -> None:
         self.start_epoch = start_epoch
         self.save = save

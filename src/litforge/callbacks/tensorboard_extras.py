@@ -12,9 +12,10 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from litforge.callbacks.images import ClassificationImages
+from litforge.callbacks.images import ClassificationImages, Normalize
 from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
 from litforge.callbacks.throughput import Throughput
+from litforge.core.bounds import Count
 
 
 class TensorBoardExtras(pl.Callback):
@@ -28,8 +29,8 @@ class TensorBoardExtras(pl.Callback):
         model_graph: bool = True,
         test_images: bool = True,
         after_test: bool = True,
-        max_samples: int = 32,
-        normalize: str | None = None,
+        max_samples: Count = 32,
+        normalize: Normalize = None,
     ) -> None:
         self.throughput = Throughput() if throughput else None
         self.hparams = HParamsSummary(after_test=after_test) if hparams else None

@@ -15,6 +15,8 @@ import logging
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 
+from litforge.core.bounds import Count, Positive, Seed
+
 log = logging.getLogger(__name__)
 
 
@@ -28,11 +30,11 @@ class TextSamples(pl.Callback):
     def __init__(
         self,
         prompt: str = "",
-        max_new_tokens: int = 200,
-        temperature: float = 0.8,
-        top_k: int | None = None,
-        every_n_epochs: int = 1,
-        seed: int | None = 0,
+        max_new_tokens: Count = 200,
+        temperature: Positive = 0.8,
+        top_k: Count | None = None,
+        every_n_epochs: Count = 1,
+        seed: Seed | None = 0,
     ) -> None:
         self.prompt, self.max_new_tokens, self.temperature, self.top_k = prompt, max_new_tokens, temperature, top_k
         self.every_n_epochs, self.seed = every_n_epochs, seed

@@ -185,3 +185,47 @@ def ddp(
 
 
 # ---- callbacks and loggers (Lightning's classes the conf/callbacks and conf/logger options name) --------------------
+
+Monitor = str  # a logged metric's name, e.g. val/loss
+Mode = Literal["min", "max"]
+
+
+@stands_in_for("pytorch_lightning.callbacks.ModelCheckpoint")
+def model_checkpoint(
+    save_top_k: Annotated[int, Range(ge=-1, example=3)] = 1,  # -1 = keep all
+    mode: Mode = "min",
+    monitor: Monitor | None = None,
+    filename: str | None = None,
+    auto_insert_metric_name: bool = True,
+) -> None: ...
+
+
+@stands_in_for("pytorch_lightning.callbacks.EarlyStopping")
+def early_stopping(
+    monitor: Monitor = "val/loss",
+    mode: Mode = "min",
+    patience: Annotated[int, Range(ge=0)] = 3,
+    check_finite: bool = True,
+    check_on_train_epoch_end: bool | None = None,
+    stopping_threshold: float | None = None,
+) -> None: ...
+
+
+@stands_in_for("pytorch_lightning.callbacks.LearningRateMonitor")
+def lr_monitor(logging_interval: Literal["epoch", "step"] | None = None) -> None: ...
+
+
+@stands_in_for("pytorch_lightning.callbacks.RichModelSummary", "pytorch_lightning.callbacks.ModelSummary")
+def model_summary(max_depth: Annotated[int, Range(ge=-1)] = 1) -> None: ...  # -1 = every layer
+
+
+@stands_in_for("pytorch_lightning.callbacks.EMAWeightAveraging")
+def ema(
+    decay: Annotated[float, Range(gt=0, lt=1, example=0.999)] = 0.999,
+    update_every_n_steps: Count = 1,
+    update_starting_at_step: Annotated[int, Range(ge=0)] | None = None,
+) -> None: ...
+
+
+@stands_in_for("pytorch_lightning.loggers.TensorBoardLogger", "pytorch_lightning.loggers.CSVLogger")
+def file_logger(save_dir: str = ".", name: str | None = None, version: str | int | None = None) -> None: ...

@@ -25,12 +25,13 @@ torch's `PeriodicModelAverager`, which averages parameters, not parameter change
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
+from litforge.core.bounds import Count, Positive, Range
 from litforge.core.errors import ConfigError
 
 
@@ -49,17 +50,16 @@ class DiLoCo(DDPStrategy):
 
     strategy_name = "litforge_diloco"
 
-    def __init__(self, sync_every: int = 32, outer_lr: float = 0.7, outer_momentum: float = 0.9, **kwargs: Any) -> None:
-        if not (isinstance(sync_every, int) and sync_every >= 1):
-            raise ConfigError(f"strategy.sync_every={sync_every!r}: use an integer >= 1, e.g. strategy.sync_every=32")
-        if not outer_lr > 0:
-            raise ConfigError(f"strategy.outer_lr={outer_lr!r}: use a number > 0, e.g. strategy.outer_lr=0.7")
-        if not 0 <= outer_momentum < 1:
-            raise ConfigError(
-                f"strategy.outer_momentum={outer_momentum!r}: use a number in [0, 1), e.g. strategy.outer_momentum=0.9"
-            )
+    def __init__(
+        self,
+        sync_every: Count = 32,
+        outer_lr: Positive = 0.7,
+        outer_momentum: Annotated[float, Range(ge=0, lt=1)] = 0.9,
+        find_unused_parameters: bool = False,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("forward_sync_buffers", False)  # torch syncs buffers at wrap, not every forward
-        super().__init__(**kwargs)
+        super().__init__(find_unused_parameters=find_unused_parameters, **kwargs)
         self.sync_every, self.outer_lr, self.outer_momentum = sync_every, outer_lr, outer_momentum
         self.anchors: list[torch.Tensor] = []
         self.outer_optimizer: torch.optim.SGD | None = None

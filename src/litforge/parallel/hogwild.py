@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
+from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
 
 GPU_MESSAGE = (
@@ -66,7 +67,7 @@ class Hogwild(DDPStrategy):
 
     strategy_name = "litforge_hogwild"
 
-    def __init__(self, decide_every: int = 100, **kwargs: Any) -> None:
+    def __init__(self, decide_every: Count = 100, **kwargs: Any) -> None:
         if not (isinstance(decide_every, int) and decide_every >= 1):
             raise ConfigError(
                 f"strategy.decide_every={decide_every!r}: use an integer >= 1, e.g. strategy.decide_every=100"

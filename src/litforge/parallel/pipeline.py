@@ -31,14 +31,15 @@ MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 
+from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
-from litforge.loops.pipeline import SCHEDULES, PipelineLoop
+from litforge.loops.pipeline import PipelineLoop
 
 
 def net_inputs(task: Any) -> Any:
@@ -86,20 +87,14 @@ class Pipeline(DDPStrategy):
 
     strategy_name = "litforge_pipeline"
 
-    def __init__(self, schedule: str = "1f1b", microbatches: int = 4, data_parallel: int = 1, **kwargs: Any) -> None:
-        if schedule not in SCHEDULES:
-            raise ConfigError(
-                f"strategy.schedule={schedule!r} is not one of {', '.join(SCHEDULES)}: e.g. strategy.schedule=1f1b"
-            )
-        if not (isinstance(microbatches, int) and microbatches >= 1):
-            raise ConfigError(
-                f"strategy.microbatches={microbatches!r}: use an integer >= 1, e.g. strategy.microbatches=4"
-            )
-        if not (isinstance(data_parallel, int) and data_parallel >= 1):
-            raise ConfigError(
-                f"strategy.data_parallel={data_parallel!r}: use an integer >= 1 (replicas of the "
-                "pipeline), e.g. strategy.data_parallel=2"
-            )
+    def __init__(
+        self,
+        schedule: Literal["gpipe", "1f1b"] = "1f1b",
+        microbatches: Count = 4,
+        data_parallel: Count = 1,
+        **kwargs: Any,
+    ) -> None:
+        # their types and ranges: the signature (litforge.config.validation checks them as the strategy is built)
         super().__init__(**kwargs)
         self.schedule, self.microbatches, self.data_parallel = schedule, microbatches, data_parallel
         self.layout: Layout | None = None

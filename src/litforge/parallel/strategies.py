@@ -15,11 +15,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 
-MIXED_PRECISIONS = (None, "bf16")  # strategy.mixed_precision: null = fp32 throughout
+from litforge.core.bounds import Count, NonNegativeInt
 
 
 def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:
@@ -45,11 +45,12 @@ class ModelParallel(ModelParallelStrategy):
 
     def __init__(
         self,
-        *args: Any,
-        mixed_precision: str | None = None,
+        data_parallel_size: Count | Literal["auto"] = "auto",
+        tensor_parallel_size: Count | Literal["auto"] = "auto",
+        mixed_precision: Literal["bf16"] | None = None,
         reshard_after_forward: bool = True,
-        offload: str | None = None,
-        replicate_size: int = 1,
+        offload: Literal["cpu"] | None = None,  # FSDP2's CPUOffloadPolicy pins memory: GPU machines only
+        replicate_size: Count = 1,  # HSDP replicas (its relation to tensor_parallel_size: config.validation)
         meta_init: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -57,26 +58,14 @@ class ModelParallel(ModelParallelStrategy):
 
         from litforge.core.errors import ConfigError
 
-        if mixed_precision not in MIXED_PRECISIONS:
-            raise ConfigError(
-                f"strategy.mixed_precision={mixed_precision!r} is not one of null, bf16: "
-                "e.g. strategy.mixed_precision=bf16"
-            )
-        if offload not in (None, "cpu"):
-            raise ConfigError(f"strategy.offload={offload!r} is not one of null, cpu: e.g. strategy.offload=null")
         if offload == "cpu" and not torch.cuda.is_available():
             # CPUOffloadPolicy pins host memory, which needs a CUDA driver ("Found no NVIDIA driver" mid-setup)
             raise ConfigError(
                 "strategy.offload=cpu moves sharded parameters to pinned host memory between uses and "
                 "needs CUDA GPUs; this machine has none: use strategy.offload=null"
             )
-        if replicate_size > 1 and kwargs.get("tensor_parallel_size", 1) not in (1, "1"):
-            raise ConfigError(
-                f"strategy.replicate_size={replicate_size} (HSDP) with strategy.tensor_parallel_size="
-                f"{kwargs.get('tensor_parallel_size')} would need a 3-D mesh, which litforge does not "
-                "build: use strategy=hsdp (tensor_parallel_size=1) or strategy=fsdp_tp"
-            )
-        super().__init__(*args, **kwargs)
+        kwargs.update(data_parallel_size=data_parallel_size, tensor_parallel_size=tensor_parallel_size)
+        super().__init__(**kwargs)
         self.sharded_saves = bool(kwargs.get("save_distributed_checkpoint", True))
         self.mixed_precision, self.reshard_after_forward, self.offload = mixed_precision, reshard_after_forward, offload
         self.replicate_size = replicate_size
@@ -169,7 +158,13 @@ class LocalSGD(DDPStrategy):
 
     strategy_name = "litforge_local_sgd"
 
-    def __init__(self, period: int = 4, warmup_steps: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        period: Count = 4,
+        warmup_steps: NonNegativeInt = 0,
+        find_unused_parameters: bool = False,
+        **kwargs: Any,
+    ) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
             PostLocalSGDState,
             post_localSGD_hook,
@@ -182,7 +177,11 @@ class LocalSGD(DDPStrategy):
             process_group=None, subgroup=None, start_localSGD_iter=warmup_steps, post_local_gradient_allreduce=False
         )
         super().__init__(
-            model_averaging_period=period, ddp_comm_state=self.comm_state, ddp_comm_hook=post_localSGD_hook, **kwargs
+            model_averaging_period=period,
+            ddp_comm_state=self.comm_state,
+            ddp_comm_hook=post_localSGD_hook,
+            find_unused_parameters=find_unused_parameters,
+            **kwargs,
         )
         self.warmup_steps = warmup_steps
 
