@@ -15,11 +15,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from pytorch_lightning.strategies import Strategy
+
 MIXED_PRECISIONS = (None, "bf16")  # strategy.mixed_precision: null = fp32 throughout
+
+
+def attached_module(strategy: Strategy) -> pl.LightningModule:
+    """The task `strategy` trains. Lightning types `Strategy.lightning_module` as Optional (None until the Trainer
+    connects a task) but calls the hooks that use it only after connecting one: a None here is a broken call order."""
+    module = strategy.lightning_module
+    if module is None:
+        raise RuntimeError(f"{type(strategy).__name__}: no LightningModule connected yet (the Trainer connects it)")
+    return module
 
 
 def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:
