@@ -109,3 +109,18 @@ def test_pruner_none_adds_no_callback_and_bad_pruner_settings_are_refused_in_one
         LitforgeOptunaSweeper(
             direction="max", study_name="s", storage=None, n_trials=2, n_jobs=1, sampler={}, params={}, pruner="median"
         )
+
+
+def test_a_pruned_job_without_its_hydra_config_is_marked_in_the_trials_own_folder(tmp_path: Path):
+    """A job result that carries no Hydra config (a launcher's bare return) falls back to <sweep>/<trial number>: the
+    fallback once handed OmegaConf.select a plain dict, which it cannot read (AttributeError)."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.litforge_optuna.sweeper import note_pruned
+
+    job_dir = tmp_path / "3"
+    job_dir.mkdir()
+    (job_dir / "result.json").write_text(json.dumps({"job": "3", "status": "COMPLETED", "overrides": []}))
+    note_pruned(SimpleNamespace(number=3, last_step=0), SimpleNamespace(), tmp_path, None)
+    record = json.loads((job_dir / "result.json").read_text())
+    assert record["status"] == "PRUNED" and record["pruned_after_validations"] == 1

@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, OverrideType, RangeSweep
@@ -31,7 +31,12 @@ from litforge.runtime.compat import override_value_text
 
 log = logging.getLogger(__name__)
 
-DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
+DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
+    "max": "maximize",
+    "maximize": "maximize",
+    "min": "minimize",
+    "minimize": "minimize",
+}
 BEST_FILE = "best.yaml"
 PRUNING_KEY = "callbacks.optuna_pruning"  # where each trial's config gets the pruning callback
 
@@ -64,14 +69,10 @@ class LitforgeOptunaSweeper(Sweeper):
         self.storage = storage
         self.n_trials = n_trials
         self.n_jobs = n_jobs
-        self.sampler_cfg = dict(
-            OmegaConf.to_container(sampler, resolve=True) if OmegaConf.is_config(sampler) else sampler
-        )
+        self.sampler_cfg = plain_mapping("sampler", sampler)
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.pruner = str(pruner).lower()
-        self.pruner_args = dict(
-            OmegaConf.to_container(pruner_args, resolve=True) if OmegaConf.is_config(pruner_args) else pruner_args or {}
-        )
+        self.pruner_args = plain_mapping("pruner_args", pruner_args or {})
         build_pruner(self.pruner, self.pruner_args)  # an unknown name or argument: one line before any trial
         if self.pruner != "none" and not storage:
             raise ValueError(
@@ -201,6 +202,14 @@ class LitforgeOptunaSweeper(Sweeper):
         return OmegaConf.select(self.config, "objective.metric", default=None)
 
 
+def plain_mapping(key: str, value: Any) -> dict[str, Any]:
+    """`hydra.sweeper.<key>` as a plain dict, resolved: what Optuna's constructors take as keyword arguments."""
+    container = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    if not isinstance(container, Mapping):
+        raise ValueError(f"hydra.sweeper.{key}={value!r}: use a mapping of argument names to values")
+    return {str(k): v for k, v in container.items()}
+
+
 def search_space(params: Mapping[str, str], arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Optuna distributions for the sweep overrides; every other override is passed unchanged to each trial.
 
@@ -211,14 +220,14 @@ def search_space(params: Mapping[str, str], arguments: Sequence[str]) -> tuple[d
     lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
     space: dict[str, Any] = {}
     fixed: dict[str, str] = {}
-    for override in parser.parse_overrides(lines):
+    for line, override in zip(lines, parser.parse_overrides(lines), strict=True):
         key = _prefix(override) + override.get_key_element()
         space.pop(key, None)
         fixed.pop(key, None)
         if override.is_sweep_override():
             space[key] = distribution(key, override)
         else:
-            fixed[key] = override.input_line
+            fixed[key] = line  # the override as given (Hydra's `input_line`)
     return space, list(fixed.values())
 
 
@@ -231,10 +240,11 @@ def distribution(key: str, override: Override) -> Any:
         return CategoricalDistribution([override_value_text(x) for x in sweep.list])
     if isinstance(sweep, RangeSweep):
         values = list(override.sweep_iterator())
-        if all(isinstance(v, int) for v in values) and values:
-            return IntDistribution(values[0], values[-1], step=int(sweep.step))
+        ints = [v for v in values if isinstance(v, int)]
+        if values and len(ints) == len(values):
+            return IntDistribution(ints[0], ints[-1], step=int(sweep.step))
         return CategoricalDistribution([override_value_text(v) for v in values])
-    if isinstance(sweep, IntervalSweep):
+    if isinstance(sweep, IntervalSweep) and sweep.start is not None and sweep.end is not None:
         log_scale = "log" in sweep.tags
         if "int" in sweep.tags:
             return IntDistribution(int(sweep.start), int(sweep.end), log=log_scale)
@@ -293,7 +303,10 @@ def note_pruned(trial: Any, result: Any, sweep_dir: Path, error: str | None) -> 
         (trial.last_step or 0) + 1,
         "its job then failed: " + error if error else "its run folder is kept",
     )
-    job_dir = OmegaConf.select(getattr(result, "hydra_cfg", None) or {}, "hydra.runtime.output_dir", default=None)
+    hydra_cfg = getattr(result, "hydra_cfg", None)
+    job_dir = None
+    if isinstance(hydra_cfg, DictConfig):  # a job's return value carries its Hydra config
+        job_dir = OmegaConf.select(hydra_cfg, "hydra.runtime.output_dir", default=None)
     if error is None:
         mark_pruned(Path(job_dir) if job_dir else sweep_dir / str(trial.number), trial.last_step)
         write_summary(sweep_dir)

@@ -7,7 +7,7 @@ confusion matrix (synchronised across processes) and matplotlib figures sent to 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -28,7 +28,7 @@ class ClassificationImages(pl.Callback):
     def __init__(self, max_samples: Count = 32, normalize: Normalize = None) -> None:
         self.max_samples = max_samples
         # confusion matrix normalisation: null (counts) | true | pred | all; `normalize=true` arrives as a YAML bool
-        self.normalize = "true" if normalize is True else normalize
+        self.normalize: Literal["true", "pred", "all"] | None = "true" if normalize is True else normalize
         self._confusion: MulticlassConfusionMatrix | None = None
         self._samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
@@ -44,7 +44,7 @@ class ClassificationImages(pl.Callback):
         self._confusion = None
         if self._active(trainer, pl_module):
             self._confusion = MulticlassConfusionMatrix(
-                num_classes=len(pl_module.class_names), normalize=self.normalize
+                num_classes=len(class_names(pl_module)), normalize=self.normalize
             ).to(pl_module.device)
 
     def on_test_batch_end(
@@ -73,12 +73,13 @@ class ClassificationImages(pl.Callback):
         confusion = self._confusion.compute()  # all ranks take part in the sync
         if not trainer.is_global_zero:
             return
-        names = list(pl_module.class_names)
+        names = class_names(pl_module)
         fig, _ = self._confusion.plot(val=confusion.cpu(), labels=names if len(names) <= 30 else None)
         fig.set_size_inches(max(4.0, 0.5 * len(names) + 2), max(4.0, 0.5 * len(names) + 2))
         figures = {"test/confusion_matrix": fig}
         if self._samples:
-            figures["test/predictions"] = prediction_grid(*map(torch.cat, zip(*self._samples, strict=True)), names)
+            images, predicted, labels = (torch.cat(parts) for parts in zip(*self._samples, strict=True))
+            figures["test/predictions"] = prediction_grid(images, predicted, labels, names)
         for logger in tensorboard_loggers(trainer):
             for tag, figure in figures.items():
                 logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)
@@ -88,6 +89,11 @@ class ClassificationImages(pl.Callback):
         for figure in figures.values():
             plt.close(figure)
         self._confusion = None
+
+
+def class_names(pl_module: pl.LightningModule) -> list[str]:
+    """The task's class names (image classifiers keep them as a plain attribute, a hyperparameter)."""
+    return list(getattr(pl_module, "class_names", ()))
 
 
 def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> Any:

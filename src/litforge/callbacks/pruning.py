@@ -138,7 +138,7 @@ class Pruning(ModelPruning):
             for (module, name), key in zip(self._resolve(pl_module), self._names, strict=True):
                 mask = self._restored_masks.get(key)
                 if mask is not None and not prune.is_pruned(module):
-                    prune.custom_from_mask(module, name, mask.to(module.weight.device))
+                    prune.custom_from_mask(module, name, mask.to(getattr(module, name).device))
             self._restored_masks = {}
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -184,7 +184,7 @@ class Pruning(ModelPruning):
     # ---- checkpoint ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         masks = {}
-        modules = self._resolve(self._module) if self._names else []
+        modules = self._resolve(self._module) if self._module is not None else []
         for name, (module, _) in zip(self._names, modules, strict=True):
             mask = getattr(module, "weight_mask", None)
             if mask is not None:

@@ -195,7 +195,7 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
         if not self._hold:
             return tensors
         if tensors[0].device != device:
-            tensors = tuple(t.to(device) for t in tensors)
+            tensors = (tensors[0].to(device), tensors[1].to(device))
             self._splits[split] = tensors
         return tensors
 
@@ -237,12 +237,14 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
     def _stats_on(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """mean/std as (1, C, 1, 1) tensors on the batch's device, built once: from the Python lists on every batch
         they were a host->device copy per step (a host sync on a GPU)."""
-        key = (images.device, images.dtype, tuple(self._mean), tuple(self._std))
+        mean, std = self._mean, self._std
+        if mean is None or std is None:
+            raise RuntimeError(f"{type(self).__name__}.normalize without statistics: call ensure_stats() first")
+        key = (images.device, images.dtype, tuple(mean), tuple(std))
         cached = getattr(self, "_stats_cache", None)
         if cached is None or cached[0] != key:
             stats = [
-                torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
-                for v in (self._mean, self._std)
+                torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1) for v in (mean, std)
             ]
             cached = self._stats_cache = (key, stats[0], stats[1])
         return cached[1], cached[2]

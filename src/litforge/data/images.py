@@ -73,7 +73,7 @@ def parse_image_size(image_size: int | Sequence[int] | None) -> tuple[int, int] 
         return None
     if isinstance(image_size, int) and not isinstance(image_size, bool):
         size = [image_size, image_size]
-    elif isinstance(image_size, str):
+    elif isinstance(image_size, (str, bool)):
         size = []
     else:
         try:

@@ -178,7 +178,10 @@ class PipelineLoop:
         src = self.stage_ranks[-1]
         meta = [(tuple(output.shape), output.dtype) if output is not None else None]
         dist.broadcast_object_list(meta, src=src, group=self.group)
-        shape, dtype = meta[0]
+        received = meta[0]
+        if received is None:  # the last stage's schedule always returns the merged output
+            raise RuntimeError(f"pipeline: the last stage (rank {src}) broadcast no output")
+        shape, dtype = received
         out = (
             output.detach().contiguous() if output is not None else torch.empty(shape, dtype=dtype, device=self.device)
         )

@@ -113,7 +113,7 @@ class StepsPerCall:
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
         where = self.task.step_position(batch_idx)  # type: ignore[operator]
-        losses = self.run_steps(batch, self.task.step_loss)
+        losses = self.run_steps(batch, self.task.step_loss)  # type: ignore[arg-type]  # nn.Module.__getattr__'s type
         # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
         self.task.log_training_loss(losses, batch, where)  # type: ignore[operator]
         return losses  # one loss per optimizer step: the NaN guard names the exact step
@@ -123,6 +123,11 @@ class StepsPerCall:
         task = self.task
         trainer = task.trainer
         lightning_optimizer = task.optimizers()
+        if isinstance(lightning_optimizer, list):
+            raise ConfigError(
+                f"steps_per_call={self.steps} steps one optimizer; {type(task).__name__} configures "
+                f"{len(lightning_optimizer)}: set steps_per_call=1"
+            )
         optimizer = lightning_optimizer.optimizer
         step_schedulers = [c for c in trainer.lr_scheduler_configs if c.interval == "step"]
         params = [p for group in optimizer.param_groups for p in group["params"]] if self.clip_val else []
@@ -212,7 +217,7 @@ class EpochSchedulers(pl.Callback):
                 continue
             metric = None
             if is_plateau:
-                metric = trainer.callback_metrics.get(monitor)
+                metric = trainer.callback_metrics.get(monitor) if monitor is not None else None
                 if metric is None:
                     raise ConfigError(
                         f"scheduler.monitor={monitor} is not logged by this run; logged: "
@@ -345,6 +350,8 @@ def install(
             f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
             f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}"
         )
+    if not isinstance(task, pl.LightningModule):  # the Trainer trains nothing else
+        raise TypeError(f"steps_per_call={steps} needs a LightningModule task, not {type(task).__name__}")
     if owner := own_training_step(task):
         raise ConfigError(
             f"steps_per_call={steps} drives the task's step_loss(batch) in place of its training_step, but {owner} "

@@ -30,9 +30,11 @@ from typing import Annotated, Any, Callable
 import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
+from torch.nn.parallel import DistributedDataParallel
 
 from litforge.core.bounds import Count, Positive, Range
 from litforge.core.errors import ConfigError
+from litforge.parallel.strategies import attached_module
 
 
 def _local_gradients(_state, bucket):
@@ -73,9 +75,11 @@ class DiLoCo(DDPStrategy):
     def configure_ddp(self) -> None:
         """Wrap in DDP (which broadcasts rank 0's weights), silence its gradient all-reduce, then take the anchor."""
         super().configure_ddp()
-        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-        self.model.register_comm_hook(None, _local_gradients)  # type: ignore[operator]
-        params = list(self.lightning_module.parameters())
+        wrapped = self.model
+        if not isinstance(wrapped, DistributedDataParallel):  # DDPStrategy.configure_ddp has just wrapped it
+            raise RuntimeError(f"DiLoCo expected a DistributedDataParallel model, got {type(wrapped).__name__}")
+        wrapped.register_comm_hook(None, _local_gradients)
+        params = list(attached_module(self).parameters())
         self.anchors = [p.detach().clone() for p in params]
         # Nesterov needs momentum > 0 in torch.optim.SGD; without momentum the outer step is plain SGD.
         self.outer_optimizer = torch.optim.SGD(
@@ -98,7 +102,7 @@ class DiLoCo(DDPStrategy):
     def on_validation_start(self) -> None:
         """Meet before validating, so every rank validates (and checkpoints) the same global model."""
         super().on_validation_start()
-        trainer = self.lightning_module.trainer
+        trainer = attached_module(self).trainer
         if self.steps_since_sync > 0 and self.outer_optimizer is not None and trainer.state.fn == "fit":
             self.outer_step()
 
@@ -106,8 +110,9 @@ class DiLoCo(DDPStrategy):
     def outer_step(self) -> None:
         """Average the replicas' change since the anchor, apply it with the outer optimizer, restart from the anchor."""
         assert self.outer_optimizer is not None
-        params = list(self.lightning_module.parameters())
-        buffers = [b for b in self.lightning_module.buffers() if b.is_floating_point()]
+        module = attached_module(self)
+        params = list(module.parameters())
+        buffers = [b for b in module.buffers() if b.is_floating_point()]
         # One flat all-reduce (one collective per sync, whatever the number of tensors); gloo has no AVG: SUM / n.
         flat = torch.cat(
             [(a - p).reshape(-1) for a, p in zip(self.anchors, params, strict=True)]
@@ -128,7 +133,6 @@ class DiLoCo(DDPStrategy):
             b.copy_(mean.view_as(b))
         self.steps_since_sync = 0
         self.syncs += 1
-        module = self.lightning_module
         if module.trainer is not None and module.trainer.training:
             # one value per epoch (on_epoch): written whatever trainer.log_every_n_steps is. Equal on every rank, so
             # no sync_dist (which would also add a collective wherever rank 0 alone reads the metrics)

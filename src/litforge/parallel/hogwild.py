@@ -44,6 +44,7 @@ from pytorch_lightning.strategies import DDPStrategy
 
 from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
+from litforge.parallel.strategies import attached_module
 
 GPU_MESSAGE = (
     "strategy=hogwild runs CPU worker processes sharing host memory only; on GPUs use strategy=ddp "
@@ -97,7 +98,7 @@ class Hogwild(DDPStrategy):
         """No DDP wrapper: move the parameters into shared memory instead, and drop the per-step SIGTERM collective."""
         from litforge.runtime.compat import skip_sigterm_broadcast
 
-        module = self.lightning_module
+        module = attached_module(self)
         refuse_batch_norm(module)
         params = list(module.parameters())
         dtypes = {p.dtype for p in params}
@@ -167,7 +168,8 @@ class Hogwild(DDPStrategy):
     def on_validation_start(self) -> None:
         """Meet, so everyone validates the same weights; log every worker's staleness since the last validation."""
         super().on_validation_start()
-        trainer = self.lightning_module.trainer
+        module = attached_module(self)
+        trainer = module.trainer
         if self.updates is None or trainer.state.fn != "fit":
             return
         mine = [self._stale_sum, self._stale_steps, self._stale_max]
@@ -179,14 +181,14 @@ class Hogwild(DDPStrategy):
         if steps:
             # equal on every rank (gathered); sync_dist only quiets Lightning's advice (one tiny all-reduce at the
             # end of validation, where the ranks meet anyway)
-            self.lightning_module.log(
+            module.log(
                 "hogwild/staleness_mean",
                 sum(row[0] for row in everyone) / steps,
                 on_step=False,
                 on_epoch=True,
                 sync_dist=True,
             )
-            self.lightning_module.log(
+            module.log(
                 "hogwild/staleness_max",
                 float(max(row[2] for row in everyone)),
                 on_step=False,

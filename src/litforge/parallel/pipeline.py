@@ -40,6 +40,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
 from litforge.loops.pipeline import PipelineLoop
+from litforge.parallel.strategies import attached_module
 
 
 def net_inputs(task: Any) -> Any:
@@ -69,7 +70,10 @@ def pipeline_layout(world_size: int, data_parallel: int, rank: int, device_type:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device_type, (world_size // data_parallel, data_parallel), mesh_dim_names=("pp", "dp"))
-    stage, replica = mesh.get_coordinate()
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:  # the mesh spans the whole world, so every rank has a place in it
+        raise RuntimeError(f"rank {rank} is not in the {world_size}-rank pipeline mesh")
+    stage, replica = coordinate
     return Layout(stage, replica, mesh.mesh[:, replica].tolist(), mesh.get_group("pp"), mesh.get_group("dp"))
 
 
@@ -110,14 +114,15 @@ class Pipeline(DDPStrategy):
         from litforge.parallel.pipeline_split import split_net
 
         fix = "or use strategy=ddp"
-        if not isinstance(task, SteppableTask) or not isinstance(getattr(task, "net", None), torch.nn.Module):
+        net = getattr(task, "net", None)
+        if not isinstance(task, SteppableTask) or not isinstance(net, torch.nn.Module):
             raise ConfigError(
                 f"strategy=pipeline needs a task with a `net` and a per-step loss (task=classification, "
                 f"task=language_model); {type(task).__name__} has none: {fix}"
             )
         if getattr(task, "mixer", None) is not None:
             raise ConfigError(f"strategy=pipeline does not mix images across micro-batches: pass task.mix=none {fix}")
-        split_net(task.net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
+        split_net(net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
 
     def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None:
         """Refuse the data and trainer settings a pipeline step cannot honour; add the epoch-scheduler stepper
@@ -169,8 +174,11 @@ class Pipeline(DDPStrategy):
     def _install(self) -> None:
         from litforge.parallel.pipeline_split import owners, split_net
 
-        module = self.lightning_module
+        module = attached_module(self)
         if self.loop is None:
+            net = getattr(module, "net", None)
+            if not isinstance(net, torch.nn.Module):  # check_task refused such a task before the ranks started
+                raise ConfigError(f"strategy=pipeline needs a task with a `net`; {type(module).__name__} has none")
             with torch.no_grad():  # what DDP's wrapper would do: every rank starts from rank 0's weights
                 for tensor in (*module.parameters(), *module.buffers()):
                     dist.broadcast(tensor.data, src=0)
@@ -179,8 +187,8 @@ class Pipeline(DDPStrategy):
             self.layout = layout = pipeline_layout(
                 self.world_size, self.data_parallel, self.global_rank, self.root_device.type
             )
-            stages = split_net(module.net, num_stages)
-            self.owners = {f"net.{name}": where for name, where in owners(module.net, stages).items()}
+            stages = split_net(net, num_stages)
+            self.owners = {f"net.{name}": where for name, where in owners(net, stages).items()}
             stage = layout.stage
             tied = [
                 p for p in stages[stage].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1
@@ -209,7 +217,7 @@ class Pipeline(DDPStrategy):
     def sync_full_net(self) -> None:
         """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model."""
         if self.owners and self.layout is not None and len(self.layout.stage_ranks) > 1:
-            sync_full_net(self.lightning_module, self.owners, self.layout.stage_ranks, self.layout.pp_group)
+            sync_full_net(attached_module(self), self.owners, self.layout.stage_ranks, self.layout.pp_group)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.sync_full_net()  # called on every rank by Lightning's checkpoint dump
@@ -230,11 +238,11 @@ def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:
         return None
     if data_parallel == 1:
         group = dist.new_group(holders)
-    else:
-        group, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
-            [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)]
-        )
-    return group if layout.stage in holders else None
+        return group if layout.stage in holders else None
+    subgroup, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
+        [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)]
+    )
+    return subgroup if layout.stage in holders else None
 
 
 @torch.no_grad()
@@ -244,7 +252,7 @@ def sync_full_net(
     """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it) from its first
     holder in this rank's pipeline (`stage_ranks`: the global rank of each stage; default rank = stage), so that
     every rank holds the whole, current model (a collective: all ranks of `group` call it)."""
-    tensors = dict(module.named_parameters(remove_duplicate=False))
+    tensors: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     tensors.update(module.named_buffers(remove_duplicate=False))
     for name, where in owners.items():
         dist.broadcast(tensors[name].data, src=stage_ranks[where[0]] if stage_ranks else where[0], group=group)

@@ -15,11 +15,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 
 from litforge.core.bounds import Count, NonNegativeInt
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from pytorch_lightning.strategies import Strategy
+
+
+def attached_module(strategy: Strategy) -> pl.LightningModule:
+    """The task `strategy` trains. Lightning types `Strategy.lightning_module` as Optional (None until the Trainer
+    connects a task) but calls the hooks that use it only after connecting one: a None here is a broken call order."""
+    module = strategy.lightning_module
+    if module is None:
+        raise RuntimeError(f"{type(strategy).__name__}: no LightningModule connected yet (the Trainer connects it)")
+    return module
 
 
 def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:

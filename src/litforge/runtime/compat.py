@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 # ---- Lightning -----------------------------------------------------------------------------------------------------
 
@@ -58,7 +58,13 @@ def advance_logger_step(trainer: Any, steps: int) -> None:
         epoch_loop._batches_that_stepped += steps
 
 
-def route_hydra_relaunch(command: Callable[[int], tuple[Sequence[str], str]]) -> None:
+class RankCommand(Protocol):
+    """Lightning calls its `_hydra_subprocess_cmd` with the keyword `local_rank=`: a replacement keeps that name."""
+
+    def __call__(self, local_rank: int) -> tuple[Sequence[str], str]: ...
+
+
+def route_hydra_relaunch(command: RankCommand) -> None:
     """Make Lightning start DDP ranks 1..N-1 of a Hydra job with `command(local_rank) -> (argv, cwd)`.
 
     Lightning's `_SubprocessScriptLauncher` builds the rank command in the module-level `_hydra_subprocess_cmd`,

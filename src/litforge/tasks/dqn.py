@@ -94,12 +94,16 @@ class DQNTask(LitforgeTask):
             q = self.net(torch.as_tensor(obs, dtype=torch.float32, device=self.device).unsqueeze(0))
         return int(q.argmax(dim=-1))
 
+    def _gym_data(self) -> Any:
+        """The trainer's datamodule: the replay buffer, the env factory and the seed live there."""
+        return self.trainer.datamodule  # type: ignore[attr-defined]  # Lightning sets it without declaring it
+
     def env_step(self, epsilon: float) -> float | None:
         """One step in the training env into the replay buffer; the episode's return when it just ended."""
         action = self.act(self.obs, epsilon)
         next_obs, reward, terminated, truncated, _ = self.env.step(action)
         # a time-limit truncation is not a terminal state: keep bootstrapping from next_obs
-        self.trainer.datamodule.buffer.add(self.obs, action, float(reward), next_obs, terminated)
+        self._gym_data().buffer.add(self.obs, action, float(reward), next_obs, terminated)
         self.env_steps += 1
         self.episode_return += float(reward)
         self.obs = next_obs
@@ -110,7 +114,7 @@ class DQNTask(LitforgeTask):
         return None
 
     def on_fit_start(self) -> None:
-        datamodule = self.trainer.datamodule
+        datamodule = self._gym_data()
         self.env = datamodule.make_env()
         self.obs, _ = self.env.reset(seed=datamodule.seed)
         self.env.action_space.seed(datamodule.seed)
@@ -209,7 +213,7 @@ class DQNTask(LitforgeTask):
 
     # ---- evaluation: greedy episodes ------------------------------------------------------------------------------
     def play_episode(self, seed: int) -> float:
-        env = self.trainer.datamodule.make_env()
+        env = self._gym_data().make_env()
         obs, _ = env.reset(seed=seed)
         total, done = 0.0, False
         while not done:
