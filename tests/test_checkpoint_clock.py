@@ -5,10 +5,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from litforge.config.durations import parse_duration, parse_every
-from litforge.config.validation import check_value
+from litforge.config.validation import check_run
 from litforge.core.errors import ConfigError
+from litforge.jobs.settings import JobSettings
+
+
+def check_value(key: str, value: object) -> None:
+    """One of the job's own keys, judged as the config check judges it (litforge.jobs.settings)."""
+    check_run(OmegaConf.create({key: value}), JobSettings)
 
 
 @pytest.mark.parametrize(

@@ -152,8 +152,15 @@ def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monke
 
 def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compose_cfg):
     """predict.py and generate.py ran on the CPU even on a GPU machine; `device: auto` now takes the GPU."""
+    from omegaconf import OmegaConf
+
     from litforge.checkpointing.restore import inference_device
-    from litforge.config.validation import check_value
+    from litforge.config.validation import check_run
+    from litforge.jobs.settings import JobSettings
+
+    def check_value(key: str, value: object) -> None:
+        check_run(OmegaConf.create({key: value}), JobSettings)
+
     from litforge.core.errors import ConfigError
 
     assert inference_device("auto") == torch.device("cpu") and inference_device("cpu") == torch.device("cpu")

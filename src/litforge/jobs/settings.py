@@ -21,7 +21,8 @@ Seed = Annotated[
 ]  # numpy's range, which Lightning's seed_everything enforces
 Positive = Annotated[float, Range(gt=0)]
 Device = Annotated[
-    str, Check(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "auto, cpu, cuda or cuda:<i>")
+    str,
+    Check(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "auto, cpu, cuda or cuda:<index>"),
 ]
 Compile = Annotated[
     Any, Check(lambda v: isinstance(v, (bool, dict)), "true, false or a mapping of torch.compile options")
