@@ -293,7 +293,8 @@ def test_nan_check_every_n_steps_still_reports_the_exact_step():
 
     guard, trainer = StopOnNonFiniteLoss(check_every_n_steps=50), MagicMock(current_epoch=0)
     trainer.checkpoint_callback = None
-    trainer._logger_connector.should_update_logs = False  # not a logging step either: nothing is read
+    trainer.log_every_n_steps = 1000  # not a logging step either: nothing is read
+    trainer.should_stop = False
     for step, loss in enumerate([1.0, 0.5, float("inf"), float("nan")]):
         trainer.global_step = step
         guard.on_train_batch_start(trainer, None, None, step)

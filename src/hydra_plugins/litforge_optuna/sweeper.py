@@ -27,7 +27,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.runtime.compat import override_value_text
+from litforge.config.override_text import override_text
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class LitforgeOptunaSweeper(Sweeper):
             "pruner": self.pruner,
             "pruner_args": self.pruner_args,
         }
-        return [f"++{PRUNING_KEY}={override_value_text(callback)}"]
+        return [f"++{PRUNING_KEY}={override_text(callback)}"]
 
     def _sampler(self) -> Any:
         from optuna.samplers import TPESampler
@@ -237,13 +237,13 @@ def distribution(key: str, override: Override) -> Any:
     sweep = override.value()
     if isinstance(sweep, ChoiceSweep):
         # choices as override text: Optuna's categoricals hold only scalars, this also allows lists ([64,64])
-        return CategoricalDistribution([override_value_text(x) for x in sweep.list])
+        return CategoricalDistribution([override_text(x) for x in sweep.list])
     if isinstance(sweep, RangeSweep):
         values = list(override.sweep_iterator())
         ints = [v for v in values if isinstance(v, int)]
         if values and len(ints) == len(values):
             return IntDistribution(ints[0], ints[-1], step=int(sweep.step))
-        return CategoricalDistribution([override_value_text(v) for v in values])
+        return CategoricalDistribution([override_text(v) for v in values])
     if isinstance(sweep, IntervalSweep) and sweep.start is not None and sweep.end is not None:
         log_scale = "log" in sweep.tags
         if "int" in sweep.tags:
@@ -257,7 +257,7 @@ def distribution(key: str, override: Override) -> Any:
 
 def trial_overrides(params: Mapping[str, Any]) -> list[str]:
     """A trial's parameters as Hydra overrides (categoricals already are override text)."""
-    return [f"{key}={value if isinstance(value, str) else override_value_text(value)}" for key, value in params.items()]
+    return [f"{key}={value if isinstance(value, str) else override_text(value)}" for key, value in params.items()]
 
 
 def job_outcome(result: Any) -> tuple[float | None, str | None]:

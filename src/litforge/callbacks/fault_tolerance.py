@@ -29,8 +29,8 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
-from litforge.runtime.compat import agree_on_sigterm_every, logs_this_step, restart_validation_on_resume
-from litforge.runtime.host_reads import StepLosses, Where
+from litforge.runtime.compat import agree_on_sigterm_every, restart_validation_on_resume
+from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
 from litforge.runtime.ranks import meets_now
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
@@ -81,7 +81,9 @@ class StopOnNonFiniteLoss(Callback):
         self._steps += 1
         every = self.check_every_n_steps
         # hogwild: the check is a collective decision, taken only every strategy.decide_every steps
-        if (logs_this_step(trainer) or (every and self._steps % every == 0)) and meets_now(trainer):
+        if (writes_step_metrics(trainer, self._where[0]) or (every and self._steps % every == 0)) and meets_now(
+            trainer
+        ):
             self.check(trainer, pl_module)
 
     # checkpoints and validation must never see weights updated from a non-finite loss

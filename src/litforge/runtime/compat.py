@@ -19,18 +19,6 @@ from typing import Any, Protocol
 # ---- Lightning -----------------------------------------------------------------------------------------------------
 
 
-def logs_this_step(trainer: Any) -> bool:
-    """Whether the loggers write the step metrics of the training step in progress.
-
-    Lightning decides this in its logger connector (`log_every_n_steps`, the last step) and exposes no public
-    accessor, so a task that wants to skip `self.log` on the steps nobody writes (each call costs hundreds of Python
-    calls) asks it here. Answers True (log every step: correct, only slower) if the name disappears.
-    Upstream: no public API; see the `should_update_logs` property in
-    pytorch_lightning/trainer/connectors/logger_connector/logger_connector.py.
-    """
-    return bool(getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True))
-
-
 @contextmanager
 def counted_optimizer_step(lightning_optimizer: Any) -> Iterator[None]:
     """Run one raw `optimizer.step()` inside, with Lightning's step counters advanced around it.
@@ -232,18 +220,3 @@ def _time_limit(env: Any) -> Any:
             return env
         env = getattr(env, "env", None)
     return None
-
-
-# ---- Hydra ---------------------------------------------------------------------------------------------------------
-
-
-def override_value_text(value: Any) -> str:
-    """A parsed override value written back as Hydra override text (`[1,2]`, `'a b'`, `null`, ...).
-
-    Hydra's own sweepers (basic, Optuna) use the private `Override._get_value_element_as_str` for this; it is the
-    only writer that round-trips through Hydra's override grammar. Upstream: facebookresearch/hydra#1811 (fixed in
-    the Optuna sweeper by calling the same private method, PR #1818).
-    """
-    from hydra.core.override_parser.types import Override
-
-    return Override._get_value_element_as_str(value)

@@ -11,10 +11,27 @@ sync per `log_every_n_steps` steps in steady state; tests/test_speed.py counts t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 Where = tuple[int, int, int]  # (global step of the first optimizer step, epoch, batch index)
+
+
+def writes_step_metrics(trainer: Any, step_at_batch_start: int) -> bool:
+    """Whether Lightning's loggers write the step metrics of the training batch that began at global step
+    `step_at_batch_start` (asked during the batch: in the training step or at its end).
+
+    Lightning decides this in its logger connector (the private `should_update_logs`) from its count of batches that
+    stepped, which litforge keeps equal to `trainer.global_step` (steps_per_call advances both by its N; gradient
+    accumulation steps both once per stepping batch). The batch is written when the count it ends on, at least one
+    more than at its start, is a multiple of `trainer.log_every_n_steps`, or when the run stops.
+    tests/test_compat.py compares this with Lightning's own decision at every batch of such runs.
+    """
+    every = getattr(trainer, "log_every_n_steps", 1)
+    ends_on = max(int(getattr(trainer, "global_step", 0)), step_at_batch_start + 1)
+    return bool(every) and (ends_on % every == 0 or bool(getattr(trainer, "should_stop", False)))
 
 
 class StepLosses:

@@ -20,8 +20,7 @@ from litforge.core.contracts import steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.loops.steps_per_call import optimizer_steps_in_run
-from litforge.runtime.compat import logs_this_step
-from litforge.runtime.host_reads import StepLosses, Where, host_scalar
+from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_step_metrics
 
 CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
 
@@ -85,6 +84,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         self.run_config = run_config
         # training losses kept on the device, read once per logging step (litforge.runtime.host_reads)
         self.step_losses = StepLosses()
+        self.step_at_batch_start = 0  # the global step as the current training batch began (on_train_batch_start)
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -228,14 +228,18 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         """Whether Lightning writes step metrics to the loggers after this training step.
 
         True every `trainer.log_every_n_steps` steps (and in `fast_dev_run`): step metrics logged on other steps
-        are never written anywhere, yet each `self.log` call costs hundreds of Python calls. Outside a trainer, or
-        if Lightning's internals change (litforge.runtime.compat), it answers True (log every step: correct, only
-        slower).
+        are never written anywhere, yet each `self.log` call costs hundreds of Python calls. Outside a trainer it
+        answers True (log every step: correct, only slower).
         """
         trainer = attached_trainer(self)
         if trainer is None or getattr(trainer, "fast_dev_run", False):  # set outside Trainer.__init__'s annotations
             return True
-        return logs_this_step(trainer)
+        return writes_step_metrics(trainer, self.step_at_batch_start)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """The global step as this batch begins: the logging decision of the whole batch is taken from it (a task
+        overriding this hook calls super())."""
+        self.step_at_batch_start = self.global_step
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

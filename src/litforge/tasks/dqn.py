@@ -191,6 +191,7 @@ class DQNTask(LitforgeTask):
         return rewards + self.hparams.gamma * (1.0 - dones) * next_value
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_start(batch, batch_idx)
         # the sync due after step N runs before step N+1, not in on_train_batch_end: Lightning runs callbacks' batch-
         # end hooks (ModelCheckpoint's save) before the module's, so a checkpoint at step N would miss that sync
         if self.global_step:
