@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF, ROOT, read_metrics, run_cli, single_run
+from conftest import CONF, ROOT, read_metrics, run_cli, run_dirs, single_run
 from litforge.core.errors import ConfigError
 
 GUIDE = ROOT / "docs" / "extending.md"
@@ -151,6 +151,18 @@ def test_the_guide_trains_its_dataset_net_task_strategy_and_callback(tmp_path: P
     assert hparams["num_features"] == len(header) - 1 and hparams["feature_names"] == header[:-1]
     assert hparams["net"]["_target_"] == "myproject.models.TabularMLP"
     assert checkpoint["state_dict"]["net.body.0.weight"].shape == (hparams["net"]["hidden"], len(header) - 1)
+
+    # eval.py rebuilds the user's task and datamodule from the file once their package is trusted, and not before
+    args = (f"ckpt_path={best}", "print_config=false")
+    refused = run_cli("eval.py", *args, log_dir=tmp_path / "logs", env=with_project_on_path(root))
+    assert refused.returncode == 1 and "Traceback" not in refused.output, refused.output[-3000:]
+    refusal = "if myproject is your own package and the file is yours, trust it: trusted_packages=[myproject]"
+    assert refusal in refused.output, refused.output[-3000:]
+    evaluated = run_cli(
+        "eval.py", *args, "trusted_packages=[myproject]", log_dir=tmp_path / "logs", env=with_project_on_path(root)
+    )
+    assert evaluated.returncode == 0, evaluated.output[-3000:]
+    assert math.isfinite(read_metrics(run_dirs(tmp_path / "logs", "eval")[-1])["metrics"]["test/mae"])
 
     # "RegressionTask.load_from_checkpoint(path) needs nothing but the file"
     monkeypatch.syspath_prepend(str(root))

@@ -5,7 +5,8 @@ refused, never executed. `mmap=True` keeps the check cheap even for large files.
 
 A checkpoint also carries configs that eval/predict/export *instantiate* (the net, the loss, the data): a
 `_target_` there is code to call. :func:`check_trusted_targets` accepts only classes of the packages litforge
-builds from (TRUSTED_TARGET_PREFIXES), so an untrusted file cannot name `os.system` or `builtins.open` instead.
+builds from (TRUSTED_TARGET_PREFIXES) and the packages a user trusts (`trusted_packages=[myproject]`), so an
+untrusted file cannot name `os.system` or `builtins.open` instead.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     return checkpoint
 
 
-# what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use.
-# A new task family that builds from another library adds that library's class prefix here.
+# what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use; a
+# user's own packages join them through the `trusted_packages` key of every job (conf/<job>.yaml)
 TRUSTED_TARGET_PREFIXES = (
     "litforge.",
     "torch.nn.",
@@ -89,19 +90,25 @@ TRUSTED_TARGET_PREFIXES = (
 )
 
 
-def check_trusted_targets(node: Any, path: str | Path, where: str) -> None:
+def trusted_prefixes(packages: Any = ()) -> tuple[str, ...]:
+    """litforge's own trusted prefixes plus the user's `trusted_packages` (`myproject` trusts `myproject.*`)."""
+    return TRUSTED_TARGET_PREFIXES + tuple(f"{str(p).rstrip('.')}." for p in packages or ())
+
+
+def check_trusted_targets(node: Any, path: str | Path, where: str, trusted: tuple[str, ...] = ()) -> None:
     """Refuse a checkpoint config whose `_target_` (anywhere inside `node`) is not a trusted class."""
+    trusted = trusted or TRUSTED_TARGET_PREFIXES
     if isinstance(node, dict):
         target = node.get("_target_")
-        if target is not None and not (isinstance(target, str) and target.startswith(TRUSTED_TARGET_PREFIXES)):
+        if target is not None and not (isinstance(target, str) and target.startswith(trusted)):
+            package = str(target).split(".")[0]
             raise CheckpointError(
                 f"refusing to use {path}: its {where} config names {target!r} to build, which is not a class of "
-                f"{', '.join(p.rstrip('.') for p in TRUSTED_TARGET_PREFIXES)}; a checkpoint could run arbitrary code "
-                "that way. Only use checkpoints you trust (to allow a library, extend "
-                "litforge.checkpointing.load.TRUSTED_TARGET_PREFIXES)"
+                f"{', '.join(p.rstrip('.') for p in trusted)}; a checkpoint could run arbitrary code that way. If "
+                f"the file is yours and {package} is your own package, trust it: trusted_packages=[{package}]"
             )
         for key, value in node.items():
-            check_trusted_targets(value, path, f"{where}.{key}" if where else str(key))
+            check_trusted_targets(value, path, f"{where}.{key}" if where else str(key), trusted)
     elif isinstance(node, (list, tuple)):
         for item in node:
-            check_trusted_targets(item, path, where)
+            check_trusted_targets(item, path, where, trusted)

@@ -12,7 +12,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.checkpointing.load import check_trusted_targets, load_checkpoint
+from litforge.checkpointing.load import (
+    TRUSTED_TARGET_PREFIXES,
+    check_trusted_targets,
+    load_checkpoint,
+    trusted_prefixes,
+)
 from litforge.config.instantiate import instantiate_group, to_plain
 from litforge.core.errors import CheckpointError, ConfigError
 from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
@@ -29,23 +34,33 @@ def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
     return meta["task_class"]
 
 
-def task_class_from_checkpoint(checkpoint: dict[str, Any], path: str) -> type[LitforgeTask]:
-    """The task class recorded in a checkpoint; only litforge task classes are accepted (a file is data, not code)."""
+def task_class_from_checkpoint(
+    checkpoint: dict[str, Any], path: str, trusted: tuple[str, ...] = ()
+) -> type[LitforgeTask]:
+    """The task class recorded in a checkpoint: a LitforgeTask of litforge's tasks or of a package in `trusted`
+    (`trusted_packages`); a file is data, so it never picks other code to import."""
     recorded = recorded_task_class(checkpoint, path)
     module_name, _, class_name = recorded.rpartition(".")
-    if not module_name.startswith("litforge.tasks"):
-        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
+    allowed = ("litforge.tasks.", *(p for p in trusted if p not in TRUSTED_TARGET_PREFIXES))  # the user's packages
+    if not f"{module_name}.".startswith(allowed):
+        package = module_name.split(".")[0]
+        raise CheckpointError(
+            f"{path} names task class {recorded!r}, which is not a litforge task; if {package} is your own package "
+            f"and the file is yours, trust it: trusted_packages=[{package}]"
+        )
     cls = getattr(importlib.import_module(module_name), class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, LitforgeTask)):
-        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a litforge task")
+        raise CheckpointError(f"{path} names task class {recorded!r}, which is not a LitforgeTask subclass")
     return cls
 
 
-def restore_task(checkpoint: dict[str, Any], path: str) -> LitforgeTask:
-    """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights."""
-    cls = task_class_from_checkpoint(checkpoint, path)
+def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = ()) -> LitforgeTask:
+    """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights; classes of
+    `trusted_packages` (the user's own, named by that config key) are built besides litforge's."""
+    trusted = trusted_prefixes(trusted_packages)
+    cls = task_class_from_checkpoint(checkpoint, path, trusted)
     hparams = dict(checkpoint.get("hyper_parameters", {}))
-    check_trusted_targets(hparams, path, "task")  # the task builds its net and loss from these
+    check_trusted_targets(hparams, path, "task", trusted)  # the task builds its net and loss from these
     try:
         task = cls(**hparams)
     except TypeError as exc:
@@ -79,13 +94,14 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     """
     path = str(cfg.ckpt_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
-    task = restore_task(checkpoint, path)
+    trusted = cfg.get("trusted_packages") or ()
+    task = restore_task(checkpoint, path, trusted)
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
     data_cfg = to_plain(cfg.data) if cfg.get("data") else run_config.get("data")
     if not data_cfg:
         raise ConfigError(f"{path} does not record its data config: pass data=<option> (see conf/data/)")
     if not cfg.get("data"):
-        check_trusted_targets(data_cfg, path, "data")
+        check_trusted_targets(data_cfg, path, "data", trusted_prefixes(trusted))
     datamodule = instantiate_group("data", data_cfg)
     state = checkpoint.get(type(datamodule).__qualname__)
     if state and not cfg.get("data"):

@@ -19,7 +19,9 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
 
     check_run(cfg, JobSettings)
     path = str(cfg.ckpt_path)
-    task = restore_task(load_checkpoint(path), path).to(inference_device(str(cfg.get("device", "auto"))))
+    task = restore_task(load_checkpoint(path), path, cfg.get("trusted_packages")).to(
+        inference_device(str(cfg.get("device", "auto")))
+    )
     if not hasattr(task, "generate_text"):
         raise ConfigError(
             f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "

@@ -95,6 +95,7 @@ class JobSettings:
     seed: Seed = 42
     print_config: bool = False
     ckpt_path: str | None = None
+    trusted_packages: list[str] = field(default_factory=list)  # eval, predict, export, generate: see checkpointing.load
     paths: Paths | None = None
     # train
     resume: str | None = None  # auto | <run folder> | <file.ckpt>
