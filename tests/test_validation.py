@@ -495,7 +495,10 @@ def test_a_tracker_whose_package_is_missing_is_refused_in_one_line(override: str
     with pytest.raises(ConfigError) as info:
         check_config(cfg)
     message = str(info.value)
-    assert message.startswith("logger.wandb needs the wandb package, which is not installed: pip install wandb==0.31.0")
+    assert message.startswith(
+        "logger.wandb (litforge.records.tracking.WandbLogger) needs wandb, which is not installed: it comes with "
+        "litforge's `trackers` extra: pip install -e '.[trackers]'"
+    ), message
     assert "\n" not in message
 
 

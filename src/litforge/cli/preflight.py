@@ -27,6 +27,7 @@ from litforge.checkpointing.resume import resume_command_line
 from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.jobs.settings import JobSettings
+from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero, register_resolvers
 
 # flags after which Hydra runs no job, or composes from elsewhere: left to Hydra
@@ -58,6 +59,7 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides  # Hydra reports syntax errors itself
     check_moved(parsed)
     check_needs_multirun(parsed, config_name)
+    check_extras(parsed, config_name)
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
     check_group_options(conf_dir, groups, searchpath=_extends_searchpath(parsed))
@@ -90,6 +92,7 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
     if parsed is None:
         return
     check_moved(parsed)
+    check_extras(parsed, config_name)
     check_group_options(
         conf_dir,
         [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],

@@ -27,12 +27,6 @@ from litforge.core.errors import ConfigError
 MOVED_KEYS = {"model.init_from": "task.init_from", "optimizer.lr_scaling": "task.lr_scaling"}
 BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
 NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is built (and checked) on its own
-# `_target_`s that need an optional package: refused before anything is built, not as Lightning's ModuleNotFoundError
-NEEDS_PACKAGE = {
-    "litforge.records.tracking.WandbLogger": ("wandb", "wandb==0.31.0"),
-    "pytorch_lightning.loggers.WandbLogger": ("wandb", "wandb==0.31.0"),
-    "litforge.records.tracking.MLflowLogger": ("mlflow", "'mlflow>=3.17,<3.18'"),
-}
 _MISSING = object()
 
 
@@ -196,18 +190,15 @@ def check_config(cfg: Any, settings: type | None = None) -> None:
 
 
 def check_package(scope: str, node: Any) -> None:
-    """Refuse a group whose `_target_` needs an optional package that is not importable (see NEEDS_PACKAGE); a
-    tracking server that does not answer (MLflow would retry for minutes, then fail inside fit)."""
-    import importlib.util
+    """Refuse a group whose `_target_` needs an extra that is not installed (litforge.runtime.extras); a tracking
+    server that does not answer (MLflow would retry for minutes, then fail inside fit)."""
     import socket
     from urllib.parse import urlsplit
 
-    module, install = NEEDS_PACKAGE.get(str(_lookup(node, "_target_")), (None, None))
-    if module is not None and importlib.util.find_spec(module) is None:
-        raise ConfigError(
-            f"{scope} needs the {module} package, which is not installed: pip install {install}, "
-            "or choose another logger (e.g. logger=tensorboard)"
-        )
+    from litforge.runtime.extras import require
+
+    target = _lookup(node, "_target_")
+    require(str(target), f"{scope} ({target})")
     uri = _lookup(node, "tracking_uri")
     if isinstance(uri, str) and uri.startswith(("http://", "https://")):
         url = urlsplit(uri)
