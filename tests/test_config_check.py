@@ -129,3 +129,19 @@ def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[s
     )
     _refused(result, log_dir, says)
     assert not log_dir.exists(), sorted(log_dir.rglob("*"))
+
+
+def test_a_target_that_does_not_import_is_refused_with_its_real_cause(tmp_path: Path):
+    """Hydra's own message stops at "Error loading '<target>':"; the line names what failed inside the import."""
+    (tmp_path / "my_data.py").write_text("import a_package_that_is_not_installed\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    log_dir = tmp_path / "logs"
+    result = run_cli("train.py", *TINY, "data._target_=my_data.CsvData", log_dir=log_dir, env=env)
+    _refused(
+        result,
+        log_dir,
+        "data._target_=my_data.CsvData does not import: ModuleNotFoundError: No module named "
+        "'a_package_that_is_not_installed'",
+    )
+    result = run_cli("train.py", *TINY, "model._target_=litforge.models.mlp.MLPP", log_dir=log_dir)
+    _refused(result, log_dir, "model._target_=litforge.models.mlp.MLPP does not import: AttributeError")

@@ -9,7 +9,6 @@ traceback from inside Hydra.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +17,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from litforge.config.signatures import import_failure, parameters
 from litforge.config.validation import check_group
 from litforge.core.errors import ConfigError, LitforgeError
 
@@ -71,6 +71,8 @@ def build_error(group: str, cfg: Any, exc: BaseException, supplied: Mapping[str,
     if isinstance(cause, LitforgeError):
         return cause
     target = str((cfg or {}).get("_target_", "?")) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else "?"
+    if "Error locating target" in str(exc) or "Error loading" in str(cause):
+        return import_failure(group, target, cause)
     key = unexpected_argument(cause)
     if key:
         if key in (supplied or {}):
@@ -106,24 +108,9 @@ def accepted_arguments(target: str | Any) -> list[str]:
     from hydra.utils import get_object
 
     try:
-        obj = get_object(target) if isinstance(target, str) else target
+        return list(parameters(get_object(target) if isinstance(target, str) else target)[0])
     except Exception:
         return []
-    functions = [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
-    names: list[str] = []
-    for function in functions:
-        try:
-            params = list(inspect.signature(function).parameters.values())
-        except (TypeError, ValueError):
-            break
-        names += [
-            p.name
-            for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in names
-        ]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
 
 
 def _first_line(exc: BaseException) -> str:

@@ -168,13 +168,26 @@ def check_target(
     elif "." in name or name in GROUP_TARGETS:
         try:
             params, open_ended = parameters(get_object(GROUP_TARGETS.get(name, name)))
-        except Exception:  # an import error is the build's to report (instantiate's one line names the group)
-            return
+        except Exception as exc:  # the target does not import: say why, before anything runs
+            raise import_failure(scope, name, exc) from None
     else:
         return
     if stand_in is not None:  # its bounds, for the arguments the target takes
         params.update({k: v for k, v in parameters(stand_in)[0].items() if k in params or not params or open_ended})
     bind(scope, node, params, open_ended, GROUP_TARGETS.get(name, name))
+
+
+def import_failure(scope: str, target: str, exc: BaseException) -> ConfigError:
+    """`scope`'s `_target_` does not import: one line with the real cause at the bottom of the exception chain (Hydra's
+    own message stops at "Error loading '<target>':")."""
+    root: BaseException = exc
+    while (deeper := root.__cause__ or root.__context__) is not None:
+        root = deeper
+    lines = str(root).strip().splitlines()
+    return ConfigError(
+        f"{scope}._target_={target} does not import: {type(root).__name__}: {lines[0] if lines else ''}; check its "
+        "spelling, and that its package is installed or on PYTHONPATH"
+    )
 
 
 def bind(scope: str, node: Any, params: dict[str, Any], open_ended: bool, name: Any) -> None:
