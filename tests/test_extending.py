@@ -85,6 +85,23 @@ def test_every_option_the_guide_types_exists_in_its_files_or_in_conf():
                 )
 
 
+def test_the_users_options_are_listed_by_help_and_a_typo_in_one_is_one_line(tmp_path: Path, capsys):
+    from litforge.cli.help import answer_help
+    from litforge.cli.preflight import checked_overrides
+
+    root = write_project(tmp_path / "project")
+    searchpath = f"hydra.searchpath=[file://{root}/myproject/conf]"
+    with pytest.raises(SystemExit):
+        answer_help("train", CONF, [searchpath, "--help"])
+    data_line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("data "))
+    assert "csv" in data_line.split() or "csv," in data_line, data_line  # the user's option beside litforge's
+    with pytest.raises(ConfigError) as info:
+        checked_overrides(CONF, "train", [searchpath, "experiment=diabetess", f"paths.log_dir={tmp_path}"])
+    assert str(info.value).startswith(
+        "experiment=diabetess is not an option of experiment; did you mean experiment=diabetes?"
+    ), str(info.value)
+
+
 class RegressionTask:  # stands for a task of the user's own, outside litforge.tasks
     pass
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 HELP_FLAGS = ("--help", "-h")
@@ -19,15 +20,38 @@ HELP_FLAGS = ("--help", "-h")
 def answer_help(config_name: str, conf_dir: Path, argv: list[str] | None = None) -> None:
     """Print the fast help and exit when the command line is just `--help`; otherwise return and let Hydra run."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 1 and args[0] in HELP_FLAGS:
+    rest = [a for a in args if not a.startswith("hydra.searchpath=")]  # a user's own conf folders: listed too
+    if len(rest) == 1 and rest[0] in HELP_FLAGS:
         try:
-            print(help_text(config_name, conf_dir, script=f"{config_name}.py"), flush=True)
+            text = help_text(config_name, conf_dir, script=f"{config_name}.py", extra=searchpath_folders(args))
+            print(text, flush=True)
         except BrokenPipeError:  # `python train.py --help | head`: the reader left, which is not an error
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)
         sys.exit(0)
 
 
-def help_text(config_name: str, conf_dir: Path, script: str) -> str:
+def searchpath_folders(args: list[str]) -> list[Path]:
+    """The local folders a `hydra.searchpath=[file://...]` argument adds (docs/extending.md: a user's own conf/)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    folders = []
+    for arg in args:
+        if arg.startswith("hydra.searchpath="):
+            try:
+                value = OverridesParser.create().parse_override(arg).value()
+            except Exception:  # Hydra reports its own syntax errors
+                continue
+            entries = value if isinstance(value, list) else [value]
+            folders += [Path(str(e).removeprefix("file://")) for e in entries if not str(e).startswith("pkg://")]
+    return folders
+
+
+def group_options(group: str, conf_dir: Path, extra: Sequence[Path] = ()) -> list[str]:
+    """The options of a config group: its YAML files in conf/ and in the user's searchpath folders."""
+    return sorted({p.stem for folder in (conf_dir, *extra) for p in (folder / group).glob("*.yaml")})
+
+
+def help_text(config_name: str, conf_dir: Path, script: str, extra: Sequence[Path] = ()) -> str:
     import yaml
 
     source = (conf_dir / f"{config_name}.yaml").read_text()
@@ -44,10 +68,9 @@ def help_text(config_name: str, conf_dir: Path, script: str) -> str:
         "Config groups (* = default; a group with no default is off until chosen):",
     ]
     for group, default in defaults.items():
-        folder = conf_dir / group
-        if group == "hydra" or not folder.is_dir():
+        options = group_options(group, conf_dir, extra)
+        if group == "hydra" or not options:
             continue
-        options = sorted(p.stem for p in folder.glob("*.yaml"))
         shown = ", ".join(f"{o}*" if o == default else o for o in options)
         lines.append(f"  {group:<15} {shown}")
     lines += ["", "Top-level keys (key=value):"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run
 from litforge.checkpointing.resume import resume_command_line
+from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.jobs.settings import JobSettings
@@ -62,7 +64,7 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     check_extras(parsed, config_name)
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
-    check_group_options(conf_dir, groups, searchpath=_extends_searchpath(parsed))
+    check_group_options(conf_dir, groups, searchpath_folders([o.input_line for o in parsed]))
     cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
@@ -96,7 +98,7 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
     check_group_options(
         conf_dir,
         [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
-        searchpath=_extends_searchpath(parsed),
+        searchpath_folders([o.input_line for o in parsed]),
     )
     for override in parsed:
         if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
@@ -142,16 +144,14 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
             )
 
 
-def check_group_options(conf_dir: Path, groups: list[Any], searchpath: bool = False) -> None:
-    """`model=resnt`: name the options there are (Hydra lists them one per line, after its search path).
-    With `hydra.searchpath=...` options may come from other folders too: then Hydra judges."""
-    if searchpath:
-        return
+def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path] = ()) -> None:
+    """`model=resnt`: name the options there are, conf/'s and those of the user's searchpath folders (Hydra lists
+    them one per line, after its search path)."""
     for override in groups:
         if override.package is not None or override.is_delete():
             continue
         group = override.key_or_group
-        options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        options = group_options(group, conf_dir, extra)
         for value in _values(override):
             for name in value if isinstance(value, list) else [value]:
                 if isinstance(name, str) and name not in options:
@@ -250,10 +250,6 @@ def _values(override: Any) -> list[Any]:
         return list(override.sweep_iterator())
     except Exception:
         return []
-
-
-def _extends_searchpath(parsed: list[Any]) -> bool:
-    return any(o.key_or_group.startswith("hydra.searchpath") for o in parsed)
 
 
 def _is_hydra(override: Any) -> bool:
