@@ -44,16 +44,18 @@ def apply_speed_options(
     if channels_last:
         net.to(memory_format=torch.channels_last)
         net.register_forward_pre_hook(_to_channels_last)
-    if compile == "blocks":
-        compile_blocks(net)
+    if compile == "blocks" or isinstance(compile, dict) and compile.get("blocks"):
+        options = {k: v for k, v in compile.items() if k != "blocks"} if isinstance(compile, dict) else {}
+        compile_blocks(net, **options)
     elif compile:
         options = dict(compile) if isinstance(compile, dict) else {}
         net.compile(**options)
         net.litforge_compiled = True  # read by the model summary's example (litforge.callbacks.throughput)
 
 
-def compile_blocks(net: nn.Module) -> int:
-    """Compile each of the net's `fsdp_units()` in place (`compile=blocks`); returns how many."""
+def compile_blocks(net: nn.Module, **options: Any) -> int:
+    """Compile each of the net's `fsdp_units()` in place (`compile=blocks`, or `compile={blocks: true, ...}` with
+    torch.compile options for every block); returns how many."""
     from litforge.parallel.plans import sharding_units
 
     units = sharding_units(net)
@@ -63,7 +65,7 @@ def compile_blocks(net: nn.Module) -> int:
             "none: set compile=true (the whole net)"
         )
     for unit in units:
-        unit.compile()
+        unit.compile(**options)
         unit.litforge_compiled = True
     return len(units)
 

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from litforge.parallel.activation_checkpointing import is_checkpointed
+
 log = logging.getLogger(__name__)
 
 # Dense (no structured sparsity) peak FLOP/s per GPU, from NVIDIA's datasheets: H100/H200 SXM and PCIe/NVL
@@ -150,13 +152,17 @@ def count_step_flops(net: nn.Module, forward: Callable[[], Any]) -> int:
 
     The backward starts from the outputs' sum: its cost is that of the loss's backward through the net (the loss
     itself is a few elementwise FLOPs per output). Gradients go to `torch.autograd.grad`, not `.grad`; the RNG is
-    forked and the buffers restored; compiled modules run eagerly here (`torch.compiler.set_stance`), so counting
+    forked and the buffers restored; activation checkpointing's recompute is not counted (model FLOPs, not hardware
+    FLOPs); compiled modules run eagerly here (`torch.compiler.set_stance`), so counting
     compiles nothing.
     """
     params = [p for p in net.parameters() if p.requires_grad]
     buffers = {name: b.detach().clone() for name, b in net.named_buffers()}
     devices = sorted({p.device.index for p in params if p.device.type == "cuda" and p.device.index is not None})
     counter = FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+    # model FLOPs, as MFU counts them: activation checkpointing's recompute is left out (litforge's checkpointing is
+    # a `forward` on the unit instance: taking it off for the count runs the class's own forward once)
+    recomputed = {m: vars(m).pop("forward") for m in net.modules() if is_checkpointed(m)}
     try:
         with torch.random.fork_rng(devices=devices), torch.compiler.set_stance("force_eager"), counter:
             out = forward()
@@ -165,6 +171,8 @@ def count_step_flops(net: nn.Module, forward: Callable[[], Any]) -> int:
             if params and isinstance(total, torch.Tensor):
                 torch.autograd.grad(total, params, allow_unused=True)
     finally:
+        for module, forward_fn in recomputed.items():
+            module.forward = forward_fn
         with torch.no_grad():
             for name, b in net.named_buffers():
                 if name in buffers:
