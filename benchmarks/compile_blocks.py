@@ -51,7 +51,7 @@ def one(args: argparse.Namespace) -> dict[str, float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
-    return {"first": times[0], "step": statistics.median(times[1 + args.warmup :]), "loss": float(loss)}
+    return {"first": times[0], "step": statistics.median(times[1 + args.warmup :]), "loss": loss.item()}
 
 
 def main() -> None:
