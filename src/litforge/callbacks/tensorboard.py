@@ -94,6 +94,8 @@ class ModelGraph(pl.Callback):
             with torch.no_grad(), warnings.catch_warnings():
                 # TensorBoard's add_graph still traces with torch.jit, which torch now flags as deprecated
                 warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace", category=FutureWarning)
+                # shape checks in a net's forward (the GPT's block_size) are constants in a traced graph, as wanted
+                warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
                 for logger in loggers:
                     # the task's plain net: no LightningModule attribute (trainer, metrics) is read by the tracer
                     logger.experiment.add_graph(net, example.to(pl_module.device))

@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 
 from litforge.callbacks.images import ClassificationImages, Normalize
 from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
-from litforge.callbacks.throughput import Throughput
+from litforge.callbacks.throughput import Throughput, set_summary_example
 from litforge.core.bounds import Count
 
 
@@ -36,6 +36,10 @@ class TensorBoardExtras(pl.Callback):
         self.hparams = HParamsSummary(after_test=after_test) if hparams else None
         self.model_graph = ModelGraph() if model_graph else None
         self.test_images = ClassificationImages(max_samples=max_samples, normalize=normalize) if test_images else None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.throughput is not None and stage == "fit":
+            set_summary_example(trainer, pl_module)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.throughput is not None:

@@ -212,6 +212,8 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
         return self._loader("test", train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if isinstance(batch, Tensor):  # images alone: the task's example input, which Lightning's model summary runs
+            return self.normalize(batch)
         images, labels = batch
         if self._augment_fn is not None and self.trainer is not None and self.trainer.training:
             images = self._augment_fn(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on

@@ -25,7 +25,11 @@ Device = Annotated[
     Check(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "auto, cpu, cuda or cuda:<index>"),
 ]
 Compile = Annotated[
-    Any, Check(lambda v: isinstance(v, (bool, dict)), "true, false or a mapping of torch.compile options")
+    Any,
+    Check(
+        lambda v: isinstance(v, (bool, dict)) or v == "blocks",
+        "true, false, blocks (each block compiled on its own) or a mapping of torch.compile options",
+    ),
 ]
 Every = Annotated[
     Any,

@@ -1,10 +1,15 @@
-"""One-switch speed options on the task's net: `compile=true`, `channels_last=true`.
+"""One-switch speed options on the task's net: `compile=true|blocks`, `channels_last=true`.
 
 Both act on the net in place, so parameter names (and therefore checkpoints, eval.py, predict.py and resume) are
 exactly those of an uncompiled, default-layout run:
 
 - `compile`: `nn.Module.compile()` compiles the module's forward in place. Unlike `net = torch.compile(net)` it adds
   no `OptimizedModule` wrapper, hence no `_orig_mod.` prefix in the state dict.
+- `compile=blocks`: each unit the net declares in `fsdp_units()` (a GPT or ViT transformer block, a ResNet stage, a
+  CNN block, an MLP layer) is compiled on its own, in place, as torchtitan compiles its blocks: identical blocks
+  share one compiled graph (dynamo reuses it while the guards hold), so compile time grows with one block, not the
+  depth, and each graph ends where FSDP2 gathers and activation checkpointing recomputes (both wrap the same
+  units). The glue between units (embeddings, head, loss) runs eagerly. docs/performance.md has the figures.
 - `channels_last`: NHWC weights, and a forward pre-hook that hands 4-D inputs to the net in NHWC too. It speeds up
   convolutions where the kernels prefer NHWC (GPUs with tensor cores, CPUs with bf16); measure before keeping it
   (benchmarks/hardware_use.py).
@@ -24,7 +29,9 @@ from torch import nn
 from litforge.core.errors import ConfigError
 
 
-def apply_speed_options(task: nn.Module, compile: bool | dict[str, Any] = False, channels_last: bool = False) -> None:
+def apply_speed_options(
+    task: nn.Module, compile: bool | str | dict[str, Any] = False, channels_last: bool = False
+) -> None:
     """Apply the configured switches to `task.net` (the plain nn.Module a litforge task trains)."""
     net = getattr(task, "net", None)
     if not isinstance(net, nn.Module):
@@ -37,9 +44,30 @@ def apply_speed_options(task: nn.Module, compile: bool | dict[str, Any] = False,
     if channels_last:
         net.to(memory_format=torch.channels_last)
         net.register_forward_pre_hook(_to_channels_last)
-    if compile:
+    if compile == "blocks" or isinstance(compile, dict) and compile.get("blocks"):
+        options = {k: v for k, v in compile.items() if k != "blocks"} if isinstance(compile, dict) else {}
+        compile_blocks(net, **options)
+    elif compile:
         options = dict(compile) if isinstance(compile, dict) else {}
         net.compile(**options)
+        setattr(net, "litforge_compiled", True)  # noqa: B010  (nn.Module types its attributes as modules/tensors; read by callbacks.throughput)
+
+
+def compile_blocks(net: nn.Module, **options: Any) -> int:
+    """Compile each of the net's `fsdp_units()` in place (`compile=blocks`, or `compile={blocks: true, ...}` with
+    torch.compile options for every block); returns how many."""
+    from litforge.parallel.plans import sharding_units
+
+    units = sharding_units(net)
+    if not units:
+        raise ConfigError(
+            f"compile=blocks compiles the units a net declares in fsdp_units(), and {type(net).__name__} declares "
+            "none: set compile=true (the whole net)"
+        )
+    for unit in units:
+        unit.compile(**options)
+        setattr(unit, "litforge_compiled", True)  # noqa: B010  (see above)
+    return len(units)
 
 
 def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
