@@ -216,7 +216,7 @@ BAD_VALUES = [
     ("steps_per_call", 0, ">= 1"),
     ("objective.mode", "maximum", "one of min, max"),
     ("test_after_training", "no", "true or false"),
-    ("compile", "yes", "true, false or a mapping"),
+    ("compile", "yes", "true, false, blocks (each block compiled on its own) or a mapping"),
     ("paths.min_free_mb", -5, ">= 0"),
     ("batch_size", 0, ">= 1"),  # predict
     ("max_new_tokens", 0, ">= 1"),  # generate

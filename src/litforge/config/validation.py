@@ -156,7 +156,8 @@ def check_group(scope: str, node: Any, imports: bool = True) -> None:
         return
     check_package(scope, node)
     for key, sub in _targets(scope, node):
-        check_target(key, sub, imports, target_name=None if key != scope or "_target_" in sub else scope)
+        own = key == scope and "_target_" not in sub and "." not in scope  # a group built without a `_target_`
+        check_target(key, sub, imports, target_name=scope if own else None)
     for relation in RELATIONS:
         if {_scope(k) for k in relation.keys} == {scope}:
             _check_relation(relation, lambda key: _lookup(node, key[len(scope) + 1 :]))
