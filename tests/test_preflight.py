@@ -53,7 +53,7 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
         ["trainer.gradient_clip_val=0.5", "model=cnn", "model.channels=[8,16]"],
         ["data=image_folder", f"data.root={make_image_folder(tmp_path / 'images')}", "data.image_size=[32,48]"],
         ["experiment=cartpole_dqn", "trainer.max_epochs=-1", "trainer.max_steps=100"],
-        ["+callbacks.extra._target_=x.Y", "+callbacks.extra.mode=min"],
+        ["+callbacks.extra._target_=pytorch_lightning.callbacks.EarlyStopping", "+callbacks.extra.mode=min"],
     ):
         args = [f"paths.log_dir={tmp_path}", *overrides]
         assert checked_overrides(CONF, "train", args) == args

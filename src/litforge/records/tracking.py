@@ -191,7 +191,7 @@ class WandbLogger(LightningWandbLogger):
 
     def log_run_files(self, run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         """The config, overrides, provenance (and diff) as run files; the best checkpoint's path and the commit in
-        the summary."""
+        the summary; then the run is finished."""
         run = self.experiment
         for path in (
             run_dir / ".hydra" / "config.yaml",
@@ -206,6 +206,9 @@ class WandbLogger(LightningWandbLogger):
         commit = (record.get("git") or {}).get("commit")
         if commit:
             run.summary["git_commit"] = commit
+        # the last use: finish now, so the record on disk is complete when the job returns (W&B would finish it from
+        # an atexit hook, which a process ended by os._exit, as a forked job or a launcher's rank is, never runs)
+        run.finish()
 
 
 def continue_runs(logger_cfg: Mapping[str, Any] | None, tracker_runs: Mapping[str, str]) -> Any:

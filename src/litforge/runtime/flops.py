@@ -141,9 +141,14 @@ def _cpu_sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: A
 # torch's FlopCounterMode has formulas for the CUDA attention kernels only: SDPA's CPU kernel (which the GPT and ViT
 # take on a CPU) would count 0 FLOPs. Same formulas: 4·B·H·T·S·D forward (QKᵀ and AV, every query-key pair, the
 # causal half included, as MFU conventions count it), twice that backward.
+# (the kernels' names in torch's op registry, looked up by name: an op missing from a torch build counts as 0 FLOPs)
 _CPU_ATTENTION = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward,
+    op: formula
+    for name, formula in (
+        ("_scaled_dot_product_flash_attention_for_cpu", _cpu_sdpa),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", _cpu_sdpa_backward),
+    )
+    if (op := getattr(torch.ops.aten, name, None)) is not None
 }
 
 
