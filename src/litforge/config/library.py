@@ -15,13 +15,10 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from litforge.core.bounds import Check, Range
+from litforge.core.bounds import Check, Count, NonNegative, Positive, Range
 
 STAND_INS: dict[str, Callable[..., None]] = {}
 
-Positive = Annotated[float, Range(gt=0)]
-NonNegative = Annotated[float, Range(ge=0)]
-Count = Annotated[int, Range(ge=1)]
 Fraction = Annotated[float, Range(ge=0, lt=1)]  # [0, 1)
 NO_LIMIT = (-1,)
 

@@ -13,13 +13,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from litforge.config.durations import is_time_limit, parse_every
-from litforge.core.bounds import Check, Range
+from litforge.core.bounds import Check, Count, Positive, Range, Seed
 
-Count = Annotated[int, Range(ge=1)]
-Seed = Annotated[
-    int, Range(ge=0, le=2**32 - 1, example=42)
-]  # numpy's range, which Lightning's seed_everything enforces
-Positive = Annotated[float, Range(gt=0)]
 Device = Annotated[
     str,
     Check(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "auto, cpu, cuda or cuda:<index>"),
