@@ -163,8 +163,8 @@ RELATIONS: tuple[Relation, ...] = (
         ("task._target_", "loss._target_"),
         lambda task, loss: PREDICTS.get(task, "?") in (LOSS_COMPARES.get(loss, "?"), "?") or loss not in LOSS_COMPARES,
         "loss._target_={1} does not fit task._target_={0} (a loss for class scores on a task that predicts "
-        "values, or the reverse): pick a loss of the task (task=regression: loss=mse, huber or l1; task=classification: loss=cross_entropy, focal or "
-        "label_smoothing), or drop the loss= override to get the task's own",
+        "values, or the reverse): pick a loss of the task (task=regression: loss=mse, huber or l1; "
+        "task=classification: loss=cross_entropy, focal or label_smoothing), or drop the loss= override",
     ),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
     Relation(

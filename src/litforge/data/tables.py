@@ -38,10 +38,13 @@ def read_table(path: str) -> Table:
     if not file.is_file():
         raise ConfigError(f"data.path={path}: no such file; pass a .csv or .parquet file (or data.path=null)")
     if file.suffix.lower() == ".parquet":
-        from litforge.runtime.extras import require
-
-        require("parquet", f"data.path={path}")
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        except ImportError:  # the extra named as litforge.runtime.extras names it (data may not import runtime)
+            raise ConfigError(
+                f"data.path={path} needs pyarrow, which is not installed: it comes with litforge's `tabular` extra: "
+                "pip install -e '.[tabular]' (or '.[all]' for every integration)"
+            ) from None
 
         columns = pq.read_table(file).to_pydict()
         return {str(k): [_plain(v) for v in values] for k, values in columns.items()}

@@ -141,12 +141,16 @@ class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
         self.feature_columns = features or [c for c in table if c != self.target]
         unknown = [c for c in [*self.feature_columns, *(categorical or [])] if c not in table]
         if unknown:
-            raise ConfigError(f"data.features/categorical: {source} has no columns {unknown}; its columns: {list(table)}")
+            raise ConfigError(
+                f"data.features/categorical: {source} has no columns {unknown}; its columns: {list(table)}"
+            )
         labelled = [i for i, v in enumerate(table[self.target]) if v is not None]
         if len(labelled) < 3:
             raise ConfigError(f"data.target={self.target}: fewer than 3 rows of {source} have a target value")
         table = {name: [table[name][i] for i in labelled] for name in table}  # rows without a target cannot train
-        train, val, test = (idx.tolist() for idx in split_indices(len(labelled), val_fraction, test_fraction, split_seed))
+        train, val, test = (
+            idx.tolist() for idx in split_indices(len(labelled), val_fraction, test_fraction, split_seed)
+        )
         self.target_kind = resolve_target_kind(target_kind, table[self.target])
         self.encoding = fit_encoding(table, train, self.feature_columns, list(categorical or []))
         self.feature_names = encoded_names(self.encoding)

@@ -261,8 +261,9 @@ def check_compatible(task_cls: type, datamodule: Any) -> None:
         )
     if datamodule.kind not in kinds:
         raise ConfigError(
-            f"task `{task_cls.__name__}` trains on {' or '.join(kinds)} data, but data `{type(datamodule).__name__}` is "
-            f"{datamodule.kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
+            f"task `{task_cls.__name__}` trains on {' or '.join(kinds)} data, but data "
+            f"`{type(datamodule).__name__}` is {datamodule.kind} data: pick a matching pair (e.g. an experiment= "
+            "recipe), see `python train.py --help`"
         )
 
 

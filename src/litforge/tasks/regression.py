@@ -80,6 +80,23 @@ class RegressionTask(LitforgeTask):
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_metrics)
 
+    def deployable_net(self) -> nn.Module:
+        """The net with its outputs in the target's units: what export.py converts (no statistics left to apply)."""
+        return Rescaled(self.net, self.target_mean, self.target_std)
+
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
         inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
         return {"predicted": self(inputs).float()}
+
+
+class Rescaled(nn.Module):
+    """`net(x) * std + mean`: a regressor's outputs in the target's own units, as one module to export."""
+
+    def __init__(self, net: nn.Module, mean: Tensor, std: Tensor) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("mean", mean.detach().clone())
+        self.register_buffer("std", std.detach().clone())
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        return self.net(inputs) * self.std + self.mean
