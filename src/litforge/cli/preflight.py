@@ -65,9 +65,11 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
     check_group_options(conf_dir, groups, searchpath_folders([o.input_line for o in parsed]))
-    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
+    # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
+    searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
+    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *values]])
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
-        baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
+        baseline = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]])
         known = [o for o in values if not (o.is_add() or o.is_force_add())] if baseline is not None else []
         message = next(filter(None, (unknown_key_message(baseline, o) for o in known if baseline)), None)
         if message:

@@ -109,7 +109,11 @@ def standardize(features: Tensor, mean: Tensor, std: Tensor) -> Tensor:
 
 class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
     """Rows of a table as `(features, target)` batches; `kind = "features"` (what classification and regression
-    train on with `model=mlp`)."""
+    train on with `model=mlp`).
+
+    A table in another format needs only :meth:`read_file` overridden (docs/extending.md does it for JSON lines):
+    the encoding, the splits, the loaders, predict and export come with the class.
+    """
 
     kind = "features"
 
@@ -133,7 +137,8 @@ class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or max(batch_size, 256)
         self.shuffle_seed = shuffle_seed
-        table = read_table(path) if path else bundled_table(dataset)
+        self.path, self.dataset = path, dataset
+        table = self.load_table()
         source = f"data.path={path}" if path else f"data.dataset={dataset} (one of {', '.join(BUNDLED)})"
         self.target = target or list(table)[-1]
         if self.target not in table:
@@ -171,6 +176,21 @@ class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
         x = encode(table, self.encoding)
         self._splits = {name: (x[rows], y[rows]) for name, rows in (("train", train), ("val", val), ("test", test))}
         self._stats: tuple[Tensor, Tensor] | None = None
+
+    def read_file(self, path: str) -> Table:
+        """`{column: values}` (numbers, strings, None for missing) of a file: the training table (`data.path`, read
+        once at construction) and predict.py's input. CSV and Parquet here; override it for another format."""
+        return read_table(path)
+
+    def load_table(self) -> Table:
+        return self.read_file(self.path) if self.path else bundled_table(self.dataset)
+
+    def read_inputs(self, path: str) -> tuple[list[str], Tensor]:
+        """Rows of a file in this datamodule's format with the training feature columns (others, the target too, are
+        ignored): (row names, encoded features), for predict.py."""
+        table = self.read_file(path)
+        rows = len(next(iter(table.values())))
+        return [f"{path}:{i + 2}" for i in range(rows)], encode(table, self.encoding)
 
     # ---- what the task is built from ----------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -243,13 +263,6 @@ class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
     def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
         """Encoded (not standardised) features and targets of a split."""
         return self._splits[split]
-
-    def read_inputs(self, path: str) -> tuple[list[str], Tensor]:
-        """Rows of a CSV/Parquet file with the training feature columns (any others, the target too, are ignored):
-        (row names, encoded features), for predict.py."""
-        table = read_table(path)
-        rows = len(next(iter(table.values())))
-        return [f"{path}:{i + 2}" for i in range(rows)], encode(table, self.encoding)
 
 
 def resolve_target_kind(kind: str, values: list[Any]) -> str:

@@ -48,12 +48,11 @@ def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
 def exportable_net(task: Any, path: str) -> Any:
     """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` where it has one (regression: the
     net with its target scale), else its `net`; a task without a fixed input shape (language models, DQN) gets a
-    clear refusal."""
+    clear refusal (a user's task of another kind exports its `net` on its test loader's inputs)."""
     import torch
 
     net = task.deployable_net() if callable(getattr(task, "deployable_net", None)) else getattr(task, "net", None)
-    shape = task.hparams.get("input_shape") if hasattr(task, "hparams") else None
-    if not isinstance(net, torch.nn.Module) or not shape:
+    if not isinstance(net, torch.nn.Module) or getattr(task, "data_kind", None) in ("text", "rl"):
         raise CheckpointError(
             f"{path} holds a {type(task).__name__}, which has no fixed input shape: export.py exports "
             "classifiers and regressors of images or features (task=classification, task=regression)"

@@ -78,7 +78,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
 
     ckpt_path = Path(str(cfg.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
-    if getattr(datamodule, "kind", "image") == "features":  # rows of a table (data=csv): ONNX + parity only
+    if getattr(datamodule, "kind", "image") != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
         from litforge.deploy.features import export_features
 
         return export_features(cfg, task, datamodule, net, checkpoint)
