@@ -202,12 +202,11 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import restore_task
     from litforge.config.instantiate import instantiate_group
+    from litforge.core.contracts import trains_on
     from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
     from litforge.loops import steps_per_call
     from litforge.tasks.base import LitforgeTask
-
-    from litforge.core.contracts import trains_on
 
     kinds = trains_on(get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_))
     cfg = compose_cfg(*partner(compose_cfg, kinds), f"task={option}", "print_config=false")

@@ -311,6 +311,14 @@ def test_a_bad_value_of_the_users_own_argument_is_one_line(tmp_path: Path):
     assert "data.batch_size=0" in line and ">= 1" in line, result.output[-2000:]
     assert not (tmp_path / "logs").exists()  # refused before Hydra made a run folder
 
+    # the same through the project's own top config (--config-dir/--config-name), which the guide offers
+    flags = ("--config-dir", str(root / "myproject" / "conf"), "--config-name", "myproject")
+    result = run_cli("train.py", "data.path=d.csv", "data.batch_size=0", log_dir=tmp_path / "logs", extra_args=flags,
+                     env=with_project_on_path(root))  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.output
+    assert "litforge: error: data.batch_size=0: expected an integer >= 1" in result.output
+    assert not (tmp_path / "logs").exists()
+
 
 @pytest.mark.slow
 def test_a_table_in_another_format_needs_one_class_and_one_yaml(tmp_path: Path):
