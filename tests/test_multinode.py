@@ -68,18 +68,23 @@ def netns_unavailable() -> str | None:
 @contextmanager
 def two_nodes(tag: str) -> Iterator[tuple[Node, Node]]:
     """Two namespaces, each with its end of one veth pair (10.77.0.1 and .2) and its loopback, removed on exit.
-    Names carry the pytest worker's pid and `tag`, so parallel workers never share a namespace."""
+    Names carry the pytest worker's pid and `tag`, so parallel workers never share a namespace; the addresses may
+    repeat across pairs, each pair being a network of its own."""
     reason = netns_unavailable()
     if reason:
         pytest.skip(f"two-node test needs network namespaces: {reason}")
     base = f"lf{os.getpid() % 100000}{tag}"  # interface names have at most 15 characters
     nodes = tuple(Node(f"{base}n{i}", f"{base}v{i}", f"10.77.0.{i + 1}") for i in (0, 1))
+    for node in nodes:  # left by a killed earlier process with this pid, if any: the names are this process's
+        ip("netns", "del", node.netns)
+    ip("link", "del", nodes[0].dev)
     made: list[str] = []
     try:
         for node in nodes:
             result = ip("netns", "add", node.netns)
-            if result.returncode != 0:
-                pytest.skip(f"two-node test needs network namespaces: `ip netns add` failed: {result.stderr.strip()}")
+            if result.returncode != 0 and any(w in result.stderr.lower() for w in ("not permitted", "denied")):
+                pytest.skip(f"two-node test needs network namespaces: `ip netns add`: {result.stderr.strip()}")
+            assert result.returncode == 0, f"ip netns add {node.netns}: {result.stderr}"
             made.append(node.netns)
         steps = [
             ("link", "add", nodes[0].dev, "type", "veth", "peer", "name", nodes[1].dev),
