@@ -78,3 +78,30 @@ def test_a_data_parallel_rank_resumes_mid_epoch_exactly_after_the_first_epoch() 
     other = stateful_train_loader(dataset, batch_size=4, seed=3, trainer=rank)
     assert not torch.equal(torch.cat(list(loader)), torch.cat(list(other))), "epochs 0 and 1 differ"
     assert_resumes_exactly(epoch_one, k=2)
+
+
+def test_making_a_loaders_iterator_draws_nothing_from_the_global_rng(tmp_path: Path) -> None:
+    """A DataLoader draws its workers' base seed when its iterator is made, from the global RNG unless it has its own
+    generator. A resumed run makes iterators at other moments than an uninterrupted one (persistent workers: once,
+    after the checkpoint's RNG state is restored), so such a draw shifted every later dropout mask (the end-to-end
+    case: tests/test_reliability.py::test_streamed_image_folder_with_workers_killed_in_its_first_epoch_resumes_exactly).
+    """
+    from types import SimpleNamespace
+
+    from litforge.data.image_folder import ImageFolderDataModule
+    from litforge.data.stateful import stateful_train_loader
+
+    root = make_image_folder(tmp_path / "images", per_class=4)
+    dm = ImageFolderDataModule(root=str(root), batch_size=2, num_workers=1, max_in_memory_mb=0, mean=[0.5], std=[0.25])
+    dm.setup()
+    rank = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 0})
+    loaders = {
+        "evaluation (workers)": dm.val_dataloader(),
+        "training (workers)": dm.train_dataloader(),
+        "training, a data-parallel rank": stateful_train_loader(torch.arange(8), batch_size=2, seed=1, trainer=rank),
+    }
+    for name, loader in loaders.items():
+        before = torch.get_rng_state()
+        iterator = iter(loader)
+        assert torch.equal(torch.get_rng_state(), before), f"the {name} loader drew from the global RNG"
+        del iterator

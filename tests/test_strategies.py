@@ -71,6 +71,25 @@ def test_every_net_declares_sharding_units_and_tp_needs_a_transformer():
         apply_tensor_parallel(nets["mlp"], mesh=None)
 
 
+def test_a_torchrun_job_over_nodes_that_may_restart_needs_a_fresh_store_per_restart():
+    """Over several nodes the restart counts differ after a restart (the node whose worker died counts 1, the other
+    may count 0), so litforge's per-restart prefix on the shared store would split the nodes (a hang, seen in
+    tests/test_multinode.py): refused at start, naming torch's opt-out, which tests/test_multinode.py runs with."""
+    from litforge.core.errors import ConfigError
+    from litforge.parallel.elastic import check_restartable_across_nodes, under_torchrun
+
+    shared = {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    with pytest.raises(ConfigError, match="over 2 nodes with --max-restarts=1 .* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"):
+        check_restartable_across_nodes({**shared, "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "1"})
+    for fine in (
+        {**shared, "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_MAX_RESTARTS": "3"},  # one node: one agent counts
+        {**shared, "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "0"},  # no restart: only the first round
+        {**shared, "TORCHELASTIC_USE_AGENT_STORE": "False", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "1"},
+    ):
+        check_restartable_across_nodes(fine)
+    assert not under_torchrun({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"})  # the opt-out: Lightning inits
+
+
 def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
     from litforge.parallel.launch import config_flags
     from litforge.runtime.ranks import is_rank_zero

@@ -288,14 +288,18 @@ class ImageFolderDataModule(ImageDataModule):
                 pin_memory=pin_memory_for(self.trainer),
                 trainer=self.trainer,
             )
+        # generator: a DataLoader draws its workers' base seed when its iterator is made, from the global RNG unless
+        # given one. With persistent workers that happens once per run: in the sanity check of a fresh run, but at
+        # the first validation of a resumed one (Lightning skips the sanity check on resume), after the checkpoint's
+        # RNG state was restored, which shifted every later dropout mask (a kill -9 resumed to another val/loss).
         return DataLoader(
             self._datasets[split],
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
+            batch_size=self.eval_batch_size,
+            shuffle=False,
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.shuffle_seed) if train else None,
+            generator=torch.Generator().manual_seed(self.shuffle_seed),
             pin_memory=pin_memory_for(self.trainer),  # async host-to-GPU copies (litforge.data.pinned)
         )
 

@@ -13,6 +13,11 @@ each epoch's order from the inner sampler's generator, state that no checkpoint 
 after the first epoch then saw other batches than the uninterrupted one (found by the kill -9 resume test under
 strategy=fsdp, tests/test_reliability.py). A `DistributedSampler`'s order depends only on (seed, epoch), and
 Lightning calls its `set_epoch` and keeps a sampler that is one already.
+
+Every loader here has its own `generator`: making a DataLoader's iterator draws the workers' base seed from it, and
+without one from the global RNG, whose state the checkpoint restores. A resumed run makes its iterators at other
+points than the uninterrupted one (once per run with persistent workers, after the restore), so a draw from the
+global RNG shifts every later dropout mask. Evaluation loaders with workers need the same (image_folder.py).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def stateful_train_loader(
             sampler=sampler,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
+            generator=torch.Generator().manual_seed(seed),  # the workers' base seed, not from the global RNG
             **kwargs,
         )
     return StatefulDataLoader(

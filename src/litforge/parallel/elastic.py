@@ -8,6 +8,14 @@ and failed with "connectFullMesh failed ... Connection refused" (or hung). :func
 the default process group itself, on the same store under a `litforge/attempt_<TORCHELASTIC_RESTART_COUNT>/`
 prefix, before Lightning's strategy would: Lightning skips its own `init_process_group` when one exists, so every
 strategy (ddp, fsdp, tp) gets the fresh rendezvous. Outside torchrun, or with the group already up, it does nothing.
+
+Over several nodes the restart count is no common key: each node's agent counts its own restarts, and a node whose
+worker died counts a failure (1) while the other may restart for the new rendezvous round, a membership change it
+does not count (0). The two nodes then waited under different prefixes, each for the other, until the timeout (seen
+with two network namespaces, tests/test_multinode.py). The workers have nothing else that names the round, so a
+multi-node job that may restart is refused at start with the fix: `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` in every
+node's launcher environment, torch's own opt-out, which gives every round a fresh store (rank 0's worker hosts it
+at a new port; `TORCHELASTIC_USE_AGENT_STORE` is then False and this module stands aside).
 """
 
 from __future__ import annotations
@@ -22,6 +30,21 @@ def under_torchrun(env: Any = os.environ) -> bool:
     return "TORCHELASTIC_RUN_ID" in env and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
+def check_restartable_across_nodes(env: Any = os.environ) -> None:
+    """Refuse a torchrun job over several nodes that may restart while its workers share the agent's store: after a
+    restart the nodes' restart counts may differ, and so would their rendezvous prefixes (a hang, module docstring)."""
+    from litforge.core.errors import ConfigError
+
+    nodes, restarts = int(env.get("GROUP_WORLD_SIZE", 1)), int(env.get("TORCHELASTIC_MAX_RESTARTS", 0))
+    if under_torchrun(env) and nodes > 1 and restarts > 0:
+        raise ConfigError(
+            f"torchrun over {nodes} nodes with --max-restarts={restarts} shares one rendezvous store across "
+            "restarts, so after a restart the nodes can wait for each other forever; set "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in every node's torchrun environment (a fresh store per restart; "
+            "docs/distributed.md, several machines)"
+        )
+
+
 def init_elastic_process_group(strategy: Any, timeout: timedelta = timedelta(minutes=30)) -> bool:
     """Start the default process group on torchrun's store, prefixed by the restart count; True if it did."""
     import torch
@@ -31,6 +54,7 @@ def init_elastic_process_group(strategy: Any, timeout: timedelta = timedelta(min
         return False
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or not hasattr(strategy, "process_group_backend"):
         return False  # one process, or a strategy without a process group (single device)
+    check_restartable_across_nodes()
     backend = strategy.process_group_backend or ("nccl" if torch.cuda.is_available() else "gloo")
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
