@@ -37,7 +37,8 @@ def test_the_slurm_launcher_asks_for_gpus_only_where_the_run_wants_them(monkeypa
     monkeypatch.setattr(slurm, "local_gpus", lambda: 0)
     monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
     default = launcher()  # trainer.devices=auto on a machine without GPUs: a CPU job, no gres request
-    assert (default['gpus_per_node'], default['tasks_per_node'], default['cpus_per_task'], default['nodes']) == (None, 1, 1, 1)
+    asked = [default[key] for key in ("gpus_per_node", "tasks_per_node", "cpus_per_task", "nodes")]
+    assert asked == [None, 1, 1, 1]
     assert launcher("trainer.devices=1")["gpus_per_node"] is None
     assert launcher("trainer.accelerator=cpu", "trainer.devices=2")["tasks_per_node"] == 2
     assert launcher("data=image_folder", "data.num_workers=7")["cpus_per_task"] == 2, "never more than the node has"
@@ -106,7 +107,8 @@ def test_trainer_slurm_keeps_the_atomic_checkpoint_writes(compose_cfg):
 def sbatch(tmp_path: Path, *overrides: str, options: tuple[str, ...] = ()) -> str:
     """`sbatch [options] scripts/slurm/train.sbatch paths.log_dir=<tmp_path> overrides...` from the repo root."""
     out = subprocess.run(
-        ["sbatch", "--parsable", f"--output={tmp_path}/%j.out", *options, SBATCH, f"paths.log_dir={tmp_path}", *overrides],
+        ["sbatch", "--parsable", f"--output={tmp_path}/%j.out", *options, SBATCH, f"paths.log_dir={tmp_path}"]
+        + list(overrides),
         cwd=ROOT,
         capture_output=True,
         text=True,
