@@ -193,7 +193,8 @@ def test_time_limit_auto_reads_the_jobs_end_time_from_squeue(tmp_path, slurm_clu
     # the template's SIGUSR1@90 would come at once in a 60 s job (Lightning would requeue it): a harmless SIGCONT
     # instead, so litforge's own stop is what this test sees
     options = ("--time=1", "--signal=CONT@1")
-    job = sbatch(tmp_path, *TINY, *QUIET, "trainer.max_epochs=100000", "time_limit=auto", options=options)
+    endless = ["trainer.max_epochs=100000", "callbacks.early_stopping=null"]
+    job = sbatch(tmp_path, *TINY, *QUIET, *endless, "time_limit=auto", options=options)
     fields = wait_for(job, 100)
     output = job_output(tmp_path, job)
     assert fields["ExitCode"] == "75:0", (fields["JobState"], output[-3000:])
