@@ -91,7 +91,6 @@ def test_a_live_run_folder_is_skipped_by_resume_auto_and_refused_by_name(tmp_pat
     assert (run / LOCK_NAME).exists(), "another process's lock is left alone"
 
 
-@pytest.mark.filterwarnings("ignore:The `srun` command is available:UserWarning")  # built outside a job on purpose
 def test_trainer_slurm_keeps_the_atomic_checkpoint_writes(compose_cfg):
     from lightning_fabric.plugins.environments import SLURMEnvironment
 
