@@ -1,16 +1,17 @@
 """A real single-node SLURM cluster on this machine, for the tests marked `slurm` (and `.ci/run`).
 
 `python tests/slurm_cluster.py` (root) installs Debian's `slurm-wlm` and `munge` when they are missing, writes
-`/etc/slurm/slurm.conf` for one CPU-only node sized from this machine (`nproc`, memory), starts `munged`,
-`slurmctld -D -i` and `slurmd -D -N localhost` in the background (no systemd), and waits until the node is idle.
-It is idempotent: a cluster that already answers (`sinfo` shows the node up) is reused as it is, and two callers at
-once (pytest's workers) serialise on a lock file. It runs without systemd or cgroups: `SlurmUser=root`, `proctrack/linuxproc`, `task/none` (no cgroups), no accounting daemon
-(`accounting_storage/none`; job states come from `scontrol show job` and `jobcomp/filetxt`), `JobRequeue=1`, and
-`AuthInfo=cred_expire=30` so a requeued job starts again after 30 s rather than 120 s. The partition lets up to
-four jobs share a core (`OverSubscribe=FORCE:4`), so the tests' small jobs run side by side on a 2-core machine.
+`/etc/slurm/slurm.conf` for one CPU-only node sized from this machine (`nproc`, memory), starts `munged`, `slurmctld
+-D -i` and `slurmd -D -N localhost` in the background (no systemd), and waits until the node is idle. It is
+idempotent: a cluster that already answers (`sinfo` shows the node up) is reused as it is, and two callers at once
+(pytest's workers) serialise on a lock file. It runs without systemd or cgroups: `SlurmUser=root`,
+`proctrack/linuxproc`, `task/none` (no cgroups), no accounting daemon (`accounting_storage/none`; job states come
+from `scontrol show job` and `jobcomp/filetxt`), `JobRequeue=1`, and `AuthInfo=cred_expire=30` so a requeued job
+starts again after 30 s rather than 120 s. The partition lets up to four jobs share a core
+(`OverSubscribe=FORCE:4`), so the tests' small jobs run side by side on a 2-core machine.
 
-`ensure_cluster()` returns None when the cluster is up, else the reason it could not start (not root, no
-package manager, a daemon that died): the `slurm` fixture in tests/conftest.py skips with that reason, or fails when
+`ensure_cluster()` returns None when the cluster is up, else the reason it could not start (not root, no package
+manager, a daemon that died): the `slurm` fixture in tests/conftest.py skips with that reason, or fails when
 `LITFORGE_REQUIRE_SLURM=1` (CI).
 """
 

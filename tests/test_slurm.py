@@ -91,6 +91,28 @@ def test_a_live_run_folder_is_skipped_by_resume_auto_and_refused_by_name(tmp_pat
     assert (run / LOCK_NAME).exists(), "another process's lock is left alone"
 
 
+def test_a_requeued_job_resumes_its_own_folder_with_or_without_resume_auto(tmp_path, monkeypatch):
+    from litforge.checkpointing.resume import decide
+    from litforge.cli.preflight import checked_overrides
+
+    own = tmp_path / "train" / "runs" / "slurm-5"
+    (own / "checkpoints").mkdir(parents=True)
+    (own / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (own / ".hydra").mkdir()
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    expected = str((own / "checkpoints" / "last.ckpt").resolve())
+    assert decide(None, None, tmp_path, "train").checkpoint == expected, "a requeued attempt: not from step 0"
+    assert decide("auto", None, tmp_path, "train").checkpoint == expected
+    assert decide(None, None, tmp_path, "train", in_multirun=True).checkpoint is None, "a sweep's job: its own folder"
+    # the folder fixed by hand, as older recipes did (hydra.run.dir=.../slurm-$SLURM_JOB_ID): not "another run's"
+    line = [f"paths.log_dir={tmp_path}", f"hydra.run.dir={own}"]
+    assert checked_overrides(CONF, "train", line) == line
+    (own / "metrics.json").write_text("{}")  # finished: a new run, in slurm-5.1
+    assert decide(None, None, tmp_path, "train").checkpoint is None
+    monkeypatch.setenv("SLURM_JOB_ID", "6")
+    assert decide(None, None, tmp_path, "train").checkpoint is None, "another job starts its own run"
+
+
 def test_trainer_slurm_keeps_the_atomic_checkpoint_writes(compose_cfg):
     from lightning_fabric.plugins.environments import SLURMEnvironment
 
