@@ -11,7 +11,7 @@ starts again after 30 s rather than 120 s. The partition lets up to four jobs sh
 (`OverSubscribe=FORCE:4`), so the tests' small jobs run side by side on a 2-core machine.
 
 `ensure_cluster()` returns None when the cluster is up, else the reason it could not start (not root, no package
-manager, a daemon that died): the `slurm` fixture in tests/conftest.py skips with that reason, or fails when
+manager, a daemon that died): the `slurm_cluster` fixture in tests/conftest.py skips with that reason, or fails when
 `LITFORGE_REQUIRE_SLURM=1` (CI).
 """
 

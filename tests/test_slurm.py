@@ -192,6 +192,7 @@ def test_srun_with_two_tasks_writes_one_run_folder(tmp_path, slurm_cluster):
         tmp_path,
         *TINY,
         *QUIET,
+        "trainer.max_epochs=1",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
         "strategy=ddp",
@@ -203,7 +204,9 @@ def test_srun_with_two_tasks_writes_one_run_folder(tmp_path, slurm_cluster):
     assert runs == [f"slurm-{job}"], runs
     run = tmp_path / "train" / "runs" / runs[0]
     assert (run / "metrics.json").is_file() and not (run / "run.lock").exists()
-    assert "world_size=2" in job_output(tmp_path, job) or "ddp" in (run / ".hydra" / "overrides.yaml").read_text()
+    output = job_output(tmp_path, job)
+    assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output, output[-3000:]
+    assert "Starting with 2 processes" in output, "one DDP group of the job's two tasks"
 
 
 @pytest.mark.slurm
