@@ -227,15 +227,14 @@ def load_int8_model(path: str | Path) -> nn.Module:
     import torchao  # noqa: F401  (registers the int8 tensor subclasses as safe globals for weights_only loading)
     from torchao.quantization import quantize_
 
-    from litforge.models.factory import build_net
+    from litforge.models.factory import build_net, input_keywords
 
     file = Path(path)
     if not file.is_file():
         raise CheckpointError(f"int8 model {file} does not exist: it is written by a run with callbacks=[default,qat]")
     saved = torch.load(file, weights_only=True, map_location="cpu")
     hp = saved["hyper_parameters"]
-    channels, height, width = hp["input_shape"]
-    net = build_net(hp["net"], in_channels=channels, image_size=(height, width), num_classes=hp["num_classes"])
+    net = build_net(hp["net"], **input_keywords(hp["input_shape"]), num_classes=hp["num_classes"])
     quantize_(net, int8_config())
     net.load_state_dict(saved["state_dict"], assign=True)
     return net.eval()

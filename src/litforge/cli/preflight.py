@@ -34,40 +34,73 @@ from litforge.runtime.ranks import is_rank_zero, register_resolvers
 
 # flags after which Hydra runs no job, or composes from elsewhere: left to Hydra
 _HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--version"}
-_HYDRA_FLAGS |= {"--resolve", "--experimental-rerun", "--config-path", "-cp", "--config-name", "-cn", "--config-dir"}
-_HYDRA_FLAGS |= {"-cd", "--package", "-p"}
+_HYDRA_FLAGS |= {"--resolve", "--experimental-rerun", "--config-path", "-cp", "--package", "-p"}
 
 
 def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str] | None = None) -> None:
-    """Validate the command line in `argv` (default `sys.argv`) and rewrite it in place for `resume=`."""
+    """Validate the command line in `argv` (default `sys.argv`) and rewrite it in place for `resume=`.
+
+    A project's own top config (`--config-dir <folder> --config-name <name>`, docs/extending.md) is checked the
+    same way: its folder joins the search path of the composition that is checked.
+    """
     argv = sys.argv if argv is None else argv
-    flags = {a.split("=")[0] for a in argv[1:] if a.startswith("-")}
+    kept, top_dir, top_name, args = split_config_flags(argv[1:])
+    flags = {a.split("=")[0] for a in args if a.startswith("-")}
     if not is_rank_zero() or flags & _HYDRA_FLAGS:  # a DDP rank Lightning launched: rank 0 checked this line
         return
+    top = Path(top_dir).resolve() if top_dir else None
     try:
         if flags & {"--multirun", "-m"}:
-            check_sweep(Path(conf_dir), config_name, [a for a in argv[1:] if not a.startswith("-")])
+            check_sweep(Path(conf_dir), config_name, [a for a in args if not a.startswith("-")], top)
             return
-        argv[1:] = checked_overrides(Path(conf_dir), config_name, argv[1:])
+        argv[1:] = [*kept, *checked_overrides(Path(conf_dir), top_name or config_name, args, config_name, top)]
     except LitforgeError as exc:
         print(f"\nlitforge: error: {exc}", file=sys.stderr)
         sys.exit(1)
 
 
-def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) -> list[str]:
-    """The overrides to hand to Hydra, after the checks above; raises ConfigError for a mistake."""
+def split_config_flags(args: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    """(the `--config-dir`/`--config-name` flags as typed, the folder, the name, every other argument)."""
+    kept: list[str] = []
+    rest: list[str] = []
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        key, eq, value = args[i].partition("=")
+        if key in ("--config-dir", "-cd", "--config-name", "-cn") and (eq or i + 1 < len(args)):
+            value = value if eq else args[i + 1]
+            kept += args[i : i + (1 if eq else 2)]
+            found["dir" if key in ("--config-dir", "-cd") else "name"] = value
+            i += 1 if eq else 2
+            continue
+        rest.append(args[i])
+        i += 1
+    return kept, found.get("dir"), found.get("name"), rest
+
+
+def checked_overrides(
+    conf_dir: Path, config_name: str, overrides: list[str], job: str | None = None, top_dir: Path | None = None
+) -> list[str]:
+    """The overrides to hand to Hydra, after the checks above; raises ConfigError for a mistake. `config_name`: the
+    top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
+    the same)."""
+    job = job or config_name
     parsed = _parse(overrides)
     if parsed is None:
         return overrides  # Hydra reports syntax errors itself
     check_moved(parsed)
-    check_needs_multirun(parsed, config_name)
-    check_extras(parsed, config_name)
+    check_needs_multirun(parsed, job)
+    check_extras(parsed, job)
     groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
     values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
-    check_group_options(conf_dir, groups, searchpath_folders([o.input_line for o in parsed]))
-    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*groups, *values]])
+    check_group_options(
+        conf_dir, groups, [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])]
+    )
+    # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
+    searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
+    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *values]], top_dir)
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
-        baseline = _compose(conf_dir, config_name, [o.input_line for o in groups])
+        baseline = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
         known = [o for o in values if not (o.is_add() or o.is_force_add())] if baseline is not None else []
         message = next(filter(None, (unknown_key_message(baseline, o) for o in known if baseline)), None)
         if message:
@@ -75,18 +108,18 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
         return overrides
     check_config(cfg, JobSettings)
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
-        own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if config_name == "train" else None
+        own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
             if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
                 if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
                     check_not_another_run(Path(o.value()))
-    check_job(cfg, config_name)
+    check_job(cfg, job)
     if (cfg.get("paths") or {}).get("log_dir"):
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
-    return resume_command_line(cfg, parsed, overrides) if config_name == "train" else overrides
+    return resume_command_line(cfg, parsed, overrides) if job == "train" else overrides
 
 
-def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
+def check_sweep(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> None:
     """`-m`: what would fail every job alike (an option that does not exist, a moved key, `resume=`).
 
     The values are left to the jobs, each of which checks its own config where its groups are built: a sweep
@@ -100,7 +133,7 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
     check_group_options(
         conf_dir,
         [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
-        searchpath_folders([o.input_line for o in parsed]),
+        [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])],
     )
     for override in parsed:
         if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
@@ -220,14 +253,19 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
-def _compose(conf_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | None:
+def _compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> DictConfig | None:
+    """The composed config, or None when Hydra cannot compose it. With `top_dir` (`--config-dir`), the project's
+    top config is found there and litforge's conf/ joins the search path, as Hydra's own `--config-dir` does."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()  # the ${uid:} resolver used by hydra.run.dir
-
+    if top_dir is not None:
+        given = [o for o in overrides if o.startswith("hydra.searchpath=")]
+        folders = ",".join([f"file://{conf_dir.resolve()}", *(g.split("=", 1)[1].strip("[]") for g in given)])
+        overrides = [f"hydra.searchpath=[{folders}]", *(o for o in overrides if o not in given)]
     try:
-        with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
+        with initialize_config_dir(config_dir=str((top_dir or conf_dir).resolve()), version_base="1.3"):
             return compose(config_name=config_name, overrides=overrides)
     except Exception:
         return None

@@ -48,6 +48,23 @@ def _ints(*values: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
 
 
+# what litforge's tasks predict and what known losses compare (torch-free: checked before anything is imported)
+PREDICTS = {
+    "litforge.tasks.classification.ClassificationTask": "class",
+    "litforge.tasks.language_model.LanguageModelTask": "class",
+    "litforge.tasks.regression.RegressionTask": "value",
+    "litforge.tasks.dqn.DQNTask": "value",
+}
+LOSS_COMPARES = {
+    "torch.nn.CrossEntropyLoss": "class",
+    "torch.nn.NLLLoss": "class",
+    "litforge.tasks.losses.FocalLoss": "class",
+    "torch.nn.MSELoss": "value",
+    "torch.nn.L1Loss": "value",
+    "torch.nn.HuberLoss": "value",
+    "torch.nn.SmoothL1Loss": "value",
+}
+
 RELATIONS: tuple[Relation, ...] = (
     Relation(
         ("data.fold", "data.num_folds"),
@@ -139,6 +156,15 @@ RELATIONS: tuple[Relation, ...] = (
         lambda accelerator, target: not _ends(target, "Hogwild") or str(accelerator) not in ("gpu", "cuda"),
         "trainer.accelerator={0} with strategy=hogwild: hogwild runs CPU worker processes sharing host memory "
         "only; use trainer=cpu, or strategy=ddp on GPUs",
+    ),
+    # a task's loss compares what it predicts (class scores or values); a known loss of the other family would
+    # train silently on nonsense (cross-entropy on regression targets) or fail deep in a step
+    Relation(
+        ("task._target_", "loss._target_"),
+        lambda task, loss: PREDICTS.get(task, "?") in (LOSS_COMPARES.get(loss, "?"), "?") or loss not in LOSS_COMPARES,
+        "loss._target_={1} does not fit task._target_={0} (a loss for class scores on a task that predicts "
+        "values, or the reverse): pick a loss of the task (task=regression: loss=mse, huber or l1; "
+        "task=classification: loss=cross_entropy, focal or label_smoothing), or drop the loss= override",
     ),
     # FSDP2's fully_shard refuses non-contiguous parameters, and channels_last weights are not contiguous
     Relation(

@@ -23,6 +23,7 @@ SHAPE_FACTS: dict[str, tuple[str, ...]] = {
     "image": ("input_shape", "num_classes", "class_names"),
     "text": ("vocab_size", "block_size", "vocab", "unigram_loss", "packed"),
     "rl": ("observation_size", "num_actions"),
+    "features": ("input_shape", "feature_names"),  # plus num_classes/class_names or num_targets/target_names/...
 }
 
 
@@ -81,8 +82,9 @@ class Task(Protocol):
     config) and the loss from the `loss=` config (`litforge.tasks.base.build_loss`).
     """
 
-    #: The `DataModule.kind` it trains on; a class attribute, so the job checks it before building anything.
-    data_kind: str
+    #: The `DataModule.kind`s it trains on (one, or a tuple: classification takes `image` and `features`); a class
+    #: attribute, so the job checks it before building anything (:func:`trains_on`).
+    data_kind: str | tuple[str, ...]
 
     #: The constructor's arguments as saved by `save_hyperparameters()`: what a checkpoint rebuilds the task from.
     hparams: Mapping[str, Any]
@@ -188,6 +190,16 @@ class Callback(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def trains_on(task: Any) -> tuple[str, ...]:
+    """The data kinds a task class (or task) declares in `data_kind`: one name or a tuple of names; () if none."""
+    kind = getattr(task, "data_kind", None)
+    if isinstance(kind, str):
+        return (kind,)
+    if isinstance(kind, tuple) and kind and all(isinstance(k, str) for k in kind):
+        return kind
+    return ()
 
 
 def missing_members(obj: object, protocol: type) -> list[str]:

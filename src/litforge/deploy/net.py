@@ -1,4 +1,4 @@
-"""What gets deployed: the plain fp32 `nn.Module` of an image-classifier checkpoint, and running it in batches.
+"""What gets deployed: the plain fp32 `nn.Module` of a classifier's or regressor's checkpoint, run in batches.
 
 Why a module of its own: the export job and benchmarks/inference.py must time and convert the very same net, rebuilt
 from the checkpoint alone (`litforge.checkpointing.restore.load_for_inference`), whatever wrapped it in training.
@@ -46,15 +46,16 @@ def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def exportable_net(task: Any, path: str) -> Any:
-    """The plain fp32 `nn.Module` of an image classifier; any other checkpoint gets a clear refusal."""
+    """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` where it has one (regression: the
+    net with its target scale), else its `net`; a task without a fixed input shape (language models, DQN) gets a
+    clear refusal (a user's task of another kind exports its `net` on its test loader's inputs)."""
     import torch
 
-    net = getattr(task, "net", None)
-    shape = task.hparams.get("input_shape") if hasattr(task, "hparams") else None
-    if getattr(task, "data_kind", None) != "image" or not isinstance(net, torch.nn.Module) or not shape:
+    net = task.deployable_net() if callable(getattr(task, "deployable_net", None)) else getattr(task, "net", None)
+    if not isinstance(net, torch.nn.Module) or getattr(task, "data_kind", None) in ("text", "rl"):
         raise CheckpointError(
-            f"{path} holds a {type(task).__name__}, not an image classifier: export.py exports "
-            "image classification checkpoints (task=classification) only"
+            f"{path} holds a {type(task).__name__}, which has no fixed input shape: export.py exports "
+            "classifiers and regressors of images or features (task=classification, task=regression)"
         )
     return net.float().cpu().eval()
 

@@ -17,7 +17,9 @@ from litforge.deploy.net import batched
 MAX_EMBEDDED_BYTES = 1 << 30  # protobuf's limit is 2 GiB; beyond 1 GiB keep weights in model.onnx.data
 
 
-def export_onnx(net: Any, example: Any, path: Path, opset: int | None = None) -> Path:
+def export_onnx(
+    net: Any, example: Any, path: Path, opset: int | None = None, names: tuple[str, str] = ("images", "logits")
+) -> Path:
     """Dynamo export with a dynamic batch axis; weights embedded unless they exceed ~1 GiB (then `model.onnx` +
     `model.onnx.data`, which must stay together)."""
     import torch
@@ -34,8 +36,8 @@ def export_onnx(net: Any, example: Any, path: Path, opset: int | None = None) ->
             (example,),
             str(path),
             dynamo=True,
-            input_names=["images"],
-            output_names=["logits"],
+            input_names=[names[0]],
+            output_names=[names[1]],
             dynamic_shapes=({0: Dim("batch")},),
             external_data=not embed,
             opset_version=opset,
@@ -56,16 +58,18 @@ def ort_session(path: Path | str) -> Any:
     return ort.InferenceSession(str(path), ort.SessionOptions(), providers=["CPUExecutionProvider"])
 
 
-def check_parity(onnx_path: Path, x: Any, ref: Any, atol: float, min_agreement: float) -> dict[str, float]:
+def check_parity(
+    onnx_path: Path, x: Any, ref: Any, atol: float, min_agreement: float, input_name: str = "images"
+) -> dict[str, float]:
     """onnxruntime vs PyTorch on the whole test split; a mismatch beyond the tolerances stops the export."""
     import torch
 
     session = ort_session(onnx_path)
-    out = batched(lambda b: session.run(None, {"images": b.numpy()})[0], x)
+    out = batched(lambda b: session.run(None, {input_name: b.numpy()})[0], x)
     diff = float((out - ref).abs().max())
     agreement = float((out.argmax(1) == ref.argmax(1)).float().mean())
     print(
-        f"ONNX parity on {len(x)} test images: max |logits diff| = {diff:.2e} (limit {atol:g}), "
+        f"ONNX parity on {len(x)} test inputs: max |output diff| = {diff:.2e} (limit {atol:g}), "
         f"argmax agreement = {agreement:.2%} (limit {min_agreement:.1%})"
     )
     if not (diff <= atol and agreement >= min_agreement) or not torch.isfinite(out).all():

@@ -78,6 +78,10 @@ def export(cfg: DictConfig) -> dict[str, Any]:
 
     ckpt_path = Path(str(cfg.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
+    if getattr(datamodule, "kind", "image") != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
+        from litforge.deploy.features import export_features
+
+        return export_features(cfg, task, datamodule, net, checkpoint)
     out_dir = Path(cfg.paths.output_dir)
 
     # every variant takes what an image decoder gives (uint8 0..255 or float [0, 1], NCHW) and normalises inside;

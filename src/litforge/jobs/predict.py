@@ -1,15 +1,20 @@
-"""The prediction job: run a checkpoint on new images (a file or a folder) or on its test split; write a CSV."""
+"""The prediction job: run a checkpoint on new inputs (an image, a folder of images, or a CSV/Parquet table for
+`data=csv`) or on its test split; write a CSV with one row per input: the class (and its confidence) or the values.
+
+Works on any litforge task whose `predict_step` returns `predicted` (and, for classes, `confidence`), and on a
+user's own datamodule: without `split_arrays` its test loader is read batch by batch.
+"""
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from litforge.config.validation import check_run
-from litforge.data.images import find_images, load_image_tensor
 from litforge.jobs.settings import JobSettings
 
 
@@ -24,38 +29,13 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     device = inference_device(str(cfg.get("device", "auto")))
     task.to(device)
     rows: list[dict[str, Any]] = []
-    if cfg.get("input"):
-        files = find_images(str(cfg.input))  # for a folder: the files data=image_folder would train on
-        channels, height, width = datamodule.input_shape
-        datamodule.ensure_stats()
-        names = [str(f) for f in files]
-        decoder = getattr(datamodule, "decoder", "torchvision")  # the decoder training used (data.decoder)
-        images = torch.stack([load_image_tensor(f, channels, (height, width), decoder) for f in files])
-        labels = None
-    else:
-        images, labels = datamodule.split_arrays("test")
-        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
-            names = [path for path, _ in datamodule.split_samples("test")]
-        else:
-            names = [f"test[{i}]" for i in range(len(images))]
-    class_names = task.class_names
     with torch.inference_mode():
-        for start in range(0, len(images), int(cfg.batch_size)):
-            batch = datamodule.normalize(images[start : start + int(cfg.batch_size)]).to(device)
-            out = task.predict_step(batch, 0)
-            for offset, (pred, conf) in enumerate(
-                zip(out["predicted"].tolist(), out["confidence"].tolist(), strict=True)
-            ):
-                index = start + offset
-                row = {
-                    "input": names[index],
-                    "predicted": pred,
-                    "class_name": class_names[pred],
-                    "confidence": round(conf, 6),
-                }
-                if labels is not None:
-                    row["label"] = int(labels[index])
-                rows.append(row)
+        for names, inputs, targets in batches(cfg, datamodule):
+            out = task.predict_step(inputs.to(device), 0)
+            for i, row in enumerate(prediction_rows(task, out)):
+                if targets is not None:
+                    row.update(true_values(task, targets[i]))
+                rows.append({"input": names[i], **row})
     output = Path(str(cfg.output)) if cfg.get("output") else Path(cfg.paths.output_dir) / "predictions.csv"
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", newline="") as handle:
@@ -63,6 +43,81 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         writer.writeheader()
         writer.writerows(rows)
     metrics: dict[str, float | int] = {"predictions": len(rows)}  # a count, shown as one
-    if labels is not None:
+    if rows and "label" in rows[0]:
         metrics["accuracy"] = sum(r["predicted"] == r["label"] for r in rows) / len(rows)
+    true = [k for k in (rows[0] if rows else {}) if k.startswith("true_")]
+    if true:
+        errors = [abs(float(r[k[len("true_") :]]) - float(r[k])) for r in rows for k in true]
+        metrics["mae"] = sum(errors) / len(errors)
     return {"metrics": metrics, "written": str(output), "output_dir": str(cfg.paths.output_dir)}
+
+
+def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
+    """(row names, normalised inputs, targets or None) per batch of `cfg.batch_size`."""
+    size = int(cfg.batch_size)
+    if cfg.get("input"):
+        names, raw = read_inputs(str(cfg.input), datamodule)
+        targets = None
+    elif hasattr(datamodule, "split_arrays"):
+        raw, targets = datamodule.split_arrays("test")
+        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
+            names = [path for path, _ in datamodule.split_samples("test")]
+        else:
+            names = [f"test[{i}]" for i in range(len(raw))]
+    else:  # a datamodule of the user's own: its test loader, through its own per-batch transform
+        yield from loader_batches(datamodule)
+        return
+    for start in range(0, len(raw), size):
+        chunk = datamodule.normalize(raw[start : start + size])
+        yield names[start : start + size], chunk, None if targets is None else targets[start : start + size]
+
+
+def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
+    """The rows of a table (datamodules with `read_inputs`, e.g. data=csv) or the images of a file or folder."""
+    if hasattr(datamodule, "read_inputs"):
+        return datamodule.read_inputs(path)
+
+    import torch
+
+    from litforge.data.images import find_images, load_image_tensor
+
+    files = find_images(path)  # for a folder: the files data=image_folder would train on
+    channels, height, width = datamodule.input_shape
+    datamodule.ensure_stats()
+    decoder = getattr(datamodule, "decoder", "torchvision")  # the decoder training used (data.decoder)
+    return [str(f) for f in files], torch.stack(
+        [load_image_tensor(f, channels, (height, width), decoder) for f in files]
+    )
+
+
+def loader_batches(datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
+    datamodule.setup("test")
+    seen = 0
+    for batch in datamodule.test_dataloader():
+        if hasattr(datamodule, "on_after_batch_transfer"):
+            batch = datamodule.on_after_batch_transfer(batch, 0)
+        inputs, targets = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
+        yield [f"test[{seen + i}]" for i in range(len(inputs))], inputs, targets
+        seen += len(inputs)
+
+
+def prediction_rows(task: Any, out: dict[str, Any]) -> list[dict[str, Any]]:
+    """One CSV row per sample: `predicted`, `class_name`, `confidence` for classes; one column per target for values."""
+    predicted = out["predicted"]
+    if "confidence" in out:
+        names = getattr(task, "class_names", None)
+        return [
+            {"predicted": p, **({"class_name": names[p]} if names else {}), "confidence": round(c, 6)}
+            for p, c in zip(predicted.tolist(), out["confidence"].tolist(), strict=True)
+        ]
+    values = predicted.reshape(len(predicted), -1).tolist()
+    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(len(values[0]))]
+    return [{name: round(v, 6) for name, v in zip(columns, row, strict=True)} for row in values]
+
+
+def true_values(task: Any, target: Any) -> dict[str, Any]:
+    """The known answer beside a prediction of the test split: `label`, or `true_<target>` per value."""
+    if target.ndim == 0 and not target.is_floating_point():
+        return {"label": int(target)}
+    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(target.numel())]
+    return {f"true_{name}": round(float(v), 6) for name, v in zip(columns, target.reshape(-1).tolist(), strict=True)}

@@ -23,7 +23,7 @@ from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
 from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.config.validation import check_run
-from litforge.core.contracts import DataModule, missing_members
+from litforge.core.contracts import DataModule, missing_members, trains_on
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.jobs.build import (
     build_fit_trainer,
@@ -257,16 +257,17 @@ def check_compatible(task_cls: type, datamodule: Any) -> None:
             "states its `kind` (e.g. 'image'), its `batch_size` and its shape facts in `describe()` "
             "(litforge.core.contracts.DataModule; docs/extending.md adds one)"
         )
-    task_kind = getattr(task_cls, "data_kind", None)
-    if not isinstance(task_kind, str):
+    kinds = trains_on(task_cls)
+    if not kinds:
         raise ConfigError(
             f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
-            "attribute `data_kind` (e.g. 'image'), as litforge.tasks.base.LitforgeTask does"
+            "attribute `data_kind` (e.g. 'image', or a tuple of kinds), as litforge.tasks.base.LitforgeTask does"
         )
-    if task_kind != datamodule.kind:
+    if datamodule.kind not in kinds:
         raise ConfigError(
-            f"task `{task_cls.__name__}` trains on {task_kind} data, but data `{type(datamodule).__name__}` is "
-            f"{datamodule.kind} data: pick a matching pair (e.g. an experiment= recipe), see `python train.py --help`"
+            f"task `{task_cls.__name__}` trains on {' or '.join(kinds)} data, but data "
+            f"`{type(datamodule).__name__}` is {datamodule.kind} data: pick a matching pair (e.g. an experiment= "
+            "recipe), see `python train.py --help`"
         )
 
 

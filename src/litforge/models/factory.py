@@ -18,6 +18,17 @@ from litforge.config.instantiate import call_partial
 LEGACY_TASK_KEYS = ("init_from",)
 
 
+def input_keywords(input_shape: list[int] | tuple[int, ...]) -> dict[str, Any]:
+    """The shape keywords a net takes for one input sample: `in_channels` and `image_size` for an image [C, H, W],
+    `num_features` for a feature vector [F] (`data=csv`)."""
+    if len(input_shape) == 3:
+        channels, height, width = input_shape
+        return {"in_channels": channels, "image_size": (height, width)}
+    if len(input_shape) == 1:
+        return {"num_features": input_shape[0]}
+    raise ValueError(f"input_shape {list(input_shape)}: expected [C, H, W] (images) or [F] (features)")
+
+
 def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
     """Instantiate a `_partial_` net config, completing it with the data's shape (in_channels, num_classes, ...)."""
     net_cfg = {k: v for k, v in net_cfg.items() if k not in LEGACY_TASK_KEYS}

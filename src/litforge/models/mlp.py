@@ -1,4 +1,4 @@
-"""A multilayer perceptron on flattened pixels: the fastest baseline, useful to check the data and training loop."""
+"""A multilayer perceptron on flattened pixels or on rows of features: the fastest baseline, and the net for tables."""
 
 from __future__ import annotations
 
@@ -13,28 +13,35 @@ from litforge.models.layers import split_runs
 
 
 class MLP(nn.Module):
-    """Linear → ReLU → Dropout blocks on the flattened image, then a linear head.
+    """Linear → ReLU → Dropout blocks on the flattened image (or the feature vector), then a linear head.
 
-    It ignores spatial structure on purpose: if it cannot beat chance, the bug is in the data, not the architecture.
+    On images it ignores spatial structure on purpose: if it cannot beat chance, the bug is in the data, not the
+    architecture. It takes either an image's shape (`in_channels`, `image_size`) or `num_features` (`data=csv`), and
+    `num_classes` outputs, or `num_targets` values for regression.
     """
 
     def __init__(
         self,
-        in_channels: int,
-        image_size: tuple[int, int],
-        num_classes: int,
+        in_channels: int | None = None,
+        image_size: tuple[int, int] | None = None,
+        num_classes: int | None = None,
         hidden_dims: Sequence[Annotated[int, Range(ge=1)]] = (256, 256),
         dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1,
+        num_features: int | None = None,
+        num_targets: int | None = None,
     ) -> None:
         super().__init__()
+        outputs = num_classes if num_classes is not None else num_targets
+        if outputs is None or (num_features is None and (in_channels is None or image_size is None)):
+            raise TypeError("MLP needs in_channels and image_size, or num_features; and num_classes or num_targets")
         layers: list[nn.Module] = [nn.Flatten()]
-        width = in_channels * math.prod(image_size)
+        width = num_features if num_features is not None else in_channels * math.prod(image_size)  # type: ignore[arg-type, operator]
         for hidden in hidden_dims:
             layers += [nn.Linear(width, hidden), nn.ReLU(inplace=True)]
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
             width = hidden
-        layers.append(nn.Linear(width, num_classes))
+        layers.append(nn.Linear(width, outputs))
         self.net = nn.Sequential(*layers)
 
     def fsdp_units(self) -> list[nn.Module]:

@@ -1,5 +1,5 @@
 """Integrations a run does not always need are extras of the package (pyproject.toml): trackers, streaming, rl,
-sweeps, cluster, deploy; `pip install -e ".[all]"` (or `.[dev]`) installs every one.
+sweeps, cluster, deploy, tabular; `pip install -e ".[all]"` (or `.[dev]`) installs every one.
 
 Each is imported only where it is used, so a run without them never pays for them; a run that needs a missing one
 is refused before anything is built, in one line naming the extra, instead of failing with a ModuleNotFoundError
@@ -24,6 +24,7 @@ EXTRA_OF = {  # optional module -> the extra that installs it
     "torchao": "deploy",
     "onnx": "deploy",
     "onnxruntime": "deploy",
+    "pyarrow": "tabular",
 }
 NEEDED_BY = {  # a config's `_target_` (or a choice) -> the optional module it needs
     "litforge.records.tracking.MLflowLogger": "mlflow",

@@ -67,7 +67,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     """Optimizer and LR scheduler from configs, checkpoint metadata, and RNG state for exact resume."""
 
     #: what `datamodule.kind` this task consumes; checked before training so a wrong pair fails early
-    data_kind: str = "image"
+    data_kind: str | tuple[str, ...] = "image"
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""Image classification: any image net × any image datamodule, with torchmetrics accuracy."""
+"""Classification: any image net × any image datamodule, or `model=mlp` × rows of features (`data=csv`), with
+torchmetrics accuracy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from litforge.checkpointing.load import load_checkpoint
 from litforge.core.bounds import Positive
 from litforge.models import transfer
-from litforge.models.factory import build_net
+from litforge.models.factory import build_net, input_keywords
 from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
 from litforge.tasks.mixing import build_mixer
 
@@ -22,11 +23,13 @@ TRAIN_ACC_BATCHES = 32  # training steps whose predictions go into one train/acc
 
 
 class ClassificationTask(LitforgeTask):
-    """Trains `net` on (image, label) batches; logs `{train,val,test}/{loss,acc}`.
+    """Trains `net` on (image, label) or (features, label) batches; logs `{train,val,test}/{loss,acc}`.
 
-    `input_shape`, `num_classes` and `class_names` come from the datamodule (filled in by the training job), so a
-    net config never repeats numbers that the data already knows.
+    `input_shape` ([C, H, W] for images, [F] for features), `num_classes` and `class_names` come from the datamodule
+    (filled in by the training job), so a net config never repeats numbers that the data already knows.
     """
+
+    data_kind = ("image", "features")
 
     def __init__(
         self,
@@ -35,6 +38,7 @@ class ClassificationTask(LitforgeTask):
         input_shape: list[int],
         num_classes: int,
         class_names: list[str] | None = None,
+        feature_names: list[str] | None = None,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
         init_from: str | None = None,
@@ -45,12 +49,12 @@ class ClassificationTask(LitforgeTask):
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
-        channels, height, width = input_shape
         # task.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
         # rebuild the task from a checkpoint that already holds the trained weights) never need that file. Older
         # checkpoints recorded it in their net config (model.init_from)
         self.init_from: str | None = init_from or net.get("init_from")
-        self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
+        self.feature_names = feature_names  # features data: the encoded columns, in order (for predict and export)
+        self.net = build_net(net, **input_keywords(input_shape), num_classes=num_classes)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         # task.mix: MixUp / CutMix of each training batch (litforge.tasks.mixing); the loss then gets soft targets
         self.mixer = build_mixer(mix, mix_alpha, num_classes, self.loss_fn)

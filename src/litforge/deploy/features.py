@@ -1,0 +1,144 @@
+"""Exporting a model of table rows (`data=csv`), or of any data that is not images (a user's own datamodule).
+
+Any such datamodule: the graph is the net as it is, taking inputs as the datamodule's `on_after_batch_transfer` gives
+them to the task; the parity check runs on its test loader's batches. The metadata says so.
+
+`data=csv`: the graph takes the encoded feature vector and standardises inside.
+
+The exported graph's input `features` is the row as the datamodule encodes it before standardisation (numbers as
+they are, NaN where missing; text columns one-hot, litforge.data.tabular): missing values become the training mean
+and every column is standardised in the graph, with the very ops training used, so a deployer cannot forget or
+mistype the statistics. The metadata names every input column and records the statistics and the outputs (class
+names, or the targets' names).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from litforge.data.tabular import standardize
+from litforge.deploy.metadata import code_origin, write_metadata
+from litforge.deploy.net import batched
+from litforge.deploy.onnx import check_parity, export_onnx
+
+NAMES = ("features", "outputs")  # the graph's input and output names
+
+
+class StandardizedFeatures(nn.Module):
+    """`net` behind the training standardisation of encoded rows (missing numbers as NaN)."""
+
+    mean: Tensor  # buffers (registered in __init__)
+    std: Tensor
+
+    def __init__(self, net: nn.Module, mean: list[float], std: list[float]) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.net(standardize(features, self.mean, self.std))
+
+
+def test_inputs(datamodule: Any) -> Tensor:
+    """The whole test split's inputs, batch by batch through the datamodule's own per-batch transform."""
+    datamodule.setup("test")
+    inputs = []
+    for batch in datamodule.test_dataloader():
+        batch = datamodule.on_after_batch_transfer(batch, 0)
+        inputs.append((batch[0] if isinstance(batch, (tuple, list)) else batch).float())
+    return torch.cat(inputs)
+
+
+def plain_metadata(task: Any, x: Tensor, ckpt: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
+    from litforge import __version__
+
+    origin = code_origin(ckpt, checkpoint)
+    names = getattr(task, "feature_names", None) or task.hparams.get("feature_names")
+    return {
+        "input_name": NAMES[0],
+        "input_shape": json.dumps(["batch", *x.shape[1:]]),
+        "input_dtype": "float32",
+        **({"feature_names": json.dumps(list(names))} if names else {}),
+        "normalization": "none in the graph: inputs as the datamodule's on_after_batch_transfer gives them",
+        "output_name": NAMES[1],
+        "task": type(task).__module__,
+        "litforge_version": __version__,
+        "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
+        "source_checkpoint": ckpt.name,
+    }
+
+
+def features_metadata(
+    task: Any, datamodule: Any, mean: list[float], std: list[float], ckpt: Path, checkpoint: dict[str, Any]
+) -> dict[str, str]:
+    from litforge import __version__
+
+    origin = code_origin(ckpt, checkpoint)
+    classes = getattr(task, "class_names", None)
+    return {
+        "input_name": NAMES[0],
+        "input_layout": "[batch, features]",
+        "input_dtype": "float32",
+        "feature_names": json.dumps(list(datamodule.feature_names)),
+        "missing_values": "NaN (replaced by the training mean in the graph)",
+        "normalization": "in-graph",
+        "mean": json.dumps(mean),
+        "std": json.dumps(std),
+        "encoding": json.dumps(datamodule.encoding),
+        "output_name": NAMES[1],
+        "outputs": "logits" if classes else "values",
+        **({"class_names": json.dumps(list(classes))} if classes else {}),
+        **({} if classes else {"target_names": json.dumps(list(getattr(task, "target_names", [])))}),
+        "task": type(task).__module__.rsplit(".", 1)[-1],
+        "litforge_version": __version__,
+        "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
+        "git_dirty": "unknown" if origin["dirty"] is None else str(bool(origin["dirty"])).lower(),
+        "source_checkpoint": ckpt.name,
+    }
+
+
+def export_features(
+    cfg: DictConfig, task: Any, datamodule: Any, net: nn.Module, checkpoint: dict[str, Any]
+) -> dict[str, Any]:
+    """ONNX of a model of rows, parity-checked with onnxruntime on the test split (int8 variants are for image nets)."""
+    ckpt = Path(str(cfg.ckpt_path))
+    out_dir = Path(cfg.paths.output_dir)
+    if callable(getattr(datamodule, "standardization", None)):  # data=csv: raw encoded rows in, standardised inside
+        x_test, _ = datamodule.split_arrays("test")
+        mean, std = datamodule.standardization()
+        deployed: nn.Module = StandardizedFeatures(net, mean, std).eval()
+        with torch.inference_mode():
+            ref = batched(lambda b: net(datamodule.normalize(b)), x_test)
+        props = features_metadata(task, datamodule, mean, std, ckpt, checkpoint)
+    else:  # a datamodule of the user's own: the inputs its test loader hands the task
+        x_test = test_inputs(datamodule)
+        deployed = net
+        with torch.inference_mode():
+            ref = batched(net, x_test)
+        props = plain_metadata(task, x_test, ckpt, checkpoint)
+    path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=cfg.get("opset"), names=NAMES)
+    write_metadata(path, props, variant="fp32")
+    parity = check_parity(
+        path,
+        x_test,
+        ref,
+        atol=float(cfg.parity.atol),
+        min_agreement=float(cfg.parity.min_agreement),
+        input_name=NAMES[0],
+    )
+    result = {
+        "metrics": {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]},
+        "checkpoint": str(ckpt),
+        "onnx": str(path),
+        "output_dir": str(out_dir),
+        "written": [str(path)],
+    }
+    (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
+    return result

@@ -1,0 +1,151 @@
+"""Tables with no code of the user's: `data=csv` (CSV/Parquet files or scikit-learn's bundled tables) through
+`task=classification` / `task=regression` and `model=mlp`, then predict.py (CSV in, CSV out) and export.py (ONNX,
+onnxruntime parity, names and statistics in the metadata)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, read_metrics, run_cli, run_dirs, single_run
+from litforge.core.errors import ConfigError
+from litforge.data.tables import bundled_table, read_table, write_csv
+from litforge.data.tabular import TabularDataModule
+
+GUIDE = ROOT / "docs" / "extending.md"
+
+
+def small_table() -> dict[str, list]:
+    """12 rows: a number column with a missing cell, a text column, a number column that is a category, a target."""
+    size = [1.0, 2.0, None, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
+    colour = ["red", "blue", "red", None, "green", "blue", "red", "blue", "green", "red", "blue", "red"]
+    grade = [1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    label = ["yes", "no"] * 6
+    return {"size": size, "colour": colour, "grade": grade, "label": label}
+
+
+def test_a_csv_file_reads_as_numbers_text_and_missing_cells(tmp_path: Path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,c\n1.5,x,\n2,NA,7\n?,y,8\n")
+    assert read_table(str(path)) == {"a": [1.5, 2.0, None], "b": ["x", None, "y"], "c": [None, 7.0, 8.0]}
+    (tmp_path / "bad.csv").write_text("a,b\n1,2,3\n")
+    with pytest.raises(ConfigError, match="line 2 has a different number of cells than the header"):
+        read_table(str(tmp_path / "bad.csv"))
+
+
+def test_the_encoding_is_fitted_on_the_training_rows_and_travels_as_plain_data(tmp_path: Path):
+    path = write_csv(small_table(), tmp_path / "t.csv")
+    data = TabularDataModule(
+        path=str(path), target="label", categorical=["grade"], val_fraction=0.25, test_fraction=0.25
+    )
+    facts = data.describe()
+    assert facts["class_names"] == ["no", "yes"] and facts["num_classes"] == 2
+    # size (a number), colour one-hot over the values seen in training, grade one-hot although numeric
+    names = facts["feature_names"]
+    assert names[0] == "size" and {n.split("=")[0] for n in names[1:]} == {"colour", "grade"}
+    train_x, _ = data.split_arrays("train")
+    size = data.encoding[0]
+    seen = [v for v in train_x[:, 0].tolist() if not math.isnan(v)]
+    assert size["mean"] == pytest.approx(sum(seen) / len(seen))  # the training rows only
+    # a missing number becomes the training mean, i.e. 0 after standardisation; a missing text is all zeros
+    encoded = data.normalize(data.read_inputs(str(path))[1])
+    assert encoded[2, 0] == 0 and encoded[3, 1 : 1 + len(data.encoding[1]["values"])].abs().sum() == 0
+    # the fitted state is plain data: it loads with weights_only=True, as every checkpoint does
+    state = data.state_dict()
+    torch.save(state, tmp_path / "s.pt")
+    assert torch.load(tmp_path / "s.pt", weights_only=True) == state
+
+
+def test_a_parquet_file_gives_the_same_table(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = small_table()
+    pq.write_table(pa.table(table), tmp_path / "t.parquet")
+    assert read_table(str(tmp_path / "t.parquet")) == table
+
+
+def test_the_target_kind_and_the_bundled_tables():
+    assert TabularDataModule(dataset="wine").describe()["num_classes"] == 3
+    diabetes = TabularDataModule(dataset="diabetes").describe()
+    assert diabetes["num_targets"] == 1 and len(diabetes["feature_names"]) == 10  # auto: many values = a value
+    with pytest.raises(ConfigError, match="data.target=nope: data.dataset=wine .* has no such column"):
+        TabularDataModule(dataset="wine", target="nope")
+
+
+def test_a_loss_that_does_not_fit_the_task_is_refused_in_one_line(compose_cfg):
+    from litforge.config.validation import check_config
+    from litforge.jobs.settings import JobSettings
+
+    check_config(compose_cfg("task=regression", "data=csv"), JobSettings)  # the task's own loss: mse
+    assert compose_cfg("task=regression").loss._target_ == "torch.nn.MSELoss"
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_cfg("task=regression", "loss=cross_entropy"), JobSettings)
+    assert "\n" not in str(refused.value) and "task=regression: loss=mse, huber or l1" in str(refused.value)
+    with pytest.raises(ConfigError, match="loss._target_=torch.nn.MSELoss does not fit task._target_="):
+        check_config(compose_cfg("loss=mse"), JobSettings)
+
+
+@pytest.mark.slow
+def test_a_csv_file_trains_a_classifier_with_no_code_then_exports_with_parity(tmp_path: Path):
+    import onnxruntime as ort
+
+    wine = bundled_table("wine")
+    wine["region"] = ["north" if i % 3 else "south" for i in range(len(wine["target"]))]  # a text column
+    wine["alcohol"][5] = None  # and a missing cell
+    path = write_csv(wine, tmp_path / "wine.csv")
+    logs = tmp_path / "logs"
+    # the guide's first command (docs/extending.md, "Tables with no code"), on this file
+    command = next(line for line in GUIDE.read_text().splitlines() if line.startswith("python train.py data=csv"))
+    args = shlex.split(command.split("train.py", 1)[1].replace("wine.csv", str(path)), comments=True)
+    trained = run_cli("train.py", *args, "print_config=false", "callbacks.progress_bar=null", log_dir=logs)
+    assert trained.returncode == 0, trained.output[-3000:]
+    metrics = read_metrics(single_run(logs))
+    assert metrics["metrics"]["test/acc"] >= 0.9  # 36 test wines, 3 cultivars
+
+    exported = run_cli("export.py", f"ckpt_path={metrics['best_checkpoint']}", log_dir=logs)
+    assert exported.returncode == 0, exported.output[-3000:]
+    onnx_path = Path(json.loads((run_dirs(logs, "export")[-1] / "metrics.json").read_text())["onnx"])
+    assert f"\n{onnx_path}\n" in exported.stdout  # its path printed whole on its own line
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    names = json.loads(meta["feature_names"])
+    assert "region=north" in names and json.loads(meta["class_names"]) == ["class_0", "class_1", "class_2"]
+    # raw encoded rows in (a missing number as NaN), the same class as the checkpoint's own task out
+    data = TabularDataModule(path=str(path), target="target")
+    rows = data.read_inputs(str(path))[1][:8]
+    rows[0, names.index("alcohol")] = float("nan")
+    onnx_out = session.run(None, {"features": rows.numpy()})[0]
+    checkpoint = torch.load(metrics["best_checkpoint"], weights_only=True)
+    from litforge.checkpointing.restore import restore_task
+
+    task = restore_task(checkpoint, metrics["best_checkpoint"])
+    with torch.inference_mode():
+        expected = task(data.normalize(rows))
+    assert torch.allclose(torch.from_numpy(onnx_out), expected, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_regression_on_diabetes_reaches_r2_0_4_and_predicts_a_csv_file(tmp_path: Path):
+    logs = tmp_path / "logs"
+    trained = run_cli("train.py", "experiment=diabetes_regression", "callbacks.progress_bar=null", log_dir=logs)
+    assert trained.returncode == 0, trained.output[-3000:]
+    metrics = read_metrics(single_run(logs, "diabetes_regression"))
+    assert metrics["objective"]["metric"] == "val/r2"
+    assert metrics["metrics"]["test/r2"] >= 0.4, metrics["metrics"]
+
+    table = bundled_table("diabetes")
+    new = write_csv({k: v[:6] for k, v in table.items() if k != "target"}, tmp_path / "new.csv")  # no target column
+    predicted = run_cli("predict.py", f"ckpt_path={metrics['best_checkpoint']}", f"input={new}", log_dir=logs)
+    assert predicted.returncode == 0, predicted.output[-3000:]
+    with (run_dirs(logs, "predict")[-1] / "predictions.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["input"] for r in rows] == [f"{new}:{i}" for i in range(2, 8)]
+    values = [float(r["target"]) for r in rows]  # in the target's own units (disease progression, 25..346)
+    assert all(25 <= v <= 346 for v in values) and len(set(values)) == 6
