@@ -33,6 +33,7 @@ LOCK = Path("/tmp/litforge-slurm-cluster.lock")
 NODE = "localhost"
 PARTITION = "debug"
 PACKAGES = ("slurm-wlm", "munge")
+HEADER = "# written by litforge's tests/slurm_cluster.py: one CPU-only node on this machine"
 
 
 def node_facts() -> tuple[int, int]:
@@ -49,7 +50,7 @@ def node_facts() -> tuple[int, int]:
 def slurm_conf() -> str:
     cpus, mem_mb = node_facts()
     return f"""\
-# written by litforge's tests/slurm_cluster.py: one CPU-only node on this machine
+{HEADER}
 ClusterName=litforge
 SlurmctldHost={NODE}
 SlurmUser=root
@@ -155,6 +156,8 @@ def _start() -> str | None:
     for folder in (STATE, SPOOL, LOGS):
         folder.mkdir(parents=True, exist_ok=True)
     CONF.parent.mkdir(parents=True, exist_ok=True)
+    if CONF.exists() and not CONF.read_text().startswith(HEADER):
+        return f"{CONF} is there and not litforge's test cluster's: not replacing it (start that cluster instead)"
     if not CONF.exists() or CONF.read_text() != slurm_conf():
         CONF.write_text(slurm_conf())
     if _run("pgrep", "-x", "slurmctld").returncode != 0:
