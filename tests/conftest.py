@@ -235,3 +235,18 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
     )
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """A real single-node SLURM cluster on this machine (tests/slurm_cluster.py starts it, or reuses a running one);
+    its partition's name. Where it cannot start the test skips with the reason, or fails under
+    `LITFORGE_REQUIRE_SLURM=1` (.ci/run sets it: CI must run these tests, not skip them)."""
+    from slurm_cluster import PARTITION, ensure_cluster
+
+    reason = ensure_cluster()
+    if reason:
+        if os.environ.get("LITFORGE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"LITFORGE_REQUIRE_SLURM=1 and {reason}")
+        pytest.skip(f"no SLURM cluster: {reason}")
+    return PARTITION

@@ -12,8 +12,10 @@ run (before the first save, the save is estimated from the parameter bytes at 50
 moments). `floor` is 30 s.
 
 The limit: `time_limit=3h55min` counts from this process's start (the job's start under a scheduler), `04:00:00`
-works too; `time_limit=auto` (the default) uses SLURM's `SLURM_JOB_END_TIME` (a Unix time SLURM sets in the job's
-environment) when running under SLURM, and no limit elsewhere; with both a duration and SLURM, the earlier wins.
+works too; `time_limit=auto` (the default) uses the SLURM job's end time when running under SLURM, and no limit
+elsewhere: `SLURM_JOB_END_TIME` (a Unix time Slurm 23.02 and later set in the job's environment), else what the
+scheduler says (`squeue -h -j $SLURM_JOB_ID -o %e`: Slurm 22.05 sets no such variable; litforge.runtime.slurm); with
+both a duration and SLURM, the earlier wins.
 Lightning's `Trainer(max_time=...)` is not used: it stops like a finished run (testing, metrics.json) and keeps no
 margin for the save. Under DDP, rank 0's clock decides for every rank (broadcast), so all ranks save together.
 """
@@ -32,11 +34,11 @@ from litforge.checkpointing.model_checkpoint import save_latest
 from litforge.config.durations import is_time_limit, parse_duration
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.runtime.ranks import meets_now
+from litforge.runtime.slurm import job_end_time
 
 EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): not finished, run it again
 FLOOR_S = 30.0
 ASSUMED_WRITE_BYTES_PER_S = 50e6  # a slow network filesystem; replaced by the measured save time after one save
-SLURM_END = "SLURM_JOB_END_TIME"
 
 
 def process_start_time() -> float:
@@ -67,9 +69,9 @@ def resolve_deadline(
         seconds = parse_duration(value)
         assert seconds is not None  # is_time_limit accepted it
         limits.append(started() + seconds)
-    slurm = env.get(SLURM_END, "").strip()
-    if slurm.isdigit() and int(slurm) > 0:
-        limits.append(float(slurm))
+    slurm = job_end_time(env)
+    if slurm is not None:
+        limits.append(slurm)
     return min(limits) if limits else None
 
 

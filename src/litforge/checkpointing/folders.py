@@ -1,16 +1,30 @@
 """The checks every folder litforge writes to gets: it exists (or can be made), takes a file, has room, and is not
-another run's.
+another run's; and the mark of a run folder in use.
 
 Used before Hydra starts (`paths.log_dir`, litforge.cli.preflight) and again by the training job for its run folder.
+
+A training run marks its folder while it runs: `run.lock` holds the SLURM job id, the host and the process id of
+rank 0, and is removed when the run ends (finished, stopped by a signal or a time limit, or failed with an
+exception). A lock left by a kill -9 or a lost node is *stale*: its process is gone (same host), or its SLURM job is
+no longer running (another host, asked through `squeue`). `resume=auto` skips a folder whose lock is live and
+`resume=<that folder>` refuses it (litforge.checkpointing.resume), so a second job never writes into a running one's
+folder. A lock of this very job (a requeued attempt, another task of the same `srun`) is not another run's.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from litforge.core.errors import ConfigError
+from litforge.runtime.slurm import job_id, job_is_running
+
+LOCK_NAME = "run.lock"
 
 
 def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -> None:
@@ -51,3 +65,60 @@ def check_not_another_run(folder: Path) -> None:
             f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): a run never writes "
             f"into another's; continue it with resume={folder}, or pass a new folder"
         )
+
+
+def hold_run_folder(folder: Path, env: Mapping[str, str] = os.environ) -> Path:
+    """Mark `folder` as in use by this process (rank 0 calls it); returns the lock file."""
+    lock = folder / LOCK_NAME
+    record = {"job_id": job_id(env), "host": socket.gethostname(), "pid": os.getpid()}
+    scratch = lock.with_name(f".{LOCK_NAME}.{os.getpid()}")
+    scratch.write_text(json.dumps(record) + "\n")
+    os.replace(scratch, lock)  # whole or absent, never half-written
+    return lock
+
+
+def release_run_folder(folder: Path) -> None:
+    """Remove this process's mark on `folder` (a mark of another process is left alone)."""
+    lock = folder / LOCK_NAME
+    if (_read_lock(lock) or {}).get("pid") == os.getpid():
+        lock.unlink(missing_ok=True)
+
+
+def live_holder(folder: Path, env: Mapping[str, str] = os.environ) -> str | None:
+    """Who holds `folder` while still running ("job 12 on host n1 (pid 345)"), None when nobody else does."""
+    record = _read_lock(folder / LOCK_NAME)
+    if record is None:
+        return None
+    job, host, pid = record.get("job_id"), record.get("host"), record.get("pid")
+    mine = job_id(env)
+    if job is not None and job == mine:
+        return None  # this job: an earlier attempt (requeue) or a sibling task
+    if host == socket.gethostname():
+        if pid in (os.getpid(), os.getppid()) or not isinstance(pid, int) or not _alive(pid):
+            return None
+    elif job is not None and job_is_running(str(job)) is False:
+        return None  # its job ended on another node
+    return f"{'job ' + str(job) + ' ' if job else ''}on host {host} (pid {pid})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped by its parent) no longer writes anything
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _read_lock(lock: Path) -> dict | None:
+    try:
+        record = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -7,7 +7,13 @@ answer). `ckpt_path=<file>` starts a *new* run folder from a checkpoint; `resume
 
 A run is *interrupted* when its folder has a checkpoint but no `metrics.json` (written only when a run finishes).
 `resume=auto` picks the newest interrupted run of the same `task_name` under `paths.log_dir`, or starts a new run when
-there is none, so one command line serves both the first start and every restart of a pre-emptible job.
+there is none, so one command line serves both the first start and every restart of a pre-emptible job. A folder
+another live run still holds (its `run.lock`, litforge.checkpointing.folders) is skipped with one line saying so, and
+`resume=<that folder>` is refused.
+
+Inside a SLURM job the run folder is `slurm-<job id>` (conf/hydra/default.yaml). When that folder already holds an
+interrupted run, the job is a requeued (or restarted) attempt of itself: it continues from that checkpoint, with or
+without `resume=auto`, instead of starting again at step 0 over it; every task of the job decides the same.
 
 The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
 the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Under strategy=fsdp/tp `last.ckpt` is a
@@ -26,7 +32,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from litforge.checkpointing.folders import live_holder
 from litforge.core.errors import CheckpointError, ConfigError
+from litforge.runtime.ranks import is_rank_zero
+from litforge.runtime.slurm import job_id, job_run_name
 
 FINISHED_MARKER = "metrics.json"
 
@@ -60,10 +69,37 @@ def run_checkpoint(run_dir: Path) -> Path | None:
 
 
 def interrupted_runs(log_dir: Path, task_name: str) -> list[Path]:
-    """Run folders of `task_name` that hold a checkpoint and never finished, newest checkpoint first."""
+    """Run folders of `task_name` that hold a checkpoint and never finished, newest checkpoint first; a folder a live
+    run holds is left out, with a line saying so."""
     runs = [p for p in (log_dir / task_name / "runs").glob("*") if p.is_dir() and not (p / FINISHED_MARKER).exists()]
     with_ckpt = [(ckpt.stat().st_mtime_ns, run) for run in runs if (ckpt := run_checkpoint(run)) is not None]
-    return [run for _, run in sorted(with_ckpt, reverse=True)]
+    found = []
+    for _, run in sorted(with_ckpt, reverse=True):
+        holder = live_holder(run) if is_rank_zero() else None  # other ranks: rank 0 and its launcher hold it
+        if holder:
+            print(f"litforge: resume=auto: skipping {run}, still running ({holder}, {run}/run.lock)", file=sys.stderr)
+        else:
+            found.append(run)
+    return found
+
+
+def slurm_job_run(log_dir: str | Path, task_name: str) -> Path | None:
+    """This SLURM job's own run folder when it holds an interrupted run (a requeued attempt), else None."""
+    if job_id() is None:
+        return None
+    runs = Path(log_dir) / task_name / "runs"
+    run = runs / job_run_name(runs, "")
+    return run if run_checkpoint(run) is not None and not (run / FINISHED_MARKER).exists() else None
+
+
+def refuse_live(run_dir: Path, value: str) -> None:
+    """`resume=<a folder another live run writes in>`: refused, both would write one last.ckpt."""
+    holder = live_holder(run_dir) if is_rank_zero() else None
+    if holder:
+        raise CheckpointError(
+            f"resume={value}: {run_dir} is in use by a running job ({holder}; {run_dir}/run.lock): wait for it to "
+            "end, or pass resume=auto to continue another interrupted run"
+        )
 
 
 def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Path, Path] | None:
@@ -77,8 +113,10 @@ def resolve(value: str | None, log_dir: str | Path, task_name: str) -> tuple[Pat
     path = Path(value).expanduser()
     if path.is_file() or is_sharded_checkpoint(path):
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        refuse_live(run_dir, value)
         return run_dir.resolve(), path.resolve()
     if path.is_dir():
+        refuse_live(path, value)
         ckpt = run_checkpoint(path)
         if ckpt is None:
             raise CheckpointError(
@@ -113,6 +151,9 @@ def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, 
             raise ConfigError("pass either resume=... or ckpt_path=last, not both")
         resume, ckpt_path = "auto", None
     if not resume:
+        own = slurm_job_run(log_dir, task_name) if ckpt_path is None and not in_multirun else None
+        if own is not None:  # a requeued SLURM job: its own folder, its own checkpoint
+            return Resume(checkpoint=str(own_checkpoint(own)), run_dir=own.resolve())
         return Resume(checkpoint=str(ckpt_path) if ckpt_path else None)
     if ckpt_path is not None:
         raise ConfigError(
@@ -121,11 +162,18 @@ def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, 
         )
     if in_multirun:
         raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)")
-    found = resolve(str(resume), log_dir, task_name)
+    own = slurm_job_run(log_dir, task_name) if resume in ("auto", "last") else None
+    found = (own.resolve(), own_checkpoint(own)) if own is not None else resolve(str(resume), log_dir, task_name)
     if found is None:
         return Resume(asked=str(resume))
     run_dir, checkpoint = found
     return Resume(checkpoint=str(checkpoint), run_dir=run_dir, asked=str(resume))
+
+
+def own_checkpoint(run_dir: Path) -> Path:
+    ckpt = run_checkpoint(run_dir)
+    assert ckpt is not None  # slurm_job_run found one
+    return ckpt.resolve()
 
 
 def resume_command_line(cfg: Any, parsed: list[Any], overrides: list[str]) -> list[str]:

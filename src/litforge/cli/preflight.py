@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run
-from litforge.checkpointing.resume import resume_command_line
+from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
@@ -108,9 +108,11 @@ def checked_overrides(
         return overrides
     check_config(cfg, JobSettings)
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
+        own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
             if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
-                check_not_another_run(Path(o.value()))
+                if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
+                    check_not_another_run(Path(o.value()))
     check_job(cfg, job)
     if (cfg.get("paths") or {}).get("log_dir"):
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")

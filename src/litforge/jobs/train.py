@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.checkpointing import resume
-from litforge.checkpointing.folders import check_folder
+from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
 from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.config.validation import check_run
 from litforge.core.contracts import DataModule, missing_members, trains_on
@@ -92,6 +92,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
         )
         tracker_runs = check_resumable_file(ckpt_path, type(task), cfg) if ckpt_path else {}
+        if is_rank_zero():  # a live run's folder: resume=auto of another job skips it (removed when this run ends)
+            hold_run_folder(output_dir)
 
         trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) built
         loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # resumed: same runs
@@ -123,10 +125,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     except BaseException as exc:
         if is_rank_zero():
             provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
+            release_run_folder(output_dir)
         raise
     interrupted = result.pop("interrupted")
     if is_rank_zero():
         provenance.write_end(output_dir, record, "stopped" if interrupted else "finished")
+        release_run_folder(output_dir)
         log_run_files(loggers, output_dir, result, record)  # trackers get the config, provenance, best checkpoint
     return result
 

@@ -3,7 +3,8 @@
 - :func:`is_rank_zero`: whether this process is the first rank (torchrun, SLURM and Lightning's launcher each say so
   in their own environment variable);
 - :func:`in_multirun`: whether Hydra runs this job as part of a sweep (`-m`);
-- the `${uid:}`, `${rank_zero_path:}` and `${rank_zero_only:}` resolvers the configs use, registered on import.
+- the `${uid:}`, `${rank_zero_path:}` and `${rank_zero_only:}` resolvers the configs use, registered on import
+  (with litforge.runtime.slurm's `${run_name:}` and `${slurm_gpus:}`, `${slurm_tasks:}`, `${slurm_cpus:}`).
 
 Torch-free and Lightning-free: the CLI composes configs (and answers `--help`) with this module alone.
 """
@@ -47,6 +48,9 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rank_zero_path", lambda path: path if is_rank_zero() else os.devnull)
     if not OmegaConf.has_resolver("rank_zero_only"):
         OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
+    from litforge.runtime import slurm
+
+    slurm.register_resolvers()  # one run folder per SLURM job; what hydra/launcher=slurm asks for
 
 
 def meets_now(trainer: Any) -> bool:
