@@ -97,7 +97,7 @@ def _tiny_module(rows: int = 64, width: int = 4):
             return DataLoader(data, batch_size=4)
 
         def val_dataloader(self):
-            return DataLoader(data, batch_size=16)
+            return DataLoader(data, batch_size=4)
 
     return Tiny()
 
@@ -282,8 +282,8 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int) -> dict:
         strategy=DDPStrategy(process_group_backend="gloo"),
         max_epochs=1000,
         max_time={"seconds": 30},  # a run the signal never stopped ends here, and the test fails on its step
-        val_check_interval=16,
-        limit_val_batches=4,
+        val_check_interval=8,
+        limit_val_batches=8,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -350,3 +350,45 @@ def test_twenty_preemption_signals_at_random_moments_to_two_ddp_ranks_all_save_a
         slowest = max(slowest, max(r["ended"] for r in results) - sent)
     assert slowest < EXIT_WITHIN_S, f"the slowest delivery took {slowest:.1f} s to end both fits"
     print(f"{DELIVERIES} deliveries ({landed.count('validation')} signals in validation), slowest {slowest:.2f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_cli_ddp_job_preempted_on_one_rank_saves_requeues_and_exits(tmp_path):
+    """The real CLI, `strategy=ddp trainer.devices=2` inside a (fake) SLURM job: SIGUSR1 to rank 1 alone after step
+    5 (ranks agree every 2 batches) stops both ranks at step 6; the job saves last.ckpt there, requeues itself once
+    and exits 143 within EXIT_WITHIN_S of the signal."""
+    from conftest import ROOT, TINY, run_cli, single_run
+
+    log = _fake_scontrol(tmp_path / "bin")
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "6060",
+    }
+    result = run_cli(
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=3",
+        "trainer.limit_train_batches=6",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "callbacks.checkpoint_on_signal.check_every_n_steps=2",
+        "+callbacks.fault._target_=faults.SignalAt",
+        "+callbacks.fault.step=5",
+        "+callbacks.fault.signal=SIGUSR1",
+        "+callbacks.fault.rank=1",
+        log_dir=tmp_path / "logs",
+        env=env,
+    )
+    ended = time.time()
+    assert result.returncode == 143, result.output[-3000:]
+    import re
+
+    signalled = float(re.search(r"FAULT SIGUSR1 rank 1 at ([0-9.]+)", result.output).group(1))
+    assert ended - signalled < EXIT_WITHIN_S, f"exited {ended - signalled:.1f} s after the signal"
+    assert "stopped by SIGUSR1 at step 6 (epoch 1)" in result.output, result.output[-3000:]
+    assert "requeued SLURM job 6060" in result.output and "Traceback" not in result.output
+    assert log.read_text() == "requeue 6060\n", "requeued once, from global rank 0"
+    saved = torch.load(single_run(tmp_path / "logs") / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 6
