@@ -31,9 +31,9 @@ from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_late
 from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
-from litforge.runtime.requeue import Requeue, requeue_slurm_job
 from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
 from litforge.runtime.ranks import meets_now
+from litforge.runtime.requeue import Requeue, requeue_slurm_job
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
 

@@ -227,7 +227,9 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
             then = resume_hint
         raise TrainingStopped(
             f"stopped by {by} {where.format(trainer.global_step, trainer.current_epoch)}; "
-            + (f"saved {saved}. {then}" if saved else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"),
+            + (
+                f"saved {saved}. {then}" if saved else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"
+            ),
             exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process: resumable
         ) from None
     except SystemExit:  # Ctrl-C: Lightning tears the run down, then exits (pytorch_lightning/trainer/call.py)
