@@ -385,6 +385,7 @@ def test_cli_ddp_job_preempted_on_one_rank_saves_requeues_and_exits(tmp_path):
 
     signalled = float(re.search(r"FAULT SIGUSR1 rank 1 at ([0-9.]+)", result.output).group(1))
     assert ended - signalled < EXIT_WITHIN_S, f"exited {ended - signalled:.1f} s after the signal"
+    print(f"the job exited {ended - signalled:.2f} s after the signal")
     assert "stopped by SIGUSR1 at step 6 (epoch 1)" in result.output, result.output[-3000:]
     assert "requeued SLURM job 6060" in result.output and "Traceback" not in result.output
     assert log.read_text() == "requeue 6060\n", "requeued once, from global rank 0"
