@@ -239,9 +239,10 @@ def test_the_submitit_launcher_sends_the_signal_the_callback_listens_to(compose_
     ], "Lightning's own SIGUSR1 requeue (a save inside the signal handler) must stay off"
 
 
-def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int) -> dict:
-    """One DDP fit that a SIGUSR1 interrupts at a random moment (seeded: which ranks get it, how long after training
-    starts). Returns the step it stopped at, when the signal was sent and when the fit had ended, and how it ended."""
+def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_rank: bool = False) -> dict:
+    """One DDP fit that a SIGUSR1 interrupts at a random moment (seeded: which ranks get it, unless `every_rank`, as
+    SLURM signals every task; how long after training starts). Returns the step it stopped at, when the signal was
+    sent and when the fit had ended, and how it ended (benchmarks/preemption.py runs it too)."""
     import pytorch_lightning as pl
     from pytorch_lightning.strategies import DDPStrategy
 
@@ -251,6 +252,7 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int) -> dict:
 
     rng = random.Random(seed)
     targets = rng.choice([(0,), (1,), (0, 1)])
+    targets = (0, 1) if every_rank else targets
     delay = rng.uniform(0.0, 1.5)
     bin_dir = Path(root) / "bin"
     if rank == 0:
