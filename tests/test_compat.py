@@ -161,6 +161,32 @@ def test_lightning_sigterm_handler_and_per_step_broadcast():
     assert trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor is replaced
 
 
+def test_lightning_preemption_signal_handling():
+    """The pre-emption signal (CheckpointOnSignal.requeue_signal) relies on three Lightning facts: its own SLURM
+    SIGUSR1 handler is registered only with auto_requeue (trainer=slurm turns it off); the handlers found when fit
+    registers its own are put back at teardown (so the callback's handler, installed at on_train_start, is gone after
+    fit on every path); and the agreement's `note(requeue=True)` stops a single process at once, as SIGTERM does."""
+    import signal as _signal
+
+    from pytorch_lightning import Trainer
+    from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
+
+    from litforge.runtime import compat
+
+    entry = "agree_on_sigterm_every (StopAgreement.note)"
+    register = inspect.getsource(_SignalConnector.register_signal_handlers)
+    assert "environment.auto_requeue" in register and "_slurm_sigusr_handler_fn" in register, _renamed(
+        entry, "the auto_requeue condition on Lightning's SLURM SIGUSR1 handler"
+    )
+    assert "_original_handlers" in register and "_original_handlers" in inspect.getsource(_SignalConnector.teardown), (
+        _renamed(entry, "_SignalConnector restoring the pre-fit handlers at teardown")
+    )
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
+    agreement = compat.agree_on_sigterm_every(trainer, 4)
+    agreement.note(_signal.SIGUSR1, requeue=True)
+    assert trainer.received_sigterm and agreement() and agreement.requeue
+
+
 def test_lightning_hydra_relaunch_hook():
     from lightning_fabric.strategies.launchers import subprocess_script as fabric_launcher
     from pytorch_lightning.strategies.launchers import subprocess_script as trainer_launcher

@@ -10,16 +10,17 @@
   litforge.runtime.watchdog.HangWatchdog, with every thread's stack, exit 143.
   Ctrl+C is deliberately not saved: a KeyboardInterrupt can land between the optimizer step and the loop's step
   counter, and a checkpoint from there would resume one step off. `last.ckpt` from the last epoch end stays.
-  On SLURM with auto-requeue, Lightning's own SIGUSR1 handler saves `hpc_ckpt_<n>.ckpt` and requeues the job;
-  `resume=auto` finds either file.
+  A pre-emption signal (`requeue_signal`, SIGUSR1: SLURM's `--signal=USR1@90`, the Hydra submitit launcher
+  sends the same) stops the run the same way, saves `last.ckpt`, then requeues the SLURM job from global rank 0.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import signal
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -29,9 +30,10 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
-from litforge.runtime.compat import agree_on_sigterm_every, restart_validation_on_resume
+from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
 from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
 from litforge.runtime.ranks import meets_now
+from litforge.runtime.requeue import Requeue, requeue_slurm_job
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
 
@@ -154,18 +156,35 @@ class CheckpointOnSignal(Callback):
     resumes by running that validation again from its first batch
     (litforge.runtime.compat.restart_validation_on_resume): Lightning would otherwise skip it on resume, and its
     metrics, checkpoint choice and early stopping with it.
+
+    `requeue_signal` (SIGUSR1 by default; null = none) is the pre-emption signal: a scheduler sends it some time
+    before it ends the job (SLURM's `--signal=USR1@90`, the submitit launcher's `signal_delay_s`). Its handler only
+    notes it, like SIGTERM's: no save, no collective and no `scontrol` inside a signal handler (Lightning's SLURM
+    handler saves there, and under DDP hung when another rank sat in a collective). The ranks agree on it at the
+    same points as on SIGTERM, all stop at the same batch and save `last.ckpt`; then global rank 0 runs
+    `scontrol requeue <job id>` once (litforge.runtime.requeue), only inside a SLURM job. Outside SLURM the run ends
+    as after SIGTERM, exit 143 with the resume command. The handler is installed when training starts (after
+    Lightning registered its own, so it replaces Lightning's SLURM requeue handler if that one is on) and Lightning
+    puts the earlier handler back when `fit` ends.
     """
 
     def __init__(
-        self, filename: str = "last", hang_grace: Positive | None = 60, check_every_n_steps: Count | None = None
+        self,
+        filename: str = "last",
+        hang_grace: Positive | None = 60,
+        check_every_n_steps: Count | None = None,
+        requeue_signal: Literal["SIGUSR1", "SIGUSR2"] | None = "SIGUSR1",
     ) -> None:
         super().__init__()
         self.filename = filename
         self.saved_path: str | None = None
         self.hang_grace = hang_grace
         self.check_every_n_steps = check_every_n_steps
+        self.requeue_signal = requeue_signal
+        self.stopped_by = "SIGTERM"  # what ended the run: SIGTERM, or requeue_signal once the ranks agreed on it
+        self.requeued: Requeue | None = None  # the requeue attempt of global rank 0 (None: none made)
         self.watchdog: HangWatchdog | None = None
-        self._agree: Callable[[], bool] | None = None
+        self._agree: StopAgreement | None = None
         self._every = 1
         self._validating = False  # inside fit's validation (not the sanity check)
 
@@ -184,6 +203,16 @@ class CheckpointOnSignal(Callback):
         if self.watchdog is not None:
             self.watchdog.disarm()  # a grace period already running goes on: after SIGTERM the process must end
             self.watchdog = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after Lightning's register_signal_handlers (which restores the handler found before fit when fit ends)
+        if self.requeue_signal and self._agree is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(getattr(signal, self.requeue_signal), self._on_requeue_signal)
+
+    def _on_requeue_signal(self, signum: int, _frame: Any) -> None:
+        """The pre-emption signal's handler: flags only (see the class docstring)."""
+        if self._agree is not None:
+            self._agree.note(signum, requeue=True)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._agree is not None:
@@ -212,8 +241,15 @@ class CheckpointOnSignal(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
-        if trainer.sanity_checking or trainer.global_step == 0:
-            return  # nothing trained yet: keep whatever checkpoint the run started from
+        requeue = self._agree is not None and self._agree.requeue
+        if requeue:
+            self.stopped_by = str(self.requeue_signal)
+        if not (trainer.sanity_checking or trainer.global_step == 0):  # else keep the checkpoint it started from
+            self._save(trainer)
+        if requeue and trainer.is_global_zero and self.requeued is None:
+            self.requeued = requeue_slurm_job()  # every rank has saved: the save ends with a barrier
+
+    def _save(self, trainer: pl.Trainer) -> None:
         if self._validating:  # stopped mid-validation: the resumed run validates again, from the first batch
             restart_validation_on_resume(trainer)
         if self.filename == LAST:

@@ -219,14 +219,22 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
     except SIGTERMException:
         saved = next((cb.saved_path for cb in trainer.callbacks if getattr(cb, "saved_path", None)), None)
+        on_signal = next((cb for cb in trainer.callbacks if isinstance(getattr(cb, "stopped_by", None), str)), None)
+        by = on_signal.stopped_by if on_signal is not None else "SIGTERM"
+        requeued = getattr(on_signal, "requeued", None)
+        resume_hint = f"Continue with: python train.py resume={output_dir}"
+        if requeued is not None and requeued.done:
+            then = f"requeued SLURM job {requeued.job_id} (scontrol requeue): it continues from that checkpoint"
+        elif requeued is not None and requeued.job_id is not None:
+            then = f"requeueing SLURM job {requeued.job_id} failed ({requeued.problem}). {resume_hint}"
+        else:
+            then = resume_hint
         raise TrainingStopped(
-            f"stopped by SIGTERM {where.format(trainer.global_step, trainer.current_epoch)}; "
+            f"stopped by {by} {where.format(trainer.global_step, trainer.current_epoch)}; "
             + (
-                f"saved {saved}. Continue with: python train.py resume={output_dir}"
-                if saved
-                else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"
+                f"saved {saved}. {then}" if saved else "no checkpoint was saved (enable callbacks.checkpoint_on_signal)"
             ),
-            exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process
+            exit_code=143,  # 128 + SIGTERM, what a shell reports for a terminated process: resumable
         ) from None
     except SystemExit:  # Ctrl-C: Lightning tears the run down, then exits (pytorch_lightning/trainer/call.py)
         if not trainer.interrupted:

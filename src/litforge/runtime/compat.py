@@ -12,7 +12,7 @@ free of torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -109,8 +109,8 @@ def set_pruning_targets(callback: Any, targets: Any) -> None:
     callback._parameters_to_prune = targets
 
 
-def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
-    """Replace Lightning's SIGTERM handling under DDP so that no collective runs per step; returns `agree()`.
+def agree_on_sigterm_every(trainer: Any, every_n: int) -> StopAgreement:
+    """Replace Lightning's SIGTERM handling under DDP so that no collective runs per step; returns the agreement.
 
     Lightning 2.6 broadcasts a SIGTERM flag from rank 0 before *every* DDP training step
     (`_TrainingEpochLoop._broadcast_sigterm_tensor`: 0.37 ms per step per rank on gloo, a host sync on NCCL), and its
@@ -120,55 +120,92 @@ def agree_on_sigterm_every(trainer: Any, every_n: int) -> Callable[[], bool]:
     - the handler only notes the signal (and, on a launcher rank, forwards it to the ranks it started, as Lightning
       does); under several ranks it leaves `trainer.received_sigterm` alone, so no rank stops on its own;
     - the per-step broadcast becomes one tiny all-reduce (max) before every `every_n`-th training batch (counted by
-      the loop's total batch progress, the same on every rank, across resumes) and when `agree()` is called (the
+      the loop's total batch progress, the same on every rank, across resumes) and when the agreement is called (the
       on-signal callback calls it at each epoch end); when any rank got SIGTERM, every rank sets
       `received_sigterm` and raises Lightning's SIGTERMException at that same batch.
+
+    A pre-emption signal (SIGUSR1, see litforge.callbacks.fault_tolerance.CheckpointOnSignal) is noted the same way
+    with `StopAgreement.note(signum, requeue=True)`; the same all-reduce carries it, so every rank stops at the same
+    batch and all of them know the job is to be requeued, whichever rank the signal reached.
 
     Single process: the handler sets `received_sigterm` at once, as Lightning's does (the loop stops at the next
     batch). Upstream: Lightning-AI/pytorch-lightning#21487 (the per-step broadcast).
     """
-    import torch
-    import torch.distributed as dist
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
-    from pytorch_lightning.utilities.rank_zero import rank_prefixed_message
+    return StopAgreement(trainer, every_n)
 
-    connector = trainer._signal_connector
-    epoch_loop = trainer.fit_loop.epoch_loop
-    pending = [False]  # this rank got SIGTERM; not agreed on yet
 
-    def several_ranks() -> bool:
-        return dist.is_available() and dist.is_initialized() and trainer.world_size > 1
+class StopAgreement:
+    """The ranks' shared decision to stop (SIGTERM) or to stop and requeue (a pre-emption signal).
 
-    def on_sigterm(signum: Any, _frame: Any) -> None:
+    `note` is what runs inside a signal handler: it sets flags and never calls a collective, saves or requeues
+    (another rank may be inside DDP's backward or a barrier at that moment: a collective there hangs the job).
+    Calling the agreement (`agreement()`, every rank at the same point) all-reduces the flags once and returns
+    whether to stop; `requeue` then says whether any rank got the pre-emption signal.
+    """
+
+    def __init__(self, trainer: Any, every_n: int) -> None:
+        from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+        self.trainer = trainer
+        self.connector = trainer._signal_connector
+        self.pending = False  # this rank got a stop signal; not agreed on yet
+        self.pending_requeue = False  # this rank got the pre-emption signal; not agreed on yet
+        self.requeue = False  # agreed: the job is to be requeued after the save
+        self.forwarded = False  # SIGTERM passed on to the ranks this process launched
+        epoch_loop = trainer.fit_loop.epoch_loop
+
+        def check_before_batch() -> None:  # called by the loop before each batch under several ranks
+            if epoch_loop.batch_progress.total.ready % every_n == 0 and self():
+                raise SIGTERMException()
+
+        self.connector._sigterm_notifier_fn = self.on_sigterm  # read when fit registers its handlers
+        epoch_loop._broadcast_sigterm_tensor = check_before_batch
+
+    def several_ranks(self) -> bool:
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1
+
+    def on_sigterm(self, signum: Any, _frame: Any) -> None:
+        """Lightning's SIGTERM handler, replaced: note the signal, forward it to the ranks this one started."""
         import logging
 
+        from pytorch_lightning.utilities.rank_zero import rank_prefixed_message
+
         logging.getLogger("pytorch_lightning").info(
-            rank_prefixed_message(f"Received SIGTERM: {signum}", trainer.local_rank)
+            rank_prefixed_message(f"Received SIGTERM: {signum}", self.trainer.local_rank)
         )
-        if not (pending[0] or connector.received_sigterm) and trainer.strategy.launcher is not None:
-            trainer.strategy.launcher.kill(signum)
-        if several_ranks():
-            pending[0] = True
+        if not self.forwarded and self.trainer.strategy.launcher is not None:
+            self.trainer.strategy.launcher.kill(signum)
+        self.forwarded = True
+        self.note(signum)
+
+    def note(self, signum: Any, requeue: bool = False) -> None:
+        """Inside a signal handler: remember it (flags only); the ranks act on it at their next agreement."""
+        if requeue:
+            self.pending_requeue = True
+        if self.several_ranks():
+            self.pending = True
         else:
-            connector.received_sigterm = True
+            self.connector.received_sigterm = True
+            self.requeue = self.requeue or requeue
 
-    def agree() -> bool:
-        """All ranks: whether any rank got SIGTERM (one all-reduce); if so, every rank's loop stops."""
-        if not several_ranks():
-            return bool(connector.received_sigterm)
-        flag = torch.tensor([int(pending[0] or connector.received_sigterm)], device=trainer.strategy.root_device)
+    def __call__(self) -> bool:
+        """All ranks: whether any rank got a stop signal (one all-reduce); if so, every rank's loop stops."""
+        if not self.several_ranks():
+            return bool(self.connector.received_sigterm)
+        import torch
+        import torch.distributed as dist
+
+        flags = [int(self.pending or self.connector.received_sigterm), int(self.pending_requeue or self.requeue)]
+        flag = torch.tensor(flags, device=self.trainer.strategy.root_device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item():
-            connector.received_sigterm = True
-        return bool(connector.received_sigterm)
-
-    def check_before_batch() -> None:  # called by the loop before each batch under several ranks
-        if epoch_loop.batch_progress.total.ready % every_n == 0 and agree():
-            raise SIGTERMException()
-
-    connector._sigterm_notifier_fn = on_sigterm  # read when fit registers its handlers, after the callbacks' setup
-    epoch_loop._broadcast_sigterm_tensor = check_before_batch
-    return agree
+        stop, requeue = flag.tolist()
+        if stop:
+            self.connector.received_sigterm = True
+        if requeue:
+            self.requeue = True
+        return bool(self.connector.received_sigterm)
 
 
 def restart_validation_on_resume(trainer: Any) -> None:
