@@ -247,7 +247,7 @@ WHERE = {
     "loss.label_smoothing": ["loss=label_smoothing"],
     "loss.gamma": ["loss=focal"],
     "loss.alpha": ["loss=focal"],
-    "loss.delta": ["loss=huber"],
+    "loss.delta": ["task=regression", "loss=huber"],
     "callbacks.pruning": ["callbacks=[default,pruning]"],
     "callbacks.qat": ["callbacks=[default,qat]"],
     "callbacks.ema": ["callbacks=[default,ema]"],
