@@ -65,7 +65,11 @@ RL = [
     "data.test_episodes=1",
     "task.warmup_steps=64",
 ]
+TABLE = ["task=regression", "data=csv", "data.dataset=diabetes", "data.target_kind=value"]  # regression's partners
 PARTNERS = {
+    ("task", "regression"): TABLE,
+    ("loss", "mse"): TABLE,
+    ("loss", "l1"): TABLE,
     ("task", "language_model"): LM,
     ("data", "python_docs"): LM,
     ("model", "gpt"): LM,
