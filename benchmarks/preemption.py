@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-PRELOAD = ("pytorch_lightning", "litforge.jobs.train", "test_preemption")
+PRELOAD = ("pytorch_lightning", "test_preemption")
 
 
 def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> dict:
@@ -66,6 +66,16 @@ def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> di
     return {"saved": (Path(root) / "hpc_ckpt_1.ckpt").exists()}
 
 
+def _fresh_ranks():
+    """Two new gloo ranks (after a hang the old ones are killed); a second try if the first start fails."""
+    from gloo import GlooRanks
+
+    try:
+        return GlooRanks(2, preload=PRELOAD, start_timeout=120)
+    except AssertionError:
+        return GlooRanks(2, preload=PRELOAD, start_timeout=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deliveries", type=int, default=20)
@@ -73,12 +83,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30, help="s after which a delivery counts as hung")
     args = parser.parse_args()
 
-    from gloo import GlooRanks
     from test_preemption import _deliver_on_ranks
 
     arms = ["litforge", "in-handler"] if args.arm == "both" else [args.arm]
     for arm in arms:
-        pool, hung, slowest = GlooRanks(2, preload=PRELOAD), 0, 0.0
+        pool, hung, slowest = _fresh_ranks(), 0, 0.0
         with tempfile.TemporaryDirectory() as scratch:
             for seed in range(args.deliveries):
                 root = str(Path(scratch) / f"delivery{seed}")
@@ -91,7 +100,7 @@ def main() -> None:
                         pool.run(_in_handler_on_ranks, root, seed, timeout=args.timeout)
                 except AssertionError:
                     hung += 1
-                    pool = GlooRanks(2, preload=PRELOAD)
+                    pool = _fresh_ranks()
         pool.close()
         extra = f", slowest signal-to-end of both fits {slowest:.2f} s" if arm == "litforge" else ""
         print(f"{arm}: {hung} of {args.deliveries} deliveries hung (> {args.timeout:g} s){extra}", flush=True)
