@@ -39,7 +39,7 @@ from pytorch_lightning.strategies import DDPStrategy
 
 from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
-from litforge.loops.pipeline import PipelineLoop
+from litforge.loops.pipeline import MULTI_STAGE, PipelineLoop, interleavable
 from litforge.parallel.strategies import attached_module
 
 
@@ -86,6 +86,30 @@ def check_divisible(world_size: int, data_parallel: int) -> None:
         )
 
 
+def check_stages_per_rank(schedule: str, stages_per_rank: int) -> None:
+    """One stage per rank for gpipe/1f1b, exactly two for zero_bubble (a V: down the ranks and back)."""
+    if schedule == "zero_bubble" and stages_per_rank != 2:
+        raise ConfigError(
+            f"strategy.schedule=zero_bubble runs exactly 2 stages per rank (a V over the ranks), not "
+            f"strategy.stages_per_rank={stages_per_rank}: pass strategy.stages_per_rank=2"
+        )
+    if schedule not in MULTI_STAGE and stages_per_rank != 1:
+        raise ConfigError(
+            f"strategy.schedule={schedule} runs one stage per rank, not strategy.stages_per_rank={stages_per_rank}: "
+            "pass strategy.schedule=interleaved_1f1b (or zero_bubble) for several, or strategy.stages_per_rank=1"
+        )
+
+
+def check_interleavable(schedule: str, microbatches: int, num_ranks: int) -> None:
+    """torch's interleaved 1F1B runs the micro-batches in rounds of about one per rank: a whole number of rounds."""
+    if schedule == "interleaved_1f1b" and not interleavable(microbatches, num_ranks):
+        raise ConfigError(
+            f"strategy.microbatches={microbatches} over {num_ranks} pipeline ranks is not a whole number of "
+            f"interleaved_1f1b rounds (about one micro-batch per rank each): pass a multiple of {num_ranks}, e.g. "
+            f"strategy.microbatches={max(1, microbatches // num_ranks) * num_ranks}"
+        )
+
+
 class Pipeline(DDPStrategy):
     """One pipeline stage per process; a torch.distributed.pipelining schedule drives each training step."""
 
@@ -93,14 +117,18 @@ class Pipeline(DDPStrategy):
 
     def __init__(
         self,
-        schedule: Literal["gpipe", "1f1b"] = "1f1b",
+        schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"] = "1f1b",
         microbatches: Count = 4,
         data_parallel: Count = 1,
+        stages_per_rank: Count = 1,
         **kwargs: Any,
     ) -> None:
         # their types and ranges: the signature (litforge.config.validation checks them as the strategy is built)
         super().__init__(**kwargs)
         self.schedule, self.microbatches, self.data_parallel = schedule, microbatches, data_parallel
+        self.stages_per_rank = stages_per_rank
+        check_stages_per_rank(schedule, stages_per_rank)
+        self.stage_ranks: list[int] = []  # the global rank of each stage of this rank's pipeline
         self.layout: Layout | None = None
         self.loop: PipelineLoop | None = None
         self.clip_val: float | None = None
@@ -139,6 +167,7 @@ class Pipeline(DDPStrategy):
         devices, nodes = trainer_kwargs.get("devices"), trainer_kwargs.get("num_nodes", 1)
         if isinstance(devices, int) and isinstance(nodes, int):
             check_divisible(devices * nodes, self.data_parallel)
+            check_interleavable(self.schedule, self.microbatches, devices * nodes // self.data_parallel)
         # data_parallel=1: every stage reads the very batches one process would (a DistributedSampler, even over one
         # replica, shuffles in another order than the loader's own sampler); N replicas: each its share, as under
         # DDP (Lightning's sampler over the "dp" dimension, distributed_sampler_kwargs)
@@ -172,7 +201,7 @@ class Pipeline(DDPStrategy):
         self._install()  # validate / test / a fit's later trainer.test: the loop is already there (idempotent)
 
     def _install(self) -> None:
-        from litforge.parallel.pipeline_split import owners, split_net
+        from litforge.parallel.pipeline_split import owners, split_net, stage_places
 
         module = attached_module(self)
         if self.loop is None:
@@ -183,26 +212,29 @@ class Pipeline(DDPStrategy):
                 for tensor in (*module.parameters(), *module.buffers()):
                     dist.broadcast(tensor.data, src=0)
             check_divisible(self.world_size, self.data_parallel)  # trainer.devices=auto: known only here
-            num_stages = self.world_size // self.data_parallel
+            num_ranks = self.world_size // self.data_parallel
+            check_interleavable(self.schedule, self.microbatches, num_ranks)
+            num_stages = num_ranks * self.stages_per_rank
             self.layout = layout = pipeline_layout(
                 self.world_size, self.data_parallel, self.global_rank, self.root_device.type
             )
             stages = split_net(net, num_stages)
+            places = stage_places(self.schedule, num_ranks, self.stages_per_rank)  # stage -> pipeline rank
+            self.stage_ranks = [layout.stage_ranks[place] for place in places]
             self.owners = {f"net.{name}": where for name, where in owners(net, stages).items()}
-            stage = layout.stage
-            tied = [
-                p for p in stages[stage].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1
-            ]
-            holders = sorted({i for where in self.owners.values() if len(where) > 1 for i in where})
+            mine, tied = rank_stages(stages, places, layout.stage)
+            holders = sorted(
+                {places[i] for where in self.owners.values() if len({places[j] for j in where}) > 1 for i in where}
+            )
             self.loop = PipelineLoop(
                 module,
-                stages[stage],
-                stage,
+                [stages[i] for i in mine],
+                mine,
                 num_stages,
                 self.schedule,
                 self.microbatches,
                 group=layout.pp_group,
-                stage_ranks=layout.stage_ranks,
+                stage_ranks=self.stage_ranks,
                 tied=tied,
                 tied_group=tied_groups(layout, holders, self.data_parallel),
                 device=self.root_device,
@@ -217,7 +249,7 @@ class Pipeline(DDPStrategy):
     def sync_full_net(self) -> None:
         """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model."""
         if self.owners and self.layout is not None and len(self.layout.stage_ranks) > 1:
-            sync_full_net(attached_module(self), self.owners, self.layout.stage_ranks, self.layout.pp_group)
+            sync_full_net(attached_module(self), self.owners, self.stage_ranks, self.layout.pp_group)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.sync_full_net()  # called on every rank by Lightning's checkpoint dump
@@ -229,6 +261,16 @@ class Pipeline(DDPStrategy):
         if self.layout is None or len(self.layout.stage_ranks) == 1 or not self.owners:
             return state
         return merged_optimizer_state(state, len(self.layout.stage_ranks), self.layout.pp_group)
+
+
+def rank_stages(stages: list[torch.nn.Module], places: list[int], rank: int) -> tuple[list[int], list[Any]]:
+    """The indices of the stages pipeline rank `rank` runs, and its parameters that a stage on another rank also
+    holds (the GPT's tied embedding and head, unless zero_bubble puts its first and last stage both on rank 0, where
+    autograd sums the two parts itself): their gradients are summed between those ranks after the schedule."""
+    mine = [i for i, place in enumerate(places) if place == rank]
+    elsewhere = {id(p) for i, stage in enumerate(stages) if places[i] != rank for p in stage.parameters()}
+    tied = list({id(p): p for i in mine for p in stages[i].parameters() if id(p) in elsewhere}.values())
+    return mine, tied
 
 
 def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:

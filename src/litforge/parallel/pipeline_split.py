@@ -62,3 +62,18 @@ def owners(net: nn.Module, stages: list[nn.Module]) -> dict[str, list[int]]:
             raise ValueError(f"{type(net).__name__}.pipeline_stages() leaves {name} in no stage")
         out[name] = where
     return out
+
+
+def stage_places(schedule: str, num_ranks: int, stages_per_rank: int) -> list[int]:
+    """The pipeline rank (0 .. num_ranks-1) that runs each of the `num_ranks * stages_per_rank` stages.
+
+    One stage per rank (gpipe, 1f1b): stage i on rank i. interleaved_1f1b places them round-robin ("loop": rank r
+    holds r, r + P, r + 2P, ...), so each micro-batch laps the ranks `stages_per_rank` times in smaller steps;
+    zero_bubble (ZB-V) places two per rank in a V (rank r holds r and 2P-1-r), so the first and last stage share
+    rank 0 and the turn at the bottom of the V needs no send. The same placements torch's schedules assume
+    (`ScheduleInterleaved1F1B`, `ScheduleZBVZeroBubble`): a mismatch would deadlock their sends, so
+    tests/test_pipeline.py runs both on gloo ranks."""
+    total = num_ranks * stages_per_rank
+    if schedule == "zero_bubble":
+        return [v if v < num_ranks else total - 1 - v for v in range(total)]
+    return [v % num_ranks for v in range(total)]
