@@ -152,7 +152,7 @@ class PipelineLoop:
 
         key = (train, tuple(tuple(tuple(t.shape) for t in m if isinstance(t, Tensor)) for m in micro))
         if key not in self._schedules:
-            stages = [
+            stages: list[Any] = [
                 pp.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
                 for module, index in zip(self.stages, self.indices, strict=True)
             ]
