@@ -121,6 +121,7 @@ class Pipeline(DDPStrategy):
         microbatches: Count = 4,
         data_parallel: Count = 1,
         stages_per_rank: Count = 1,
+        meta_init: bool = True,
         **kwargs: Any,
     ) -> None:
         # their types and ranges: the signature (litforge.config.validation checks them as the strategy is built)
@@ -129,6 +130,9 @@ class Pipeline(DDPStrategy):
         self.stages_per_rank = stages_per_rank
         check_stages_per_rank(schedule, stages_per_rank)
         self.stage_ranks: list[int] = []  # the global rank of each stage of this rank's pipeline
+        self.meta_init = meta_init  # read by the train job (litforge.parallel.meta_init.wants_meta_init)
+        self.partial = False  # True once this rank holds only its own stages' tensors (built on meta)
+        self.cut: tuple[list[torch.nn.Module], list[int]] | None = None  # (stages, pipeline rank of each)
         self.layout: Layout | None = None
         self.loop: PipelineLoop | None = None
         self.clip_val: float | None = None
@@ -200,27 +204,85 @@ class Pipeline(DDPStrategy):
         super().setup(trainer)
         self._install()  # validate / test / a fit's later trainer.test: the loop is already there (idempotent)
 
-    def _install(self) -> None:
-        from litforge.parallel.pipeline_split import owners, split_net, stage_places
+    def split_stages(self, module: Any) -> tuple[list[torch.nn.Module], list[int]]:
+        """The net's stages and the pipeline rank of each (once): the layout's groups are created here (a
+        collective)."""
+        from litforge.parallel.pipeline_split import split_net, stage_places
 
-        module = attached_module(self)
-        if self.loop is None:
+        if self.cut is None:
             net = getattr(module, "net", None)
             if not isinstance(net, torch.nn.Module):  # check_task refused such a task before the ranks started
                 raise ConfigError(f"strategy=pipeline needs a task with a `net`; {type(module).__name__} has none")
-            with torch.no_grad():  # what DDP's wrapper would do: every rank starts from rank 0's weights
-                for tensor in (*module.parameters(), *module.buffers()):
-                    dist.broadcast(tensor.data, src=0)
             check_divisible(self.world_size, self.data_parallel)  # trainer.devices=auto: known only here
             num_ranks = self.world_size // self.data_parallel
             check_interleavable(self.schedule, self.microbatches, num_ranks)
-            num_stages = num_ranks * self.stages_per_rank
             self.layout = layout = pipeline_layout(
                 self.world_size, self.data_parallel, self.global_rank, self.root_device.type
             )
-            stages = split_net(net, num_stages)
             places = stage_places(self.schedule, num_ranks, self.stages_per_rank)  # stage -> pipeline rank
             self.stage_ranks = [layout.stage_ranks[place] for place in places]
+            self.cut = (split_net(net, num_ranks * self.stages_per_rank), places)
+        return self.cut
+
+    def model_to_device(self) -> None:
+        """A net built on the meta device (`strategy.meta_init`): this rank's stages get storage and their initial
+        values (those of a whole build with the same seed: litforge.parallel.meta_init.materialize), every other
+        tensor of the net stays on meta; the task's other modules (metrics, loss) move to the device as usual."""
+        from litforge.models.meta import is_meta
+        from litforge.parallel.meta_init import materialize
+        from litforge.runtime.compat import skip_in_module_sync
+
+        module = attached_module(self)
+        net = getattr(module, "net", None)
+        if not self.partial and not (isinstance(net, torch.nn.Module) and is_meta(net)):
+            super().model_to_device()
+            return
+        assert isinstance(net, torch.nn.Module)  # a meta-built net, or one already split (partial)
+        if not self.partial:
+            stages, places = self.split_stages(module)
+            assert self.layout is not None  # split_stages set it
+            mine = [s for s, place in zip(stages, places, strict=True) if place == self.layout.stage]
+            materialize(net, self.root_device, keep=[t for s in mine for t in (*s.parameters(), *s.buffers())])
+            self.partial = True
+            # Lightning broadcasts rank 0's tensors before validate / test: not the net's (each rank has its own part)
+            skip_in_module_sync(module, [f"net.{name}" for name in net.state_dict()])
+            hook = getattr(module, "on_net_materialized", None)
+            if callable(hook):  # the task's own starting weights (task.init_from) load here
+                hook()
+        move_held(net, self.root_device)  # its own stages: back from the CPU after a teardown (trainer.test after fit)
+        for child in module.children():
+            if child is not net:
+                child.to(self.root_device)
+
+    def teardown(self) -> None:
+        """Lightning's teardown moves the whole module to the CPU, which a net with other ranks' stages on meta
+        cannot do: the net steps aside for it and moves only the tensors this rank holds."""
+        module = self.lightning_module
+        net = getattr(module, "net", None) if module is not None else None
+        if not self.partial or module is None or not isinstance(net, torch.nn.Module):
+            super().teardown()
+            return
+        module.net = torch.nn.Identity()
+        try:
+            super().teardown()
+        finally:
+            module.net = net
+        move_held(net, torch.device("cpu"))
+
+    def _install(self) -> None:
+        from litforge.parallel.pipeline_split import owners
+
+        module = attached_module(self)
+        if self.loop is None:
+            if not self.partial:
+                with torch.no_grad():  # what DDP's wrapper would do: every rank starts from rank 0's weights
+                    for tensor in (*module.parameters(), *module.buffers()):
+                        dist.broadcast(tensor.data, src=0)
+            stages, places = self.split_stages(module)
+            layout = self.layout
+            assert layout is not None  # split_stages set it
+            net = getattr(module, "net", None)
+            assert isinstance(net, torch.nn.Module)  # split_stages refused a task without one
             self.owners = {f"net.{name}": where for name, where in owners(net, stages).items()}
             mine, tied = rank_stages(stages, places, layout.stage)
             holders = sorted(
@@ -230,7 +292,7 @@ class Pipeline(DDPStrategy):
                 module,
                 [stages[i] for i in mine],
                 mine,
-                num_stages,
+                len(stages),
                 self.schedule,
                 self.microbatches,
                 group=layout.pp_group,
@@ -247,13 +309,19 @@ class Pipeline(DDPStrategy):
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
     def sync_full_net(self) -> None:
-        """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model."""
+        """Every tensor of the net broadcast from the (first) stage that trains it: all ranks hold the whole model
+        (not when each rank holds only its own stages: then checkpoints gather onto the pipeline's first rank)."""
+        if self.partial:
+            return
         if self.owners and self.layout is not None and len(self.layout.stage_ranks) > 1:
             sync_full_net(attached_module(self), self.owners, self.stage_ranks, self.layout.pp_group)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.sync_full_net()  # called on every rank by Lightning's checkpoint dump
-        return super().lightning_module_state_dict()
+        state = super().lightning_module_state_dict()
+        if self.partial and self.layout is not None and len(self.layout.stage_ranks) > 1:
+            gather_full_net(state, self.owners, self.stage_ranks, self.global_rank, self.root_device)
+        return state
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimizer states of all stages merged (each rank's holds only its stage's parameters)."""
@@ -271,6 +339,16 @@ def rank_stages(stages: list[torch.nn.Module], places: list[int], rank: int) -> 
     elsewhere = {id(p) for i, stage in enumerate(stages) if places[i] != rank for p in stage.parameters()}
     tied = list({id(p): p for i in mine for p in stages[i].parameters() if id(p) in elsewhere}.values())
     return mine, tied
+
+
+@torch.no_grad()
+def move_held(net: torch.nn.Module, device: torch.device) -> None:
+    """The net's tensors that hold data (this rank's stages) moved to `device` in place (the same Parameter objects,
+    which the schedule's stages and the optimizer keep); those on meta stay there."""
+    for module in net.modules():
+        for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+            if not tensor.is_meta and tensor.device != device:
+                tensor.data = tensor.data.to(device)
 
 
 def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:
@@ -300,6 +378,26 @@ def sync_full_net(
         dist.broadcast(tensors[name].data, src=stage_ranks[where[0]] if stage_ranks else where[0], group=group)
 
 
+@torch.no_grad()
+def gather_full_net(
+    state: dict[str, Any], owners: dict[str, list[int]], stage_ranks: list[int], rank: int, device: torch.device
+) -> None:
+    """Each tensor of the net (state-dict name -> stages holding it, `owners`) sent from the rank that trains it to
+    the pipeline's first rank, into `state` there: that rank writes the whole net (point-to-point, one tensor at a
+    time; no other rank ever holds another's stage). The other ranks' `state` keeps meta tensors for those."""
+    first = stage_ranks[0]
+    for name, where in owners.items():
+        src = stage_ranks[where[0]]
+        if src == first:
+            continue
+        if rank == src:
+            dist.send(state[name].detach().contiguous(), first)
+        elif rank == first:
+            received = torch.empty(state[name].shape, dtype=state[name].dtype, device=device)
+            dist.recv(received, src)
+            state[name] = received
+
+
 def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = None) -> dict[str, Any]:
     """One optimizer `state_dict` from every stage's (each holds state only for its stage's parameters; the same
     parameter indices on every rank, since every rank's optimizer was built over the whole net), gathered over
@@ -307,9 +405,10 @@ def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = 
     everyone: list[Any] = [None] * num_stages
     dist.all_gather_object(
         everyone,
-        {
+        {  # a parameter another rank trains has no state here, or (loaded on resume, stages built on meta) a meta one
             k: {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in s.items()}
             for k, s in state["state"].items()
+            if not any(isinstance(v, torch.Tensor) and v.is_meta for v in s.values())
         },
         group=group,
     )

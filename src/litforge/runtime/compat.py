@@ -195,6 +195,17 @@ def restart_validation_on_resume(trainer: Any) -> None:
 # ---- torch.distributed.pipelining ---------------------------------------------------------------------------------
 
 
+def skip_in_module_sync(module: Any, names: list[str]) -> None:
+    """Leave the named parameters and buffers of `module` out of the rank-0 broadcast that Lightning's DDP strategy
+    runs before validate / test / predict (`_sync_module_states`, which honours torch DDP's ignore list).
+
+    strategy=pipeline with stages built on meta: each rank holds only its own stages' tensors (the others are meta),
+    so a broadcast of the whole net from rank 0 would fail. The list is the attribute torch's
+    `DistributedDataParallel._set_params_and_buffers_to_ignore_for_model` sets (private: Lightning's DDP strategy
+    offers no public switch). Upstream: Lightning-AI/pytorch-lightning has no option to skip that sync."""
+    module._ddp_params_and_buffers_to_ignore = list(names)
+
+
 def forward_only(schedule: Any) -> Any:
     """`schedule` (a multi-stage pipelining schedule) cut down to its forward actions and their sends and receives,
     for evaluation.
