@@ -133,6 +133,7 @@ class Pipeline(DDPStrategy):
         self.meta_init = meta_init  # read by the train job (litforge.parallel.meta_init.wants_meta_init)
         self.partial = False  # True once this rank holds only its own stages' tensors (built on meta)
         self.cut: tuple[list[torch.nn.Module], list[int]] | None = None  # (stages, pipeline rank of each)
+        self.checked_net: torch.nn.Module | None = None
         self.layout: Layout | None = None
         self.loop: PipelineLoop | None = None
         self.clip_val: float | None = None
@@ -155,6 +156,7 @@ class Pipeline(DDPStrategy):
         if getattr(task, "mixer", None) is not None:
             raise ConfigError(f"strategy=pipeline does not mix images across micro-batches: pass task.mix=none {fix}")
         split_net(net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
+        self.checked_net = net  # check_run cuts it into the configured stage count
 
     def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None:
         """Refuse the data and trainer settings a pipeline step cannot honour; add the epoch-scheduler stepper
@@ -171,7 +173,12 @@ class Pipeline(DDPStrategy):
         devices, nodes = trainer_kwargs.get("devices"), trainer_kwargs.get("num_nodes", 1)
         if isinstance(devices, int) and isinstance(nodes, int):
             check_divisible(devices * nodes, self.data_parallel)
-            check_interleavable(self.schedule, self.microbatches, devices * nodes // self.data_parallel)
+            num_ranks = devices * nodes // self.data_parallel
+            check_interleavable(self.schedule, self.microbatches, num_ranks)
+            if self.checked_net is not None:  # too few blocks for the stages: refused before any rank starts
+                from litforge.parallel.pipeline_split import split_net
+
+                split_net(self.checked_net, num_ranks * self.stages_per_rank)
         # data_parallel=1: every stage reads the very batches one process would (a DistributedSampler, even over one
         # replica, shuffles in another order than the loader's own sampler); N replicas: each its share, as under
         # DDP (Lightning's sampler over the "dp" dimension, distributed_sampler_kwargs)
@@ -257,9 +264,11 @@ class Pipeline(DDPStrategy):
     def teardown(self) -> None:
         """Lightning's teardown moves the whole module to the CPU, which a net with other ranks' stages on meta
         cannot do: the net steps aside for it and moves only the tensors this rank holds."""
+        from litforge.models.meta import is_meta
+
         module = self.lightning_module
         net = getattr(module, "net", None) if module is not None else None
-        if not self.partial or module is None or not isinstance(net, torch.nn.Module):
+        if module is None or not isinstance(net, torch.nn.Module) or not is_meta(net):
             super().teardown()
             return
         module.net = torch.nn.Identity()
