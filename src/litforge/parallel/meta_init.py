@@ -44,11 +44,12 @@ def wants_meta_init(strategy_cfg: Any) -> bool:
         return False
     from hydra.utils import get_class
 
-    from litforge.parallel.pipeline import Pipeline
     from litforge.parallel.strategies import ModelParallel
 
     try:
-        return issubclass(get_class(str(target)), (ModelParallel, Pipeline))
+        cls = get_class(str(target))
+        # strategy=pipeline marks itself (litforge.parallel.pipeline imports this module: no import back)
+        return issubclass(cls, ModelParallel) or bool(getattr(cls, "builds_own_stages_on_meta", False))
     except Exception:  # an unimportable target is reported where the strategy is built
         return False
 

@@ -114,6 +114,7 @@ class Pipeline(DDPStrategy):
     """One pipeline stage per process; a torch.distributed.pipelining schedule drives each training step."""
 
     strategy_name = "litforge_pipeline"
+    builds_own_stages_on_meta = True  # litforge.parallel.meta_init.wants_meta_init: the train job builds on meta
 
     def __init__(
         self,
