@@ -30,6 +30,8 @@ MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batc
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -333,6 +335,25 @@ class Pipeline(DDPStrategy):
             gather_full_net(state, self.owners, self.stage_ranks, self.global_rank, self.root_device)
         return state
 
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        """Resume: the whole net's checkpoint loads into this rank's stages; into the tensors left on meta (other
+        ranks' stages) a copy is a no-op, which torch warns about once per tensor: that warning is silenced here."""
+        with warnings.catch_warnings():
+            if self.partial:
+                warnings.filterwarnings("ignore", message=r".*to a meta parameter in the current model.*")
+            super().load_model_state_dict(checkpoint, strict=strict)
+
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Resume: each rank loads the optimizer state of the parameters it holds (the others' stay on their ranks;
+        the next checkpoint merges them again)."""
+        if self.partial:
+            states = [
+                held_optimizer_state(optimizer, state)
+                for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"], strict=True)
+            ]
+            checkpoint = {**checkpoint, "optimizer_states": states}
+        super().load_optimizer_state_dict(checkpoint)
+
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimizer states of all stages merged (each rank's holds only its stage's parameters)."""
         state = super().optimizer_state(optimizer)
@@ -406,6 +427,13 @@ def gather_full_net(
             received = torch.empty(state[name].shape, dtype=state[name].dtype, device=device)
             dist.recv(received, src)
             state[name] = received
+
+
+def held_optimizer_state(optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer `state_dict` cut to the parameters `optimizer` holds with data here (not on meta): the state's
+    integer keys number the parameters of `optimizer.param_groups` in order."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {**state, "state": {i: v for i, v in state["state"].items() if not params[int(i)].is_meta}}
 
 
 def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = None) -> dict[str, Any]:
