@@ -234,31 +234,44 @@ class Pipeline(DDPStrategy):
             self.cut = (split_net(net, num_ranks * self.stages_per_rank), places)
         return self.cut
 
-    def model_to_device(self) -> None:
+    def setup_environment(self) -> None:
+        """After the process group exists: build this rank's stages (`build_own_stages`) before Lightning restores
+        a checkpoint into the model (`resume=`, `ckpt_path=`, which happens before `setup`)."""
+        super().setup_environment()
+        self.build_own_stages()
+
+    def build_own_stages(self) -> None:
         """A net built on the meta device (`strategy.meta_init`): this rank's stages get storage and their initial
         values (those of a whole build with the same seed: litforge.parallel.meta_init.materialize), every other
-        tensor of the net stays on meta; the task's other modules (metrics, loss) move to the device as usual."""
+        tensor of the net stays on meta (once; a net built whole is left as it is)."""
         from litforge.models.meta import is_meta
         from litforge.parallel.meta_init import materialize
         from litforge.runtime.compat import skip_in_module_sync
 
+        module = self.lightning_module
+        net = getattr(module, "net", None) if module is not None else None
+        if self.partial or not isinstance(net, torch.nn.Module) or not is_meta(net):
+            return
+        stages, places = self.split_stages(module)
+        assert self.layout is not None  # split_stages set it
+        mine = [s for s, place in zip(stages, places, strict=True) if place == self.layout.stage]
+        materialize(net, self.root_device, keep=[t for s in mine for t in (*s.parameters(), *s.buffers())])
+        self.partial = True
+        # Lightning broadcasts rank 0's tensors before validate / test: not the net's (each rank has its own part)
+        skip_in_module_sync(module, [f"net.{name}" for name in net.state_dict()])
+        hook = getattr(module, "on_net_materialized", None)
+        if callable(hook):  # the task's own starting weights (task.init_from) load here; a resume then overrides
+            hook()
+
+    def model_to_device(self) -> None:
+        """Only this rank's stages (and the task's other modules: metrics, loss) move to the device when the net
+        was built on meta; the tensors left there stay."""
+        self.build_own_stages()
         module = attached_module(self)
         net = getattr(module, "net", None)
-        if not self.partial and not (isinstance(net, torch.nn.Module) and is_meta(net)):
+        if not self.partial or not isinstance(net, torch.nn.Module):
             super().model_to_device()
             return
-        assert isinstance(net, torch.nn.Module)  # a meta-built net, or one already split (partial)
-        if not self.partial:
-            stages, places = self.split_stages(module)
-            assert self.layout is not None  # split_stages set it
-            mine = [s for s, place in zip(stages, places, strict=True) if place == self.layout.stage]
-            materialize(net, self.root_device, keep=[t for s in mine for t in (*s.parameters(), *s.buffers())])
-            self.partial = True
-            # Lightning broadcasts rank 0's tensors before validate / test: not the net's (each rank has its own part)
-            skip_in_module_sync(module, [f"net.{name}" for name in net.state_dict()])
-            hook = getattr(module, "on_net_materialized", None)
-            if callable(hook):  # the task's own starting weights (task.init_from) load here
-                hook()
         move_held(net, self.root_device)  # its own stages: back from the CPU after a teardown (trainer.test after fit)
         for child in module.children():
             if child is not net:
