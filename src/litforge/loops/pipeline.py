@@ -15,10 +15,12 @@ broadcasts the batch's output to every rank, where the same `step_loss` calls (o
 end-of-epoch syncs then meet on every rank). That broadcast costs one output tensor per batch (B x classes, or
 B x T x vocab for a language model).
 
-Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
-the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held
-by two stages (the GPT's embedding tied to its head, on the first and last stage) gets its two partial gradients summed
-between those ranks before the step.
+Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the accumulated gradient
+is divided by their number once per parameter (:meth:`PipelineLoop.scale_gradients`; torch's own per-stage
+`scale_grads` would divide a weight shared by two stages of one rank twice), so it is the whole batch's mean-loss
+gradient. A weight held by two stages on two ranks (the GPT's embedding tied to its head, on the first and last stage)
+gets its two partial gradients summed between those ranks before the step; on one rank (zero_bubble puts the first
+and last stage on rank 0) autograd sums them.
 
 Pipeline x data parallel (`dp_group`, strategy.data_parallel > 1): after the schedule, the stage's accumulated
 gradients are averaged over the ranks that hold the same stage in the other replicas, in one flat all-reduce

@@ -1,21 +1,28 @@
-"""strategy=pipeline: pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2019 "PipeDream").
+"""strategy=pipeline: pipeline parallelism (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2019 "PipeDream";
+interleaved 1F1B, Narayanan et al. 2021; ZB-V, Qi et al. 2024).
 
-The net is cut into `trainer.devices` consecutive stages (litforge.parallel.pipeline_split), one per process; each
-batch is cut into `strategy.microbatches` micro-batches that flow through the stages under a
-`torch.distributed.pipelining` schedule (`ScheduleGPipe`: all forwards, then all backwards; `Schedule1F1B`: one
-forward, one backward in steady state, so at most `stages` micro-batches' activations are alive per stage).
+The net is cut into `trainer.devices` consecutive stages (litforge.parallel.pipeline_split), one per process, or
+`strategy.stages_per_rank` per process for the multi-stage schedules; each batch is cut into `strategy.microbatches`
+micro-batches that flow through the stages under a `torch.distributed.pipelining` schedule (`ScheduleGPipe`: all
+forwards, then all backwards; `Schedule1F1B`: one forward, one backward in steady state, so at most `stages`
+micro-batches' activations are alive per stage; `ScheduleInterleaved1F1B`: stages placed round-robin, a smaller
+bubble; `ScheduleZBVZeroBubble`: two stages per rank in a V, weight gradients filling the bubble).
 
 How it fits Lightning, with public APIs: a `DDPStrategy` subclass (so launching, the gloo/nccl process group,
 rank-0 logging and checkpoint writing stay Lightning's) that does not wrap the model in DDP, gives every rank the
 whole batch (all stages see the same data: the first its inputs, the last its targets), and installs
 litforge.loops.pipeline.PipelineLoop, which runs the schedule and the optimizer step (tasks stay unchanged).
 
-Checkpoints are ordinary single-file checkpoints: every rank builds the whole net (each trains only its stage), and
-before a state dict is taken each tensor is broadcast from the stage that trains it, so rank 0 writes the full,
-current weights and the optimizer states of all stages merged. eval.py, predict.py and export.py read it like any
-other; on resume every rank loads it and trains its own part. This keeps the whole model (and, when saving, its
-optimizer state) on every process: fine up to models one host's (one device's) memory holds; beyond that a
-sharded checkpoint would be needed, which this strategy does not write.
+Each rank builds only its own stages (`strategy.meta_init`, default): the train job builds the net on the meta
+device, and once the process group exists (`setup_environment`, before Lightning restores a checkpoint) the rank
+gives storage and a whole build's initial values to its stages' tensors only (litforge.parallel.meta_init); the rest
+stays on meta. Checkpoints are ordinary single-file checkpoints: when a state dict is taken, each tensor is sent from
+the rank that trains it to the pipeline's first rank, so rank 0 writes the full, current weights and the optimizer
+states of all stages merged. eval.py, predict.py and export.py read it like any other; on resume every rank loads
+its own part. Rank 0 holds the whole model only while it writes: fine up to models one host's memory holds; beyond
+that a sharded checkpoint would be needed, which this strategy does not write. `strategy.meta_init=false`: every
+rank builds the whole net, rank 0's weights are broadcast, and before a save every tensor is broadcast from its
+stage to every rank.
 
 Pipeline x data parallel (`strategy.data_parallel=N`): the world is `stages x N` processes laid out on a 2-D
 DeviceMesh ("pp", "dp"), pipeline outermost as torchtitan lays it out (rank = stage * N + replica). Each replica is

@@ -3,8 +3,9 @@
 Each net that can be pipelined says how beside its definition (`pipeline_stages(n)`, the
 litforge.core.contracts.PipelineModel contract), as it does its FSDP units and tensor-parallel plan: the GPT and the ViT
 cut their blocks into runs (embeddings with the first stage, final norm and head with the last), the MLP its layers.
-Stages share the net's modules, so every rank builds the whole net (as under DDP), keeps its own stage for the
-schedule, and the task's `state_dict` keeps its ordinary names (checkpoints stay single-process checkpoints).
+Stages share the net's modules, so a rank keeps the net's structure (with the stages it does not run left on the meta
+device: litforge.parallel.pipeline), and the task's `state_dict` keeps its ordinary names (checkpoints stay
+single-process checkpoints).
 
 Nets with BatchNorm (model=cnn, model=resnet) are refused: a pipeline runs each micro-batch separately, so their
 batch statistics would be those of a micro-batch, and training would no longer equal one process.
