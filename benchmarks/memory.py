@@ -149,6 +149,8 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
     if arm == "pipeline":  # imported before the baseline, so the build peak is the net's, not Lightning's import
         from litforge.loops.pipeline import PipelineLoop
+        from litforge.models.meta import meta_nets
+        from litforge.parallel.meta_init import materialize
         from litforge.parallel.pipeline import net_inputs
         from litforge.parallel.pipeline_split import split_net
         from litforge.tasks.language_model import LanguageModelTask
@@ -165,22 +167,25 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     torch.manual_seed(0)
     stage_params: list[Any] | None = None
     if arm == "pipeline":  # litforge's own path: the task, split_net, PipelineLoop (1F1B), as Pipeline._install does
-        task = LanguageModelTask(
-            net={
-                "_target_": "litforge.models.gpt.GPT",
-                "_partial_": True,
-                "dim": args.dim,
-                "depth": args.depth,
-                "heads": args.heads,
-            },
-            optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
-            vocab_size=args.vocab,
-            block_size=args.block,
-            packed=False,
-        )
+        with meta_nets(args.pipeline_meta_init):  # strategy.meta_init (default true): only this rank's stage is built
+            task = LanguageModelTask(
+                net={
+                    "_target_": "litforge.models.gpt.GPT",
+                    "_partial_": True,
+                    "dim": args.dim,
+                    "depth": args.depth,
+                    "heads": args.heads,
+                },
+                optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+                vocab_size=args.vocab,
+                block_size=args.block,
+                packed=False,
+            )
         net = task.net
         stages = split_net(net, world)
         stage = stages[rank]
+        if args.pipeline_meta_init:  # as Pipeline.model_to_device: storage and values for this stage only
+            materialize(net, "cpu", keep=[*stage.parameters(), *stage.buffers()])
         tied = [p for p in stage.parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
         holders = [0, world - 1]  # the tied embedding/head: first and last stage, as Pipeline._install groups them
         tied_group = dist.new_group(holders)  # a collective: every rank takes part
@@ -230,7 +235,7 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     build_peak = _status_kib("VmHWM") - before_build
 
     step()  # warm-up: gradients and AdamW state allocated once
-    params = list(net.parameters())
+    params = [p for p in net.parameters() if not p.is_meta]  # pipeline with meta init: other stages hold no data
     grads = [p.grad for p in params if p.grad is not None]
     grad_bytes = _local_bytes(grads)
     optim_bytes = _local_bytes(
@@ -295,6 +300,7 @@ def run_arm(arm: str, depth: int, args: argparse.Namespace, env: dict[str, str])
         str(args.microbatches),
         "--threads",
         str(args.threads),
+        *(["--pipeline-whole-net"] if not args.pipeline_meta_init else []),
     ]
     import tempfile
 
@@ -430,6 +436,12 @@ def main() -> None:
     parser.add_argument("--budget-mb", type=float, default=256.0, help="per-rank budget, with --strategies")
     parser.add_argument("--world", type=int, default=2, help="gloo CPU ranks, with --strategies")
     parser.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches, with --strategies")
+    parser.add_argument(
+        "--pipeline-whole-net",
+        dest="pipeline_meta_init",
+        action="store_false",
+        help="pipeline arm: every rank builds the whole net (strategy.meta_init=false); default: its own stage only",
+    )
     parser.add_argument("--rank-worker", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)

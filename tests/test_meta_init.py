@@ -139,6 +139,52 @@ def test_values_equal_an_unsharded_build_and_training_matches(probe: list[dict[s
         assert record["losses"][-1] < record["losses"][0], record
 
 
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+
+
+def pipeline_probe(rank: int, world: int) -> dict[str, Any]:
+    """strategy=pipeline's start: the GPT built on meta, cut into one stage per rank, and only this rank's stage
+    given storage and values (litforge.parallel.meta_init.materialize with `keep`), against a whole build."""
+    from litforge.models.gpt import GPT
+    from litforge.parallel.meta_init import build_on_meta, materialize
+    from litforge.parallel.pipeline_split import split_net
+
+    torch.manual_seed(0)
+    reference = GPT(**GPT_KW)
+    part = split_net(reference, world)[rank]
+    expected = _bytes([*part.parameters(), *part.buffers()])
+    torch.manual_seed(0)
+    with LiveBytes() as counter:
+        net = build_on_meta(lambda: GPT(**GPT_KW))
+        stage = split_net(net, world)[rank]
+        materialize(net, "cpu", keep=[*stage.parameters(), *stage.buffers()])
+    values = dict(reference.named_parameters(remove_duplicate=False))
+    mine = {id(t) for t in stage.parameters()}
+    return {
+        "whole": _bytes(reference.parameters()),
+        "largest_module": max(_bytes(m.parameters(recurse=False)) for m in reference.modules()),
+        "stage": expected,
+        "peak": counter.peak,
+        "held": _bytes(t for t in (*net.parameters(), *net.buffers()) if not t.is_meta),
+        "held_is_the_stage": all((id(p) in mine) != p.is_meta for p in net.parameters()),
+        "equal_init": all(torch.equal(p, values[n]) for n, p in net.named_parameters() if not p.is_meta),
+        "tied": net.head.weight is net.tok_embed.weight,
+    }
+
+
+def test_pipeline_ranks_build_only_their_own_stages(ranks: Any) -> None:
+    """Each pipeline rank's start-up memory is its stage's bytes (plus one module's transient stand-ins), not the
+    whole net's; the other stages stay on meta; the values are a whole build's with the same seed (so
+    strategy=pipeline trains as one process: tests/test_pipeline.py's CLI runs build this way by default)."""
+    for record in ranks.run(pipeline_probe, timeout=60):
+        assert record["held"] == record["stage"] and record["held_is_the_stage"], record
+        assert record["stage"] < 0.75 * record["whole"], record
+        assert record["peak"] <= record["stage"] + 1.5 * record["largest_module"] + 8192, record
+        assert record["peak"] < 0.85 * record["whole"], record
+        assert record["equal_init"] and record["tied"], record
+
+
 def test_a_module_without_reset_parameters_is_refused() -> None:
     from torch import nn
 
@@ -155,14 +201,16 @@ def test_a_module_without_reset_parameters_is_refused() -> None:
 
 
 def test_sharding_strategies_build_on_meta_unless_switched_off(compose_cfg: Any) -> None:
-    """strategy=fsdp/tp/fsdp_tp/hsdp build the net on meta; strategy.meta_init=false, ddp and the default do not."""
+    """strategy=fsdp/tp/fsdp_tp/hsdp/pipeline build the net on meta; strategy.meta_init=false, ddp and the default
+    do not."""
     from litforge.models.factory import build_net
     from litforge.models.meta import is_meta, meta_nets
     from litforge.parallel.meta_init import wants_meta_init
 
-    for strategy in ("fsdp", "tp", "fsdp_tp", "hsdp"):
+    for strategy in ("fsdp", "tp", "fsdp_tp", "hsdp", "pipeline"):
         assert wants_meta_init(compose_cfg(f"strategy={strategy}").strategy), strategy
     assert not wants_meta_init(compose_cfg("strategy=fsdp", "strategy.meta_init=false").strategy)
+    assert not wants_meta_init(compose_cfg("strategy=pipeline", "strategy.meta_init=false").strategy)
     assert not wants_meta_init(compose_cfg("strategy=ddp").strategy)
     assert not wants_meta_init(compose_cfg().strategy)
     cfg = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 8, "depth": 1, "heads": 2}

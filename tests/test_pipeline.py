@@ -54,16 +54,17 @@ def test_unsplittable_nets_are_refused_in_one_line() -> None:
 
 
 # ---- the schedule loop on 2 gloo ranks: equal to one process --------------------------------------------------------
-def _task(kind: str) -> object:
+def _task(kind: str, stages: int = 2) -> object:
     from litforge.tasks.classification import ClassificationTask
     from litforge.tasks.language_model import LanguageModelTask
 
     torch.manual_seed(0)
     sgd = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.5, "momentum": 0.9}
     if kind == "gpt":  # tied embedding/head across the first and last stage; packed documents (ids passed on)
-        net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": 3, "heads": 2}
+        net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True, "dim": 16, "depth": max(3, stages), "heads": 2}
         return LanguageModelTask(net=net, optimizer=sgd, vocab_size=11, block_size=6, packed=True)
-    net = {"_target_": "litforge.models.mlp.MLP", "_partial_": True, "hidden_dims": [8, 8], "dropout": 0.0}
+    layers = [8] * max(2, stages - 1)
+    net = {"_target_": "litforge.models.mlp.MLP", "_partial_": True, "hidden_dims": layers, "dropout": 0.0}
     return ClassificationTask(net=net, optimizer=sgd, input_shape=[1, 4, 4], num_classes=3)
 
 
@@ -75,30 +76,44 @@ def _batch(kind: str, size: int) -> tuple[torch.Tensor, ...]:
     return torch.randn(size, 1, 4, 4, generator=g), torch.randint(0, 3, (size,), generator=g)
 
 
-def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule: str) -> dict[str, float]:
+def _local(stages: list[nn.Module], places: list[int], rank: int) -> tuple[list[nn.Module], list[int], list]:
+    """This rank's stages, their indices, and its tied parameters, as the strategy picks them."""
+    from litforge.parallel.pipeline import rank_stages
+
+    mine, tied = rank_stages(stages, places, rank)
+    return [stages[i] for i in mine], mine, tied
+
+
+def _pipeline_equals_one_process(
+    rank: int, world_size: int, kind: str, schedule: str, per_rank: int = 1
+) -> dict[str, float]:
     """Loss and (clipped) gradients of a pipeline pass vs the whole net on the whole batch; after 3 SGD steps, the
-    weights and the training metric."""
+    weights and the training metric. `per_rank` stages on each rank, placed as the schedule places them."""
     import torch.distributed as dist
 
     from litforge.loops.pipeline import PipelineLoop
     from litforge.parallel.pipeline import merged_optimizer_state, net_inputs, sync_full_net
-    from litforge.parallel.pipeline_split import owners, split_net
+    from litforge.parallel.pipeline_split import owners, split_net, stage_places
 
-    task, reference = _task(kind), _task(kind)
-    stages = split_net(task.net, world_size)
+    total = world_size * per_rank
+    places = stage_places(schedule, world_size, per_rank)
+    task, reference = _task(kind, total), _task(kind, total)
+    stages = split_net(task.net, total)
     held = {f"net.{name}": where for name, where in owners(task.net, stages).items()}
-    tied = [p for p in stages[rank].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+    local, indices, tied = _local(stages, places, rank)
+    # a group on every rank (creating one is a collective); tied weights across ranks only where both hold them
+    tied_group = dist.new_group(list(range(world_size)))
     loop = PipelineLoop(
         task,
-        stages[rank],
-        rank,
-        world_size,
+        local,
+        indices,
+        total,
         schedule,
         4,
         group=None,
-        stage_ranks=list(range(world_size)),
+        stage_ranks=places,
         tied=tied,
-        tied_group=dist.new_group(list(range(world_size))) if tied else None,
+        tied_group=tied_group if tied else None,
         device=torch.device("cpu"),
         net_inputs=net_inputs(task),
     )
@@ -106,7 +121,7 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
     opt, ref_opt = task.configure_optimizers(), reference.configure_optimizers()  # SGD with momentum (state)
     for step, size in enumerate((8, 8, 6, 8)):  # 6: a partial batch, 3 micro-batches
         if step == 3:  # a checkpoint and an exact resume: the full net and optimizer on every rank, a fresh start
-            sync_full_net(task, held)
+            sync_full_net(task, held, places)
             out["full_net"] = max(
                 (a - b).abs().max().item() for a, b in zip(task.parameters(), reference.parameters(), strict=True)
             )
@@ -117,25 +132,23 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
                 for k, v in ref_state.items()
             )
             assert sorted(saved["optimizer"]["state"]) == sorted(ref_state)
-            task = _task(kind)
+            task = _task(kind, total)
             if kind == "mlp":  # the resumed task's metric starts afresh, so does the reference's
                 reference.train_acc.reset()
             task.load_state_dict(saved["state_dict"])
             opt = task.configure_optimizers()
             opt.load_state_dict(saved["optimizer"])
-            stages = split_net(task.net, world_size)
-            tied = [
-                p for p in stages[rank].parameters() if sum(any(p is q for q in s.parameters()) for s in stages) > 1
-            ]
+            stages = split_net(task.net, total)
+            local, indices, tied = _local(stages, places, rank)
             loop = PipelineLoop(
                 task,
-                stages[rank],
-                rank,
-                world_size,
+                local,
+                indices,
+                total,
                 schedule,
                 4,
                 group=None,
-                stage_ranks=list(range(world_size)),
+                stage_ranks=places,
                 tied=tied,
                 tied_group=loop.tied_group,
                 device=torch.device("cpu"),
@@ -152,23 +165,23 @@ def _pipeline_equals_one_process(rank: int, world_size: int, kind: str, schedule
         ref_loss.backward()
         assert torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05) > 0.05  # it does clip
         out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
-        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, rank, grads=True))
+        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, indices, grads=True))
         opt.step()
         ref_opt.step()
-    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, rank, grads=False))
+    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, indices, grads=False))
     if kind == "mlp":  # the training metric (since the resume): updated from the pipeline's output on every rank
         out["metric"] = abs(task.train_acc.compute().item() - reference.train_acc.compute().item())
     return out
 
 
 def _gap_to_reference(
-    task: torch.nn.Module, reference: torch.nn.Module, held: dict[str, list[int]], stage: int, grads: bool
+    task: torch.nn.Module, reference: torch.nn.Module, held: dict[str, list[int]], stages: list[int], grads: bool
 ) -> float:
-    """Largest |difference| to the one-process reference over the parameters `stage` holds (their gradients, which
-    must exist, or their values)."""
+    """Largest |difference| to the one-process reference over the parameters the `stages` hold (their gradients,
+    which must exist, or their values)."""
     mine, gap = dict(task.named_parameters(remove_duplicate=False)), 0.0
     for name, p in reference.named_parameters(remove_duplicate=False):
-        if stage in held[name]:
+        if set(stages) & set(held[name]):
             if grads:
                 assert mine[name].grad is not None, name
             gap = max(gap, ((mine[name].grad - p.grad) if grads else (mine[name] - p)).abs().max().item())
@@ -176,9 +189,13 @@ def _gap_to_reference(
 
 
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedule: str) -> None:
-    for result in ranks.run(_pipeline_equals_one_process, kind, schedule, timeout=60):
+@pytest.mark.parametrize(
+    ("schedule", "per_rank"), [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2), ("zero_bubble", 2)]
+)
+def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedule: str, per_rank: int) -> None:
+    """Two stages per rank (interleaved_1f1b, zero_bubble: 4 stages on 2 ranks) as exact as one per rank; under
+    zero_bubble the GPT's tied embedding and head both sit on rank 0 (its first and last stage)."""
+    for result in ranks.run(_pipeline_equals_one_process, kind, schedule, per_rank, timeout=60):
         assert result["loss"] <= 1e-6 and result["grad"] <= 1e-6, result
         assert result["weight"] <= 1e-6 and result["metric"] <= 1e-6, result
         assert result["full_net"] <= 1e-6 and result["optimizer"] <= 1e-6, result  # the checkpoint, before resuming
@@ -193,8 +210,18 @@ def test_strategy_refusals_name_the_key_and_the_fix() -> None:
     from litforge.tasks.classification import ClassificationTask
 
     target = "litforge.parallel.pipeline.Pipeline"
-    with pytest.raises(ConfigError, match=r"strategy.schedule='zigzag': expected one of gpipe, 1f1b"):
+    with pytest.raises(ConfigError, match=r"strategy.schedule='zigzag': expected one of gpipe, 1f1b, interleaved_1f1b"):
         check_group("strategy", OmegaConf.create({"_target_": target, "schedule": "zigzag"}))
+    with pytest.raises(ConfigError, match=r"strategy.stages_per_rank=0: expected an integer >= 1"):
+        check_group("strategy", OmegaConf.create({"_target_": target, "stages_per_rank": 0}))
+    with pytest.raises(ConfigError, match=r"schedule=zero_bubble runs exactly 2 .* pass strategy.stages_per_rank=2"):
+        Pipeline(schedule="zero_bubble", stages_per_rank=3)
+    with pytest.raises(ConfigError, match=r"schedule=1f1b runs one stage per rank.*schedule=interleaved_1f1b"):
+        Pipeline(schedule="1f1b", stages_per_rank=2)
+    with pytest.raises(ConfigError, match=r"microbatches=9 over 4 pipeline ranks .* strategy.microbatches=8"):
+        Pipeline(schedule="interleaved_1f1b", stages_per_rank=2, microbatches=9).check_run(
+            type("Data", (), {"batch_size": 18})(), {"devices": 4}, []
+        )
     with pytest.raises(ConfigError, match=r"strategy.microbatches=0: expected an integer >= 1"):
         check_group("strategy", OmegaConf.create({"_target_": target, "microbatches": 0}))
     strategy = Pipeline(microbatches=4)
@@ -233,6 +260,32 @@ QUIET = [
     "+trainer.limit_val_batches=2",
     "+trainer.limit_test_batches=2",
 ]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_stages_per_rank_cli_trains_like_one_process(tmp_path: Path) -> None:
+    """`strategy.schedule=zero_bubble strategy.stages_per_rank=2 trainer.devices=2` on a 4-layer MLP: the strategy's
+    own stage placement (a V: rank 0 runs the first and last layer), and the metrics of a one-process run."""
+    layers = ["model.hidden_dims=[32,32,32]"]
+    piped = run_cli(
+        "train.py",
+        *QUIET,
+        *layers,
+        "strategy=pipeline",
+        "strategy.schedule=zero_bubble",
+        "strategy.stages_per_rank=2",
+        "trainer.devices=2",
+        log_dir=tmp_path / "pipe",
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.output[-3000:]
+    alone = run_cli("train.py", *QUIET, *layers, "trainer.devices=1", log_dir=tmp_path / "one", timeout=300)
+    assert alone.returncode == 0, alone.output[-3000:]
+    pipe_metrics = read_metrics(single_run(tmp_path / "pipe"))["metrics"]
+    one_metrics = read_metrics(single_run(tmp_path / "one"))["metrics"]
+    for key in ("train/acc", "val/loss", "val/acc", "test/loss", "test/acc"):
+        assert pipe_metrics[key] == pytest.approx(one_metrics[key], abs=1e-6), (key, pipe_metrics, one_metrics)
 
 
 @pytest.mark.slow

@@ -67,10 +67,10 @@ def _pipeline_dp_equals_one_process(rank: int, world_size: int, kind: str, sched
         ref_loss.backward()
         assert torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05) > 0.05  # it does clip
         out["loss"] = max(out["loss"], abs(loss.item() - ref_loss.item()))
-        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, layout.stage, grads=True))
+        out["grad"] = max(out["grad"], _gap_to_reference(task, reference, held, [layout.stage], grads=True))
         opt.step()
         ref_opt.step()
-    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, layout.stage, grads=False))
+    out["weight"] = max(out["weight"], _gap_to_reference(task, reference, held, [layout.stage], grads=False))
     if kind == "mlp":  # each rank updated train_acc on its replica's half; compute() syncs over the replicas
         task.flush_train_predictions()
         reference.flush_train_predictions()

@@ -242,6 +242,12 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
                 f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; add a "
                 f"folder per class, e.g. {Path(root) / 'other' / '001.png'}"
             )
+    if config_name == "train" and str(cfg.get("float8", "none")) != "none":
+        from litforge.models.float8 import float8_refusal
+
+        refusal = float8_refusal(str(cfg.float8), (cfg.get("trainer") or {}).get("accelerator"))
+        if refusal is not None:
+            raise ConfigError(refusal)
     if config_name == "export":
         from litforge.jobs.export import check_export
 

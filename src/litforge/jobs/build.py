@@ -68,11 +68,37 @@ def build_training_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
 
     with meta_nets(wants_meta_init(cfg.get("strategy"))):
         task = build_task(cfg, shape)
+    apply_float8(
+        task, str(cfg.get("float8", "none")), cfg.get("strategy"), (cfg.get("trainer") or {}).get("accelerator")
+    )
     apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))
     apply_speed_options(
         task, compile=to_plain(cfg.get("compile", False)), channels_last=bool(cfg.get("channels_last", False))
     )
     return task
+
+
+def apply_float8(task: Any, recipe: str, strategy_cfg: Any, accelerator: Any) -> None:
+    """`float8=tensorwise|rowwise` (litforge.models.float8): refused where float8 matmuls cannot run, else the task's
+    net converted, before activation checkpointing, sharding and compile; float8 all-gather under FSDP2."""
+    if recipe == "none":
+        return
+    from torch import nn
+
+    from litforge.models.float8 import convert_to_float8, float8_refusal
+
+    if (refusal := float8_refusal(recipe, accelerator)) is not None:
+        raise ConfigError(refusal)
+    net = getattr(task, "net", None)
+    if not isinstance(net, nn.Module):
+        raise ConfigError(f"float8 converts the task's `net`, and {type(task).__name__} has none: pass float8=none")
+    convert_to_float8(net, recipe, fsdp_all_gather=shards_data(strategy_cfg))
+
+
+def shards_data(strategy_cfg: Any) -> bool:
+    """Whether the `strategy=` config shards parameters over data-parallel ranks with FSDP2 (fsdp, fsdp_tp, hsdp)."""
+    target = str((strategy_cfg or {}).get("_target_", "")) if hasattr(strategy_cfg, "get") else ""
+    return target.endswith("strategies.ModelParallel") and strategy_cfg.get("data_parallel_size", "auto") != 1
 
 
 def training_callbacks(

@@ -102,6 +102,7 @@ class JobSettings:
     compile: Compile = False
     channels_last: bool = False
     activation_checkpointing: Literal["none", "full", "selective"] = "none"
+    float8: Literal["none", "tensorwise", "rowwise"] = "none"  # litforge.models.float8
     matmul_precision: Literal["highest", "high", "medium"] = "high"
     steps_per_call: Annotated[int, Range(ge=1, example=4)] | Literal["auto"] = 1
     checkpoint_every: Every = None

@@ -15,10 +15,12 @@ broadcasts the batch's output to every rank, where the same `step_loss` calls (o
 end-of-epoch syncs then meet on every rank). That broadcast costs one output tensor per batch (B x classes, or
 B x T x vocab for a language model).
 
-Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the schedule divides
-the accumulated gradient by their number (`scale_grads`), so it is the whole batch's mean-loss gradient. A weight held
-by two stages (the GPT's embedding tied to its head, on the first and last stage) gets its two partial gradients summed
-between those ranks before the step.
+Gradients equal one process's: micro-batches are of equal size (:func:`micro_batches`) and the accumulated gradient
+is divided by their number once per parameter (:meth:`PipelineLoop.scale_gradients`; torch's own per-stage
+`scale_grads` would divide a weight shared by two stages of one rank twice), so it is the whole batch's mean-loss
+gradient. A weight held by two stages on two ranks (the GPT's embedding tied to its head, on the first and last stage)
+gets its two partial gradients summed between those ranks before the step; on one rank (zero_bubble puts the first
+and last stage on rank 0) autograd sums them.
 
 Pipeline x data parallel (`dp_group`, strategy.data_parallel > 1): after the schedule, the stage's accumulated
 gradients are averaged over the ranks that hold the same stage in the other replicas, in one flat all-reduce
@@ -42,9 +44,10 @@ from torch import Tensor, nn
 
 from litforge.core.contracts import own_training_step
 from litforge.core.errors import ConfigError
-from litforge.runtime.compat import counted_optimizer_step
+from litforge.runtime.compat import counted_optimizer_step, forward_only
 
-SCHEDULES = ("gpipe", "1f1b")  # strategy.schedule
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")  # strategy.schedule
+MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # the schedules that run several stages per rank
 
 
 @contextmanager
@@ -57,26 +60,38 @@ def given_output(task: nn.Module, output: Tensor) -> Iterator[None]:
         del task.forward
 
 
-def micro_batches(batch: tuple[Any, ...], n: int) -> list[tuple[Any, ...]]:
+def micro_batches(batch: tuple[Any, ...], n: int, num_ranks: int = 1) -> list[tuple[Any, ...]]:
     """`batch` (a tuple of tensors, or None entries) cut along dim 0 into equal consecutive micro-batches: `n` of
-    them, or for a batch `n` does not divide (a partial last batch) the largest count below `n` that divides it.
+    them, or for a batch `n` does not divide (a partial last batch) the largest count below `n` that divides it
+    (and that torch's interleaved schedule takes over `num_ranks` ranks: :func:`interleavable`).
 
     Equal sizes because a pipeline stage infers its receive buffers from the first micro-batch; and then the mean
     of the micro-batch losses is the batch's mean loss, so the gradients equal one process's."""
     size = len(batch[0])
-    n = max(d for d in range(1, min(n, size) + 1) if size % d == 0)
+    n = max(d for d in range(1, min(n, size) + 1) if size % d == 0 and interleavable(d, num_ranks))
     parts = [t.chunk(n) if isinstance(t, Tensor) else [t] * n for t in batch]
     return [tuple(p[i] for p in parts) for i in range(n)]
 
 
+def interleavable(microbatches: int, num_ranks: int) -> bool:
+    """Whether `ScheduleInterleaved1F1B` over `num_ranks` ranks takes this many micro-batches: it runs them in
+    rounds of about `num_ranks` and needs a whole number of rounds."""
+    rounds = max(1, microbatches // num_ranks)
+    return microbatches % rounds == 0
+
+
 class PipelineLoop:
-    """One rank's part of the pipeline: its stage, the schedules, and the task's replaced steps."""
+    """One rank's part of the pipeline: its stage(s), the schedules, and the task's replaced steps.
+
+    `stage` / `stage_index`: this rank's stage and its index, or for the multi-stage schedules (interleaved_1f1b,
+    zero_bubble) its stages and their indices; `num_stages` counts the stages of all ranks and `stage_ranks` gives
+    the global rank of each."""
 
     def __init__(
         self,
         task: Any,
-        stage: nn.Module,
-        stage_index: int,
+        stage: nn.Module | list[nn.Module],
+        stage_index: int | list[int],
         num_stages: int,
         schedule: str,
         microbatches: int,
@@ -90,13 +105,18 @@ class PipelineLoop:
         net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
         dp_group: Any = None,
     ) -> None:
-        self.task, self.stage, self.stage_index, self.num_stages = task, stage, stage_index, num_stages
+        self.stages = list(stage) if isinstance(stage, list) else [stage]
+        self.indices = list(stage_index) if isinstance(stage_index, list) else [stage_index]
+        self.task, self.num_stages = task, num_stages
+        # this rank's parameters, each once (the GPT's tied embedding/head sits in two stages on rank 0 of zero_bubble)
+        self.params = list({id(p): p for s in self.stages for p in s.parameters()}.values())
+        self.num_ranks = len(set(stage_ranks))
         self.schedule, self.microbatches, self.group, self.stage_ranks = schedule, microbatches, group, stage_ranks
         self.tied, self.tied_group, self.device = tied, tied_group, device
         self.clip_val, self.clip_algorithm = clip_val, clip_algorithm
         # what the first stage takes of a micro-batch: the inputs (packed text: and the document ids)
         self.net_inputs = net_inputs or (lambda micro: micro[:1])
-        self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
+        self.is_first, self.is_last = 0 in self.indices, num_stages - 1 in self.indices
         self._schedules: dict[Any, Any] = {}
         self._originals: dict[str, Callable[..., Any]] = {}
         self._micro: list[tuple[Any, ...]] = []
@@ -130,13 +150,24 @@ class PipelineLoop:
     def _schedule_for(self, micro: list[tuple[Any, ...]], train: bool) -> Any:
         """A PipelineStage + schedule per (mode, micro-batch shapes): a stage infers its shapes at its first step and
         keeps its receive buffers, so a partial last batch (or a validation batch size) needs its own."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed import pipelining as pp
 
         key = (train, tuple(tuple(tuple(t.shape) for t in m if isinstance(t, Tensor)) for m in micro))
         if key not in self._schedules:
-            stage = PipelineStage(self.stage, self.stage_index, self.num_stages, self.device, group=self.group)
-            cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[self.schedule if train else "gpipe"]
-            self._schedules[key] = cls(stage, len(micro), loss_fn=self._loss if train else None)
+            stages: list[Any] = [
+                pp.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
+                for module, index in zip(self.stages, self.indices, strict=True)
+            ]
+            # the gradient's 1/n is applied once per parameter by scale_gradients (torch's per-stage scaling would
+            # apply it twice to a weight two local stages share)
+            loss_fn = self._loss if train else None
+            if self.schedule in MULTI_STAGE:  # also for evaluation: their stage placement is the schedule's own
+                cls = pp.ScheduleInterleaved1F1B if self.schedule == "interleaved_1f1b" else pp.ScheduleZBVZeroBubble
+                schedule = cls(stages, len(micro), loss_fn=loss_fn, scale_grads=False)
+                self._schedules[key] = schedule if train else forward_only(schedule)
+            else:
+                single = pp.Schedule1F1B if self.schedule == "1f1b" and train else pp.ScheduleGPipe
+                self._schedules[key] = single(stages[0], len(micro), loss_fn=loss_fn, scale_grads=False)
             self._inferring = train  # its first step starts with one shape-inference call of the loss
         return self._schedules[key]
 
@@ -156,7 +187,9 @@ class PipelineLoop:
     def run(self, batch: tuple[Any, ...], train: bool) -> tuple[Tensor, list[tuple[Any, ...]], list[Tensor]]:
         """One pass of the schedule over `batch`: (the output, the micro-batches, the micro-batch losses (training
         only)), the same on every rank."""
-        self._micro = micro = micro_batches(batch, self.microbatches)
+        self._micro = micro = micro_batches(
+            batch, self.microbatches, self.num_ranks if self.schedule == "interleaved_1f1b" else 1
+        )
         n = len(micro)
         schedule = self._schedule_for(micro, train)
         arg_mbs = [tuple(self.net_inputs(m)) for m in micro] if self.is_first else [() for _ in micro]
@@ -166,12 +199,21 @@ class PipelineLoop:
             with torch.no_grad():
                 return self._broadcast(schedule.eval(arg_mbs=arg_mbs)), micro, losses
         output = self._broadcast(schedule.step(arg_mbs=arg_mbs, target_mbs=target_mbs, losses=losses))
+        self.scale_gradients(n)
         if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
             with torch.no_grad():
                 for part, out in zip(micro, output.tensor_split(n), strict=True):
                     with given_output(self.task, out):
                         losses.append(self.task.step_loss(part))
         return output, micro, losses
+
+    @torch.no_grad()
+    def scale_gradients(self, n: int) -> None:
+        """The accumulated gradient (a sum over `n` micro-batch mean losses) divided by `n`: the batch's mean-loss
+        gradient, each parameter once."""
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.div_(n)
 
     def _broadcast(self, output: Tensor | None) -> Tensor:
         """The last stage's merged output, on every rank of this pipeline."""
@@ -227,7 +269,7 @@ class PipelineLoop:
         read to agree on it)."""
         if self.dp_group is None:
             return
-        grads = [p.grad for p in self.stage.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -249,12 +291,12 @@ class PipelineLoop:
     def clip_gradients(self, max_value: float) -> None:
         """trainer.gradient_clip_val over the whole net: by value (elementwise, local), or by the global norm of all
         stages' gradients, as `clip_grad_norm_` on one process (a tied weight counted once, on the first stage)."""
-        grads = [p.grad for p in self.stage.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.params if p.grad is not None]
         if self.clip_algorithm == "value":
-            torch.nn.utils.clip_grad_value_(list(self.stage.parameters()), max_value)
+            torch.nn.utils.clip_grad_value_(self.params, max_value)
             return
         tied = {id(p) for p in self.tied}
-        mine = [p.grad for p in self.stage.parameters() if p.grad is not None and (id(p) not in tied or self.is_first)]
+        mine = [p.grad for p in self.params if p.grad is not None and (id(p) not in tied or self.is_first)]
         square = (
             torch.stack([g.detach().float().pow(2).sum() for g in mine]).sum()
             if mine

@@ -24,7 +24,7 @@ have one; ViT has one for its tokens) or it is refused with one line (`strategy.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -37,7 +37,8 @@ __all__ = ["build_on_meta", "building_on_meta", "is_meta", "materialize", "meta_
 
 
 def wants_meta_init(strategy_cfg: Any) -> bool:
-    """Whether the `strategy=` config shards the net with litforge's ModelParallel and keeps `meta_init` on."""
+    """Whether the `strategy=` config shards the net with litforge's ModelParallel, or cuts it into pipeline stages
+    (litforge.parallel.pipeline.Pipeline: each rank builds only its stages), and keeps `meta_init` on."""
     target = strategy_cfg.get("_target_") if hasattr(strategy_cfg, "get") else None
     if not target or not bool(strategy_cfg.get("meta_init", True)):
         return False
@@ -46,7 +47,9 @@ def wants_meta_init(strategy_cfg: Any) -> bool:
     from litforge.parallel.strategies import ModelParallel
 
     try:
-        return issubclass(get_class(str(target)), ModelParallel)
+        cls = get_class(str(target))
+        # strategy=pipeline marks itself (litforge.parallel.pipeline imports this module: no import back)
+        return issubclass(cls, ModelParallel) or bool(getattr(cls, "builds_own_stages_on_meta", False))
     except Exception:  # an unimportable target is reported where the strategy is built
         return False
 
@@ -101,9 +104,12 @@ def _reset(module: nn.Module) -> None:
     module.reset_parameters()  # type: ignore[operator]
 
 
-def materialize(net: nn.Module, device: torch.device | str) -> None:
+def materialize(net: nn.Module, device: torch.device | str, keep: Collection[Tensor] | None = None) -> None:
     """Give a (sharded) meta net storage on `device`, each rank only its own shards, and initialise it so that
     the values equal an unsharded build with the same seed (see the module docstring).
+
+    `keep` (strategy=pipeline: the tensors of this rank's stages): only those get storage and values; every other
+    tensor of the net stays on meta (shapes only), so the rank never holds the stages it does not run.
 
     Two walks, in the construction's order: the first only *times* the draws (each module's init runs on
     throw-away stand-ins, to learn the RNG state each init starts from); the second builds one module's full
@@ -112,7 +118,13 @@ def materialize(net: nn.Module, device: torch.device | str) -> None:
     if not is_meta(net):
         return
     before = getattr(net, RNG_ATTR, torch.random.get_rng_state())
-    net.to_empty(device=device)
+    kept: set[nn.Module] | None = None
+    if keep is None:
+        net.to_empty(device=device)
+    else:
+        ids = {id(t) for t in keep}
+        kept = {m for m in net.modules() if any(id(t) in ids for t in _own_tensors(m).values())}
+        _to_empty_part(net, device, ids)
     resume_state = torch.random.get_rng_state()
     own_init = getattr(net, "init_weights", None)
     modules = [m for m in net.modules() if m is not net] + [net]  # constructors build children first
@@ -130,15 +142,31 @@ def materialize(net: nn.Module, device: torch.device | str) -> None:
                     with _swapped(module, _stand_ins(module)):
                         init(module)
         for module in modules:
-            if steps[module]:
+            if steps[module] and (kept is None or module in kept):
                 full = _run(module, steps[module])
                 with torch.no_grad():
                     for name, tensor in _own_tensors(module).items():
+                        if tensor.is_meta:  # another pipeline rank's (keep)
+                            continue
                         local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
                         local.copy_(_local_slice(full[name].detach(), tensor))
                 del full
     finally:
         torch.random.set_rng_state(resume_state)  # the replay shifts no later draw
+
+
+def _to_empty_part(net: nn.Module, device: torch.device | str, ids: set[int]) -> None:
+    """`to_empty` for the tensors whose ids are in `ids` only: each gets one uninitialised tensor on `device`, set on
+    every module that holds it (a tied weight stays tied)."""
+    new: dict[int, Tensor] = {}
+    for module in net.modules():
+        for name, tensor in _own_tensors(module).items():
+            if id(tensor) in ids:
+                if id(tensor) not in new:
+                    empty = torch.empty_like(tensor, device=device)
+                    is_param = isinstance(tensor, nn.Parameter)
+                    new[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if is_param else empty
+                setattr(module, name, new[id(tensor)])
 
 
 def shard_like(net: nn.Module, weights: Mapping[str, Tensor]) -> dict[str, Tensor]:

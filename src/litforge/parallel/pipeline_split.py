@@ -3,8 +3,9 @@
 Each net that can be pipelined says how beside its definition (`pipeline_stages(n)`, the
 litforge.core.contracts.PipelineModel contract), as it does its FSDP units and tensor-parallel plan: the GPT and the ViT
 cut their blocks into runs (embeddings with the first stage, final norm and head with the last), the MLP its layers.
-Stages share the net's modules, so every rank builds the whole net (as under DDP), keeps its own stage for the
-schedule, and the task's `state_dict` keeps its ordinary names (checkpoints stay single-process checkpoints).
+Stages share the net's modules, so a rank keeps the net's structure (with the stages it does not run left on the meta
+device: litforge.parallel.pipeline), and the task's `state_dict` keeps its ordinary names (checkpoints stay
+single-process checkpoints).
 
 Nets with BatchNorm (model=cnn, model=resnet) are refused: a pipeline runs each micro-batch separately, so their
 batch statistics would be those of a micro-batch, and training would no longer equal one process.
@@ -62,3 +63,18 @@ def owners(net: nn.Module, stages: list[nn.Module]) -> dict[str, list[int]]:
             raise ValueError(f"{type(net).__name__}.pipeline_stages() leaves {name} in no stage")
         out[name] = where
     return out
+
+
+def stage_places(schedule: str, num_ranks: int, stages_per_rank: int) -> list[int]:
+    """The pipeline rank (0 .. num_ranks-1) that runs each of the `num_ranks * stages_per_rank` stages.
+
+    One stage per rank (gpipe, 1f1b): stage i on rank i. interleaved_1f1b places them round-robin ("loop": rank r
+    holds r, r + P, r + 2P, ...), so each micro-batch laps the ranks `stages_per_rank` times in smaller steps;
+    zero_bubble (ZB-V) places two per rank in a V (rank r holds r and 2P-1-r), so the first and last stage share
+    rank 0 and the turn at the bottom of the V needs no send. The same placements torch's schedules assume
+    (`ScheduleInterleaved1F1B`, `ScheduleZBVZeroBubble`): a mismatch would deadlock their sends, so
+    tests/test_pipeline.py runs both on gloo ranks."""
+    total = num_ranks * stages_per_rank
+    if schedule == "zero_bubble":
+        return [v if v < num_ranks else total - 1 - v for v in range(total)]
+    return [v % num_ranks for v in range(total)]

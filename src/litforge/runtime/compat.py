@@ -229,6 +229,39 @@ def restart_validation_on_resume(trainer: Any) -> None:
     progress.is_last_batch = False
 
 
+# ---- torch.distributed.pipelining ---------------------------------------------------------------------------------
+
+
+def skip_in_module_sync(module: Any, names: list[str]) -> None:
+    """Leave the named parameters and buffers of `module` out of the rank-0 broadcast that Lightning's DDP strategy
+    runs before validate / test / predict (`_sync_module_states`, which honours torch DDP's ignore list).
+
+    strategy=pipeline with stages built on meta: each rank holds only its own stages' tensors (the others are meta),
+    so a broadcast of the whole net from rank 0 would fail. The list is the attribute torch's
+    `DistributedDataParallel._set_params_and_buffers_to_ignore_for_model` sets (private: Lightning's DDP strategy
+    offers no public switch). Upstream: Lightning-AI/pytorch-lightning has no option to skip that sync."""
+    module._ddp_params_and_buffers_to_ignore = list(names)
+
+
+def forward_only(schedule: Any) -> Any:
+    """`schedule` (a multi-stage pipelining schedule) cut down to its forward actions and their sends and receives,
+    for evaluation.
+
+    On torch 2.14 `ScheduleZBVZeroBubble.eval()` still runs the schedule's backward actions with backward disabled,
+    and the V's turn (two adjacent stages on one rank) then fails ("can't steal_bwd_input if this stage doesn't have
+    backward"). The runtime executes its lowered action list, `pipeline_order_with_comms` (a public attribute, no
+    private name); keeping its F, SEND_F and RECV_F actions gives a forward-only schedule over the same stage
+    placement. Upstream: pytorch/pytorch `_PipelineScheduleRuntime.eval` does not skip backward actions;
+    tests/test_pipeline.py checks the evaluation output against the whole net."""
+    from torch.distributed.pipelining.schedules import FORWARD, RECV_F, SEND_F
+
+    schedule.pipeline_order_with_comms = {
+        rank: [a for a in actions if a.computation_type in (FORWARD, SEND_F, RECV_F)]
+        for rank, actions in schedule.pipeline_order_with_comms.items()
+    }
+    return schedule
+
+
 # ---- gymnasium -----------------------------------------------------------------------------------------------------
 
 
