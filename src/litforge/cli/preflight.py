@@ -81,7 +81,13 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
     check_job(cfg, config_name)
     if (cfg.get("paths") or {}).get("log_dir"):
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
+    if config_name == "train" and cfg.get("dry_run"):
+        return [*overrides, *DRY_RUN_HYDRA]
     return resume_command_line(cfg, parsed, overrides) if config_name == "train" else overrides
+
+
+# dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file
+DRY_RUN_HYDRA = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"]
 
 
 def check_sweep(conf_dir: Path, config_name: str, overrides: list[str]) -> None:
