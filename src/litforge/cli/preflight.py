@@ -79,9 +79,10 @@ def checked_overrides(conf_dir: Path, config_name: str, overrides: list[str]) ->
             if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
                 check_not_another_run(Path(o.value()))
     check_job(cfg, config_name)
-    if (cfg.get("paths") or {}).get("log_dir"):
+    dry_run = config_name == "train" and bool(cfg.get("dry_run"))
+    if (cfg.get("paths") or {}).get("log_dir") and not dry_run:  # a dry run writes nothing there
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
-    if config_name == "train" and cfg.get("dry_run"):
+    if dry_run:
         return [*overrides, *DRY_RUN_HYDRA]
     return resume_command_line(cfg, parsed, overrides) if config_name == "train" else overrides
 

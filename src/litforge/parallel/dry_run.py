@@ -5,9 +5,9 @@
 
 How (torchtitan's `comm.mode=fake_backend`, with fake tensors in place of a real device):
 
-- one process simulates the ranks that matter one after another: each joins a *fake* process group of the whole
-  world (torch's "fake" backend: every collective returns at once, nothing is sent; litforge.runtime.compat), so a
-  256-rank mesh costs what a 1-rank one does;
+- each rank that matters is simulated in a process of its own (forked, one after another), which joins a *fake*
+  process group of the whole world (torch's "fake" backend: every collective returns at once, nothing is sent;
+  litforge.runtime.compat), so a 256-rank mesh costs what a 1-rank one does;
 - the task is built as a sharded run builds it (its net on the meta device, activation checkpointing wrapped in),
   then the *real* parallel plan is applied: litforge.parallel.plans.shard with the strategy's own FSDP2 options
   (fsdp, tp, fsdp_tp, hsdp, bf16 mixed precision, reshard_after_forward), DDP's gradient all-reduce, or
@@ -440,7 +440,6 @@ def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_s
             loss = task.loss_fn(y.flatten(0, 1), targets.flatten()) if last else y.float().sum()
             loss.backward()
             del loss
-            output_bytes = tensor_bytes([y]) * setup.microbatches if last else 0
             del out, y
             stage_params = list(stage.parameters())
             grads = [p.grad for p in stage_params if p.grad is not None]
@@ -482,21 +481,71 @@ def ranks_to_simulate(setup: Setup) -> list[int]:
 
 # ---- the job ------------------------------------------------------------------------------------------------------
 def plan(build: Callable[[], Any], setup: Setup, batch_size: int, block_size: int) -> list[RankPlan]:
-    """Each rank that matters, stepped over its own fake process group (one after another, in this process)."""
-    import torch.distributed as dist
+    """Each rank that matters, stepped in a process of its own (forked from this one, so the built config and
+    `build` need no pickling), over its own fake process group: no state of one simulated rank (process groups,
+    DTensor's caches keyed by group names) reaches the next."""
+    import multiprocessing
 
-    from litforge.runtime.compat import init_fake_process_group
-
+    context = multiprocessing.get_context("fork")
     plans: list[RankPlan] = []
     for rank in ranks_to_simulate(setup):
-        init_fake_process_group(rank, setup.world)
+        receive, send = context.Pipe(duplex=False)
+        signatures = {p.signature for p in plans}
+        process = context.Process(
+            target=_rank_process, args=(send, build, setup, rank, batch_size, block_size, signatures), daemon=True
+        )
+        process.start()
+        send.close()
         try:
-            if setup.kind == "model_parallel" and plans and _signature(build, setup) in {p.signature for p in plans}:
-                continue  # the same shard shapes as a rank stepped already: the same bytes
-            plans.append(simulate_rank(build, setup, rank, batch_size, block_size))
-        finally:
-            dist.destroy_process_group()
+            status, value = receive.recv()
+        except EOFError:
+            status, value = "error", f"the process simulating rank {rank} died (exit code {process.exitcode})"
+        process.join()
+        if status == "refused":
+            raise ConfigError(value)
+        if status == "error":
+            raise RuntimeError(f"dry run of rank {rank} failed:\n{value}")
+        if value is not None:  # None: the same shard shapes as a rank stepped already, so the same bytes
+            plans.append(value)
     return plans
+
+
+def _rank_process(
+    send: Any,
+    build: Callable[[], Any],
+    setup: Setup,
+    rank: int,
+    batch_size: int,
+    block_size: int,
+    signatures: set[tuple[Any, ...]],
+) -> None:
+    """A forked simulated rank: sends ("ok", RankPlan | None), ("refused", message) or ("error", traceback), then
+    leaves without the parent's exit handlers (os._exit)."""
+    import os
+    import traceback
+
+    import torch.distributed as dist
+
+    from litforge.core.errors import LitforgeError
+    from litforge.runtime.compat import init_fake_process_group
+
+    code = 0
+    try:
+        init_fake_process_group(rank, setup.world)
+        if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
+            send.send(("ok", None))
+        else:
+            send.send(("ok", simulate_rank(build, setup, rank, batch_size, block_size)))
+    except LitforgeError as exc:
+        send.send(("refused", str(exc)))
+    except BaseException:  # noqa: BLE001 - every failure goes back to the parent
+        send.send(("error", traceback.format_exc()))
+        code = 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        send.close()
+        os._exit(code)
 
 
 def _mesh(setup: Setup) -> Any:
@@ -562,12 +611,12 @@ def format_table(
         f"dry run: {setup.label} over {setup.world} ranks, activation_checkpointing={mode}, "
         f"{batch_size} x {block_size} tokens per rank ({seconds:.1f} s)"
     )
-    rows = [("rank", "role", "params", "grads", "optim state", "activations", "total")]
+    rows: list[tuple[str, ...]] = [("rank", "role", "params", "grads", "optim state", "activations", "total")]
     for p in plans:
         rows.append(
             (str(p.rank), p.role, *(size_text(v) for v in (p.params, p.grads, p.optim, p.activations, p.total)))
         )
-    comm_rows = [("rank", "collective", "calls", "payload", "sent")]
+    comm_rows: list[tuple[str, ...]] = [("rank", "collective", "calls", "payload", "sent")]
     for p in plans:
         for kind, c in sorted(p.comms.items()):
             comm_rows.append((str(p.rank), kind, str(c.calls), size_text(c.payload), size_text(c.sent)))
@@ -576,6 +625,5 @@ def format_table(
 
 def _grid(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
-    )
+    cells = (zip(row, widths, strict=True) for row in rows)
+    return "\n".join("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(row)) for row in cells)

@@ -264,5 +264,5 @@ def group_size(group: Any) -> int:
     if isinstance(group, str):
         from torch.distributed.distributed_c10d import _resolve_process_group
 
-        return int(_resolve_process_group(group).size())
+        return int(_resolve_process_group(group).size())  # type: ignore[arg-type]  # GroupName is a str
     return int(dist.ProcessGroup.unbox(group).size())
