@@ -36,47 +36,11 @@ def _measure(rank: int, world: int, arm: str) -> dict[str, Any]:
 
 
 def _dry(arm: str, world: int, local_batch: int) -> list[Any]:
-    """The dry run of the same arm: each simulated rank's plan."""
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy
+    """benchmarks/dry_run.py's dry run of the same arm: each simulated rank's plan."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import dry_run
 
-    from litforge.models.meta import meta_nets
-    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
-    from litforge.parallel.dry_run import Setup, plan
-    from litforge.tasks.language_model import LanguageModelTask
-
-    fsdp: dict[str, Any] = {"reshard_after_forward": True}
-    setups = {
-        "ddp": Setup(world, "ddp", dp=world),
-        "fsdp": Setup(world, "model_parallel", dp=world, fsdp_kwargs=fsdp),
-        "fsdp_ac_full": Setup(world, "model_parallel", dp=world, fsdp_kwargs=fsdp),
-        "fsdp_bf16": Setup(
-            world,
-            "model_parallel",
-            dp=world,
-            fsdp_kwargs={**fsdp, "mp_policy": MixedPrecisionPolicy(torch.bfloat16, reduce_dtype=torch.float32)},
-        ),
-        "tp": Setup(world, "model_parallel", dp=1, tp=world, fsdp_kwargs=fsdp),
-        "fsdp_tp": Setup(world, "model_parallel", dp=world // 2, tp=2, fsdp_kwargs=fsdp),
-        "hsdp": Setup(world, "model_parallel", dp=world, fsdp_kwargs={**fsdp, "replicate_size": 2}),
-        "pipeline": Setup(world, "pipeline", stages=world, microbatches=SIZES["microbatches"], schedule="1f1b"),
-    }
-
-    def build() -> Any:
-        net = {"_target_": "litforge.models.gpt.GPT", "_partial_": True}
-        net.update(dim=SIZES["dim"], depth=SIZES["depth"], heads=SIZES["heads"])
-        with meta_nets(True):
-            task = LanguageModelTask(
-                net=net,
-                optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
-                vocab_size=SIZES["vocab"],
-                block_size=SIZES["block"],
-                packed=False,
-            )
-        apply_activation_checkpointing(task, "full" if arm == "fsdp_ac_full" else "none")
-        return task
-
-    return plan(build, setups[arm], local_batch, SIZES["block"])
+    return dry_run.dry_arm(arm, world, local_batch, SIZES)
 
 
 def _close(dry: float, real: float, what: str) -> None:
@@ -125,7 +89,7 @@ def test_a_256_rank_plan_runs_in_seconds_and_shards_by_the_world():
     start = time.perf_counter()
     (full,) = _dry("ddp", 1, 1)
     plans = _dry("fsdp_tp", 256, 1)
-    assert time.perf_counter() - start < 60
+    assert time.perf_counter() - start < 100  # ~4 s idle here; the bound only catches a pathological slowdown
     assert [p.rank for p in plans] in ([0], [0, 255])  # the last rank only where its shards differ (65 vocab rows)
     assert full.params / 256 <= plans[0].params < full.params / 8  # 1/256 of the blocks, 1/128 of the embedding
     assert all(rank.optim == 2 * rank.params for rank in plans)  # AdamW's two moments per local element

@@ -180,7 +180,7 @@ def step_counter() -> Any:
                 original, counter = torch.UntypedStorage.resize_, self
 
                 def resize_(storage: Any, size: int) -> Any:
-                    counter._resize(storage, int(size))
+                    counter.resized(storage, int(size))
                     return original(storage, size)
 
                 self._original_resize = original
@@ -192,6 +192,9 @@ def step_counter() -> Any:
                 return super().__exit__(*exc)
 
             def _track(self, t: Tensor) -> None:
+                if hasattr(t, "to_local"):  # a DTensor: its memory is its local shard's (its own storage has the
+                    with torch.no_grad():  # global shape's size and no bytes)
+                        t = t.to_local()
                 try:
                     storage = t.untyped_storage()
                 except Exception:  # a tensor without storage (a sparse or nested one)
@@ -211,7 +214,7 @@ def step_counter() -> Any:
                     self._grow(nbytes)
                 weakref.finalize(storage, self._freed, key)
 
-            def _resize(self, storage: Any, nbytes: int) -> None:
+            def resized(self, storage: Any, nbytes: int) -> None:
                 if not self._tracked(storage):  # made before the count (at FSDP2's lazy init): part of the rest
                     self._add(storage, int(storage.nbytes()), grow=False)
                 key = id(storage)
