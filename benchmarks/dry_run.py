@@ -192,7 +192,7 @@ def compare(arms: list[str], world: int) -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     args = argparse.Namespace(**COMPARE_SIZES, world=world, threads=1)
     print(f"GPT {COMPARE_SIZES}, {world} gloo ranks vs the dry run, rank 0, MiB (real / dry)")
-    print("| arm | params | grads | optim state | activations (real: peak transient, VmHWM) | sent per step |")
+    print("| arm | params | grads | optim state | activations (real: VmHWM transient) | collective payload per step |")
     print("|---|---|---|---|---|---|")
     mib = 2**20
     for arm in arms:
@@ -204,7 +204,7 @@ def compare(arms: list[str], world: int) -> None:
             f"| {arm} | {real['param_bytes'] / mib:.2f} / {dry.params / mib:.2f} | "
             f"{real['grad_bytes'] / mib:.2f} / {dry.grads / mib:.2f} | {real['optim_bytes'] / mib:.2f} / "
             f"{dry.optim / mib:.2f} | {real['transient_mb']:.1f} / {dry.activations / mib:.1f} | "
-            f"{real_sent / mib:.2f} / {dry_sent / mib:.2f} (payload) |",
+            f"{real_sent / mib:.2f} / {dry_sent / mib:.2f} |",
             flush=True,
         )
 
