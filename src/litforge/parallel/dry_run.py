@@ -15,7 +15,9 @@ How (torchtitan's `comm.mode=fake_backend`, with fake tensors in place of a real
 - the net's storage is then made of fake tensors (shape, dtype, no bytes) and one training step runs: the task's
   own `step_loss` forward, backward, and the optimizer step. A dispatch mode sees every op: it sums the bytes of
   the storages alive during the step (peak transient: activations saved for backward, FSDP's gathered weights and
-  unsharded gradients, temporaries) and the payload of every collective by kind.
+  unsharded gradients, temporaries; a DTensor by its local shard; FSDP2's in-place `UntypedStorage.resize_` frees
+  and re-allocations, which are no dispatched op, seen through that method wrapped for the count's duration only)
+  and the payload of every collective by kind.
 
 What each rank holds after the step is counted from the tensors it holds (a DTensor's local shard only), exactly
 as benchmarks/memory.py counts a real gloo run; tests/test_dry_run.py checks the two agree at 2 and 4 ranks.
@@ -251,13 +253,15 @@ def read_setup(cfg: Any) -> Setup:
     """The world size and the parallel layout the config asks for, or one line saying why it cannot be planned."""
     trainer = cfg.get("trainer") or {}
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1) or 1
+    node = cfg.get("strategy")
+    if devices == "auto" and not (node is not None and node.get("_target_")) and nodes == 1:
+        devices = 1  # the default run: one device (on a GPU machine Lightning would take them all: say how many)
     if not isinstance(devices, int) or devices < 1 or not isinstance(nodes, int):
         raise ConfigError(
             f"dry_run=true plans a given number of processes, and trainer.devices={devices!r} is not one: "
             "pass trainer.devices=<processes per node> (and trainer.num_nodes=<nodes>), e.g. trainer.devices=8"
         )
     world = devices * nodes
-    node = cfg.get("strategy")
     target = str(node.get("_target_", "")) if node is not None else ""
     if not target:
         name = str((node or {}).get("name", "auto"))
@@ -367,7 +371,7 @@ def simulate_rank(build: Callable[[], Any], setup: Setup, rank: int, batch_size:
 
     task = build()
     net = task.net
-    role, signature = "replica", ()
+    role, signature = ("replica" if setup.kind == "ddp" else "the only rank"), ()
     if setup.kind == "model_parallel":
         from litforge.parallel.plans import shard
 
@@ -623,7 +627,8 @@ def format_table(
     for p in plans:
         for kind, c in sorted(p.comms.items()):
             comm_rows.append((str(p.rank), kind, str(c.calls), size_text(c.payload), size_text(c.sent)))
-    return "\n".join([head, "", _grid(rows), "", "per step:", _grid(comm_rows)])
+    traffic = _grid(comm_rows) if len(comm_rows) > 1 else "no collectives"
+    return "\n".join([head, "", _grid(rows), "", "per step:", traffic])
 
 
 def _grid(rows: list[tuple[str, ...]]) -> str:
