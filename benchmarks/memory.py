@@ -121,7 +121,8 @@ def saved_for_backward(net, idx, vocab: int) -> int:  # type: ignore[no-untyped-
 
 
 # ---- --strategies: bytes per rank under ddp, fsdp, fsdp + checkpointing, fsdp + bf16, pipeline ----------------------
-ARMS = ("ddp", "fsdp", "fsdp_ac_full", "fsdp_bf16", "pipeline")
+ARMS = ("ddp", "fsdp", "fsdp_ac_full", "fsdp_bf16", "pipeline", "tp", "fsdp_tp", "hsdp")
+MESH_ARMS = ("tp", "fsdp_tp", "hsdp")  # through litforge.parallel.plans.shard on Lightning's (data, tensor) mesh
 
 
 def _local_bytes(tensors: Any) -> int:
@@ -134,8 +135,23 @@ def _local_bytes(tensors: Any) -> int:
 
 
 def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One gloo rank of one arm at `args.depth`: exact state bytes (counted from the tensors this rank holds) and the
-    step's peak transient bytes (VmHWM - resting VmRSS - the gradients the step allocates), as `worker` measures."""
+    """One gloo rank of one arm at `args.depth`, in a process group of its own (see `measure_rank`)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=args.world)
+    try:
+        return measure_rank(arm, rank, args)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_rank(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One rank of one arm at `args.depth` in the initialised gloo group of `args.world` ranks (also warm test ranks,
+    tests/test_dry_run.py): exact state bytes (counted from the tensors this rank holds), the step's peak transient
+    bytes (VmHWM - resting VmRSS - the gradients the step allocates, as `worker` measures), and the payload of each
+    collective of one more step, by kind."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -144,9 +160,7 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     from litforge.models.gpt import GPT
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
 
-    torch.set_num_threads(args.threads)
     world = args.world
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
     if arm == "pipeline":  # imported before the baseline, so the build peak is the net's, not Lightning's import
         from litforge.loops.pipeline import PipelineLoop
         from litforge.models.meta import meta_nets
@@ -158,7 +172,9 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        from litforge.parallel.plans import apply_fsdp
+        from litforge.parallel.plans import apply_fsdp, shard
+    from litforge.parallel.dry_run import step_counter  # counts each collective's payload (works on gloo too)
+
     libc = ctypes.CDLL("libc.so.6")
     idx = torch.randint(0, args.vocab, (args.batch, args.block + 1), generator=torch.Generator().manual_seed(1))
     libc.malloc_trim(0)
@@ -213,8 +229,17 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
             optimizer.step()
     else:
         net = GPT(vocab_size=args.vocab, block_size=args.block, dim=args.dim, depth=args.depth, heads=args.heads)
+        replicas, replica = world, rank  # data-parallel ranks: each its share of the global batch
+        ddp_buckets: list[int] = []
         if arm == "ddp":
             model: Any = torch.nn.parallel.DistributedDataParallel(net)  # Lightning's DDPStrategy defaults
+            model.register_comm_hook(ddp_buckets, _counting_allreduce_hook)  # its reducer's all-reduces, counted
+        elif arm in MESH_ARMS:  # the mesh Lightning's ModelParallelStrategy builds, sharded as a task shards its net
+            tp = {"tp": world, "fsdp_tp": 2, "hsdp": 1}[arm]
+            mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
+            shard(net, mesh, {"reshard_after_forward": True, **({"replicate_size": 2} if arm == "hsdp" else {})})
+            replicas, replica = world // tp, rank // tp
+            model = net
         else:
             holder = torch.nn.Module()
             holder.net = net
@@ -225,7 +250,7 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
             apply_fsdp(net, init_device_mesh("cpu", (world,)), **kwargs)
             model = net
         optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
-        local = idx.chunk(world)[rank]  # data parallel: each rank its share of the same global batch
+        local = idx.chunk(replicas)[replica]  # data parallel: each rank its share of the same global batch
 
         def step() -> None:
             logits = model(local[:, :-1])
@@ -250,7 +275,15 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
     step()
     peak = _status_kib("VmHWM")
     dist.barrier()
-    dist.destroy_process_group()
+    counter = step_counter()  # one more step, its collectives counted (outside the memory measurement)
+    if arm not in ("pipeline",):
+        del ddp_buckets[:]
+    with counter:
+        step()
+    comms = {kind: {"calls": c.calls, "payload": c.payload, "sent": c.sent} for kind, c in counter.comms.items()}
+    if arm == "ddp":
+        comms["all_reduce"] = {"calls": len(ddp_buckets), "payload": sum(ddp_buckets), "sent": None}
+    dist.barrier()
     mb = 2**20
     return {
         "rank": rank,
@@ -261,7 +294,21 @@ def rank_worker(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any]
         "stage_param_mb": _local_bytes(stage_params) / mb if stage_params is not None else None,
         "resting_state_mb": (resting - before_build) / 1024,
         "build_peak_mb": build_peak / 1024,
+        "param_bytes": _local_bytes(params),
+        "grad_bytes": grad_bytes,
+        "optim_bytes": optim_bytes,
+        "local_batch": int(local.shape[0]) if arm != "pipeline" else args.batch,
+        "comms": comms,
     }
+
+
+def _counting_allreduce_hook(buckets, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
+    """DDP's default all-reduce of a gradient bucket, its bytes noted (DDP reduces in C++, outside dispatch modes)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    buffer = bucket.buffer()
+    buckets.append(buffer.numel() * buffer.element_size())
+    return allreduce_hook(None, bucket)
 
 
 def _free_port() -> int:

@@ -407,7 +407,7 @@ def test_compat_uses_a_bounded_set_of_private_library_names():
     lines = source.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("# ---- gymnasium"))
     end = next((i for i, line in enumerate(lines) if line.startswith("# ---- Hydra")), len(lines))
-    libraries = "\n".join(lines[:start] + lines[end:])  # gymnasium's private names do not count
+    libraries = "\n".join(lines[:start] + lines[end:])  # gymnasium's and torch's (after it; their own test) do not
     names = set()
     for node in ast.walk(ast.parse(libraries)):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -417,3 +417,34 @@ def test_compat_uses_a_bounded_set_of_private_library_names():
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
             names.add(node.value)  # getattr(obj, "_name") / "_name" in vars(obj)
     assert len(names) <= PRIVATE_NAMES_BOUND, sorted(names)
+
+
+def test_torch_fake_process_group_fake_tensors_dispatch_mode_and_group_sizes():
+    """compat's torch entries (the dry run's machinery, litforge.parallel.dry_run): a fake 4-rank group in which this
+    process is rank 1 and collectives return at once; fake tensors without storage; a dispatch mode that sees a
+    c10d op with its boxed group; both group forms sized."""
+    import torch
+    import torch.distributed as dist
+
+    from litforge.runtime import compat
+
+    seen: list[int] = []
+
+    class Sizes(compat.dispatch_mode_class()):  # type: ignore[misc]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if str(func.overloadpacket) == "c10d.allreduce_":
+                seen.append(compat.group_size(args[1]))
+            return func(*args, **(kwargs or {}))
+
+    compat.init_fake_process_group(1, 4)
+    try:
+        assert (dist.get_rank(), dist.get_world_size()) == (1, 4), _renamed("init_fake_process_group", "FakeStore")
+        assert compat.group_size(dist.group.WORLD.group_name) == 4, _renamed("group_size", "_resolve_process_group")
+        with compat.fake_tensor_mode():
+            huge = torch.empty(2**20, 2**20)  # 4 TiB: only a shape
+            assert type(huge).__name__ == "FakeTensor", _renamed("fake_tensor_mode", "FakeTensorMode")
+            with Sizes():
+                dist.all_reduce(torch.ones(3))
+        assert seen == [4], _renamed("dispatch_mode_class", "TorchDispatchMode or c10d.allreduce_'s group argument")
+    finally:
+        dist.destroy_process_group()

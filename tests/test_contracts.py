@@ -249,13 +249,34 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
 
 
 # ---- Model ----------------------------------------------------------------------------------------------------------
+GPT_PRESETS = ("gpt2_124m", "gpt2_350m", "gpt_1b", "gpt_7b")
+
+
+def test_a_net_configs_own_shape_keys_win_over_the_datas(compose_cfg) -> None:
+    """A preset's vocab_size and block_size are kept (the factory fills only the shape keys a config lacks), and each
+    preset picks the text task and data a GPT trains on."""
+    from litforge.config.instantiate import to_plain
+    from litforge.models.factory import build_net
+    from litforge.models.meta import meta_nets
+
+    for option in GPT_PRESETS:
+        cfg = compose_cfg(f"model={option}")
+        assert cfg.task._target_.endswith("LanguageModelTask") and cfg.data._target_.endswith("TextDataModule")
+        with meta_nets(True):  # shapes only: the 7B preset's 26 GB are never allocated
+            net = build_net(to_plain(cfg.model), vocab_size=11, block_size=16)
+        assert net.head.out_features == 50304 and net.block_size == cfg.model.block_size >= 1024
+
+
 @pytest.mark.parametrize("option", options("model"))
 def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
     from litforge.config.instantiate import to_plain
     from litforge.models.factory import build_net
     from litforge.parallel.plans import sharding_units, tensor_parallel_plan
 
-    net_cfg = to_plain(compose_cfg(f"model={option}").model)
+    # the sized GPT presets (conf/model/gpt_7b.yaml, ...) are model=gpt at real sizes: checked here at a tiny one,
+    # without the vocabulary and context they keep over the data's (test_a_net_configs_own_shape_keys_win)
+    small = ["model.dim=32", "model.depth=2", "model.heads=4", "~model.vocab_size", "~model.block_size"]
+    net_cfg = to_plain(compose_cfg(f"model={option}", *(small if option in GPT_PRESETS else [])).model)
     built = {}
     for kind, (shape, _) in NET_SHAPES.items():
         try:

@@ -81,7 +81,7 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
     quiet_library_chatter()
     try:
         if is_rank_zero():
-            print_config(cfg) if cfg.get("print_config", False) else print_start(job_name)
+            print_config(cfg) if cfg.get("print_config", False) else print_start(job_name, bool(cfg.get("dry_run")))
         with launched_ranks_cleaned_up():
             return job(cfg)
     except (LitforgeError, OmegaConfBaseException) as exc:
@@ -121,7 +121,7 @@ def quiet_library_chatter() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
-def print_start(job_name: str) -> None:
+def print_start(job_name: str, dry_run: bool = False) -> None:
     """A short start: the job, the option of each group, and the run folder (the whole config: print_config=true;
     it is also saved in <run folder>/.hydra/config.yaml)."""
     from hydra.core.hydra_config import HydraConfig
@@ -132,10 +132,8 @@ def print_start(job_name: str) -> None:
     chosen = {g: c for g, c in hydra_cfg.runtime.choices.items() if c is not None and not g.startswith("hydra")}
     order = ["experiment", "data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer"]
     groups = sorted(chosen, key=lambda g: order.index(g) if g in order else len(order))
-    print(
-        f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\nrun folder:\n{hydra_cfg.runtime.output_dir}",
-        flush=True,
-    )
+    where = "dry run: no run folder" if dry_run else f"run folder:\n{hydra_cfg.runtime.output_dir}"
+    print(f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\n{where}", flush=True)
 
 
 def print_config(cfg: DictConfig) -> None:

@@ -114,9 +114,16 @@ def checked_overrides(
                 if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
                     check_not_another_run(Path(o.value()))
     check_job(cfg, job)
-    if (cfg.get("paths") or {}).get("log_dir"):
+    dry_run = job == "train" and bool(cfg.get("dry_run"))
+    if (cfg.get("paths") or {}).get("log_dir") and not dry_run:  # a dry run writes nothing there
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
+    if dry_run:
+        return [*overrides, *DRY_RUN_HYDRA]
     return resume_command_line(cfg, parsed, overrides) if job == "train" else overrides
+
+
+# dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file
+DRY_RUN_HYDRA = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"]
 
 
 def check_sweep(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> None:

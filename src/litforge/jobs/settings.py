@@ -103,6 +103,7 @@ class JobSettings:
     channels_last: bool = False
     activation_checkpointing: Literal["none", "full", "selective"] = "none"
     float8: Literal["none", "tensorwise", "rowwise"] = "none"  # litforge.models.float8
+    dry_run: bool = False  # plan one step on fake ranks and print bytes per rank (litforge.parallel.dry_run)
     matmul_precision: Literal["highest", "high", "medium"] = "high"
     steps_per_call: Annotated[int, Range(ge=1, example=4)] | Literal["auto"] = 1
     checkpoint_every: Every = None

@@ -68,6 +68,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
     check_run(cfg, JobSettings)  # top-level keys and relations between groups; each group is checked where it is built
+    if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
+        from litforge.parallel.dry_run import dry_run
+
+        return dry_run(cfg)
     check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg):
         log.warning("%s", note)

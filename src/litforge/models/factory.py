@@ -32,6 +32,8 @@ def input_keywords(input_shape: list[int] | tuple[int, ...]) -> dict[str, Any]:
 def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
     """Instantiate a `_partial_` net config, completing it with the data's shape (in_channels, num_classes, ...)."""
     net_cfg = {k: v for k, v in net_cfg.items() if k not in LEGACY_TASK_KEYS}
+    # a shape key the config sets itself wins (a preset's vocab_size, conf/model/gpt_7b.yaml): only what it lacks
+    shape = {k: v for k, v in shape.items() if k not in net_cfg}
     from litforge.models.meta import build_on_meta, building_on_meta
 
     if building_on_meta():  # strategy.meta_init under a sharding strategy: shapes only, filled after sharding

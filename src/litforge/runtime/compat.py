@@ -290,3 +290,49 @@ def _time_limit(env: Any) -> Any:
             return env
         env = getattr(env, "env", None)
     return None
+
+
+# ---- torch ---------------------------------------------------------------------------------------------------------
+# The dry run (litforge.parallel.dry_run) simulates thousands of ranks on one CPU with torch's own test and tracing
+# machinery, which torch keeps under private names; torchtitan's `comm.mode=fake_backend` uses the same ones.
+
+
+def init_fake_process_group(rank: int, world_size: int) -> None:
+    """A default process group of `world_size` ranks in which this process is `rank` and every collective returns
+    at once without sending anything (torch's "fake" backend, registered by importing its test module; its store
+    needs no other process). torch offers it only in `torch.testing._internal.distributed.fake_pg` (torchtitan's
+    fake_backend mode imports it there too; pytorch/pytorch#124541 discusses a public home)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+
+
+def fake_tensor_mode() -> Any:
+    """A mode in which new tensors carry shape, dtype and device but no storage, and every op only computes the
+    shapes of its results (`torch._subclasses.fake_tensor.FakeTensorMode`; public in spirit through
+    `torch.export`, but not exported). Real tensors made before it (a meta net's shards) are allowed in."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def dispatch_mode_class() -> type:
+    """The base class of a mode that sees every aten and c10d op (`torch.utils._python_dispatch.TorchDispatchMode`,
+    which torch's own CommDebugMode and memory trackers subclass; no public alias exists)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+def group_size(group: Any) -> int:
+    """The ranks in a process group as a collective op carries it: a c10d op's boxed ProcessGroup, or a functional
+    collective's group name (resolved by `torch.distributed.distributed_c10d._resolve_process_group`, the name
+    functional collectives use internally; no public lookup by name exists)."""
+    import torch.distributed as dist
+
+    if isinstance(group, str):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return int(_resolve_process_group(group).size())  # type: ignore[arg-type]  # GroupName is a str
+    return int(dist.ProcessGroup.unbox(group).size())

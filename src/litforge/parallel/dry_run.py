@@ -1,0 +1,637 @@
+"""`dry_run=true`: what one training step holds and sends on each rank, at any scale, planned on this CPU.
+
+    python train.py model=gpt_7b strategy=fsdp_tp trainer.num_nodes=32 trainer.devices=8 \\
+        activation_checkpointing=full dry_run=true
+
+How (torchtitan's `comm.mode=fake_backend`, with fake tensors in place of a real device):
+
+- each rank that matters is simulated in a process of its own (forked, one after another), which joins a *fake*
+  process group of the whole world (torch's "fake" backend: every collective returns at once, nothing is sent;
+  litforge.runtime.compat), so a 256-rank mesh costs what a 1-rank one does;
+- the task is built as a sharded run builds it (its net on the meta device, activation checkpointing wrapped in),
+  then the *real* parallel plan is applied: litforge.parallel.plans.shard with the strategy's own FSDP2 options
+  (fsdp, tp, fsdp_tp, hsdp, bf16 mixed precision, reshard_after_forward), DDP's gradient all-reduce, or
+  litforge.parallel.pipeline_split's stages;
+- the net's storage is then made of fake tensors (shape, dtype, no bytes) and one training step runs: the task's
+  own `step_loss` forward, backward, and the optimizer step. A dispatch mode sees every op: it sums the bytes of
+  the storages alive during the step (peak transient: activations saved for backward, FSDP's gathered weights and
+  unsharded gradients, temporaries; a DTensor by its local shard; FSDP2's in-place `UntypedStorage.resize_` frees
+  and re-allocations, which are no dispatched op, seen through that method wrapped for the count's duration only)
+  and the payload of every collective by kind.
+
+What each rank holds after the step is counted from the tensors it holds (a DTensor's local shard only), exactly
+as benchmarks/memory.py counts a real gloo run; tests/test_dry_run.py checks the two agree at 2 and 4 ranks.
+Ranks whose shards have the same shapes hold the same bytes, so only rank 0 and the last rank are stepped
+(the last one only when its shards differ), one rank per stage under strategy=pipeline.
+
+"Sent" bytes are what this rank puts on the wire per step under ring algorithms, from the payload p of each call
+over a group of n ranks: all-gather (n-1)p (p = this rank's shard), reduce-scatter and all-to-all (n-1)/n p (p = the
+full input), all-reduce 2(n-1)/n p, broadcast p from its source, send p.
+
+Not simulated (refused in one line): strategies whose traffic depends on the step number (local_sgd, diloco,
+hogwild), host offload, and tasks other than text (their batches' shapes come from data the dry run does not read).
+DDP's all-reduce runs in its C++ reducer, outside any mode: it is counted from the gradients it reduces (bucketed
+as DDP buckets them, 25 MiB). A pipeline stage's step is simulated on one micro-batch and scaled by the schedule
+(1F1B keeps up to stages - stage micro-batches alive, GPipe all of them); its sends are the stage's activations
+forward and their gradients back, per micro-batch, plus what litforge's PipelineLoop adds (the output broadcast,
+the tied embedding's all-reduce, the data-parallel gradient all-reduce).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from litforge.core.errors import ConfigError
+
+# op name -> (kind, index of the input argument, index of the group argument (a boxed ProcessGroup or a group
+# name), or of the group size for functional collectives that carry it)
+COLLECTIVES: dict[str, tuple[str, int, int]] = {
+    "c10d._allgather_base_": ("all_gather", 1, 2),
+    "c10d.allgather_": ("all_gather", 1, 2),
+    "c10d.allgather_into_tensor_coalesced_": ("all_gather", 1, 2),
+    "_c10d_functional.all_gather_into_tensor": ("all_gather", 0, 2),
+    "_c10d_functional.all_gather_into_tensor_coalesced": ("all_gather", 0, 2),
+    "c10d._reduce_scatter_base_": ("reduce_scatter", 1, 2),
+    "c10d.reduce_scatter_": ("reduce_scatter", 1, 2),
+    "c10d.reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, 2),
+    "_c10d_functional.reduce_scatter_tensor": ("reduce_scatter", 0, 3),
+    "_c10d_functional.reduce_scatter_tensor_coalesced": ("reduce_scatter", 0, 3),
+    "c10d.allreduce_": ("all_reduce", 0, 1),
+    "c10d.allreduce_coalesced_": ("all_reduce", 0, 1),
+    "_c10d_functional.all_reduce": ("all_reduce", 0, 2),
+    "_c10d_functional.all_reduce_coalesced": ("all_reduce", 0, 2),
+    "c10d.broadcast_": ("broadcast", 0, 1),
+    "_c10d_functional.broadcast": ("broadcast", 0, 2),
+    "c10d.alltoall_base_": ("all_to_all", 1, 2),
+    "_c10d_functional.all_to_all_single": ("all_to_all", 0, 3),
+    "c10d.send": ("send", 0, 1),
+}
+WIRE: dict[str, Callable[[int, int], float]] = {  # bytes this rank sends, from the payload p over n ranks (ring)
+    "all_gather": lambda p, n: (n - 1) * p,
+    "reduce_scatter": lambda p, n: (n - 1) / n * p,
+    "all_to_all": lambda p, n: (n - 1) / n * p,
+    "all_reduce": lambda p, n: 2 * (n - 1) / n * p,
+    "broadcast": lambda p, n: p,
+    "send": lambda p, n: p,
+}
+DDP_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+
+
+@dataclasses.dataclass
+class Comm:
+    calls: int = 0
+    payload: int = 0  # bytes of this rank's inputs to the calls
+    sent: float = 0.0  # bytes this rank puts on the wire (ring algorithms; module docstring)
+
+    def add(self, payload: int, size: int, kind: str, calls: int = 1) -> None:
+        self.calls += calls
+        self.payload += payload
+        self.sent += WIRE[kind](payload, max(size, 1))
+
+
+@dataclasses.dataclass
+class RankPlan:
+    rank: int
+    role: str
+    params: int
+    grads: int
+    optim: int
+    activations: int
+    comms: dict[str, Comm]
+    signature: tuple[Any, ...] = ()  # its shards' local shapes (shard_signature)
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optim + self.activations
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("signature")
+        out["total"] = self.total
+        return out
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes of the tensors as this rank holds them: a DTensor's local shard only."""
+    total = 0
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+_COUNTERS: dict[str, type] = {}
+
+
+def step_counter() -> Any:
+    """A dispatch mode that counts each collective's payload by kind (`comms`) and the bytes of the storages made
+    under it that are still alive (`live`, its maximum `peak`). Works on real tensors (a gloo run) and fake ones."""
+    if "step" not in _COUNTERS:
+        from litforge.runtime.compat import dispatch_mode_class, group_size
+
+        class StepCounter(dispatch_mode_class()):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.comms: dict[str, Comm] = {}
+                self.live = self.peak = 0
+                self.seen: dict[int, weakref.ref[Any]] = {}
+                self.sizes: dict[int, int] = {}
+
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                name = str(func.overloadpacket)
+                known = COLLECTIVES.get(name)
+                if known is not None:
+                    kind, index, group_index = known
+                    group = args[group_index] if group_index < len(args) else None
+                    size = group if isinstance(group, int) else group_size(group) if group is not None else 1
+                    payload = sum(t.numel() * t.element_size() for t in _tensors(args[index]))
+                    if kind == "broadcast" and name.startswith("c10d.") and not self._is_source(args):
+                        payload = 0  # only the source sends; the others receive
+                    self.comms.setdefault(kind, Comm()).add(payload, size, kind)
+                out = func(*args, **kwargs)
+                for t in _tensors(out):
+                    self._track(t)
+                return out
+
+            @staticmethod
+            def _is_source(args: Any) -> bool:
+                import torch.distributed as dist
+
+                return int(dist.ProcessGroup.unbox(args[1]).rank()) == int(args[2])
+
+            def __enter__(self) -> Any:
+                # FSDP2 frees and re-allocates its gathered weights by resizing their storages in place
+                # (`UntypedStorage.resize_`, not a dispatched op): seen here for the duration of the count only
+                original, counter = torch.UntypedStorage.resize_, self
+
+                def resize_(storage: Any, size: int) -> Any:
+                    counter.resized(storage, int(size))
+                    return original(storage, size)
+
+                self._original_resize = original
+                torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+                return super().__enter__()
+
+            def __exit__(self, *exc: Any) -> Any:
+                torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
+                return super().__exit__(*exc)
+
+            def _track(self, t: Tensor) -> None:
+                if hasattr(t, "to_local"):  # a DTensor: its memory is its local shard's (its own storage has the
+                    with torch.no_grad():  # global shape's size and no bytes)
+                        t = t.to_local()
+                try:
+                    storage = t.untyped_storage()
+                except Exception:  # a tensor without storage (a sparse or nested one)
+                    return
+                if not self._tracked(storage):
+                    self._add(storage, int(storage.nbytes()))
+
+            def _tracked(self, storage: Any) -> bool:
+                ref = self.seen.get(id(storage))
+                return ref is not None and ref() is storage
+
+            def _add(self, storage: Any, nbytes: int, grow: bool = True) -> None:
+                key = id(storage)
+                self.seen[key] = weakref.ref(storage)
+                self.sizes[key] = nbytes
+                if grow:
+                    self._grow(nbytes)
+                weakref.finalize(storage, self._freed, key)
+
+            def resized(self, storage: Any, nbytes: int) -> None:
+                if not self._tracked(storage):  # made before the count (at FSDP2's lazy init): part of the rest
+                    self._add(storage, int(storage.nbytes()), grow=False)
+                key = id(storage)
+                self._grow(nbytes - self.sizes[key])
+                self.sizes[key] = nbytes
+
+            def _grow(self, nbytes: int) -> None:
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+
+            def _freed(self, key: int) -> None:
+                self.live -= self.sizes.pop(key, 0)
+                self.seen.pop(key, None)
+
+        _COUNTERS["step"] = StepCounter
+    return _COUNTERS["step"]()
+
+
+# ---- what the config asks for ------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Setup:
+    world: int
+    kind: str  # single | ddp | model_parallel | pipeline
+    dp: int = 1
+    tp: int = 1
+    fsdp_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stages: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    label: str = ""
+
+
+def read_setup(cfg: Any) -> Setup:
+    """The world size and the parallel layout the config asks for, or one line saying why it cannot be planned."""
+    trainer = cfg.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1) or 1
+    node = cfg.get("strategy")
+    if devices == "auto" and not (node is not None and node.get("_target_")) and nodes == 1:
+        devices = 1  # the default run: one device (on a GPU machine Lightning would take them all: say how many)
+    if not isinstance(devices, int) or devices < 1 or not isinstance(nodes, int):
+        raise ConfigError(
+            f"dry_run=true plans a given number of processes, and trainer.devices={devices!r} is not one: "
+            "pass trainer.devices=<processes per node> (and trainer.num_nodes=<nodes>), e.g. trainer.devices=8"
+        )
+    world = devices * nodes
+    target = str(node.get("_target_", "")) if node is not None else ""
+    if not target:
+        name = str((node or {}).get("name", "auto"))
+        if name not in ("auto", "ddp"):
+            raise ConfigError(f"dry_run=true cannot simulate strategy.name={name}: use strategy=ddp, fsdp, tp, ...")
+        return Setup(world, "ddp" if world > 1 else "single", dp=world, label="ddp" if world > 1 else "one device")
+    from hydra.utils import get_class
+    from pytorch_lightning.strategies import DDPStrategy
+
+    from litforge.parallel.pipeline import Pipeline
+    from litforge.parallel.strategies import ModelParallel, explicit_mesh_sizes
+
+    cls = get_class(target)
+    if issubclass(cls, ModelParallel):
+        sizes = {**{k: node.get(k) for k in ("data_parallel_size", "tensor_parallel_size")}}
+        sizes.update(explicit_mesh_sizes(node, world))
+        dp, tp = sizes["data_parallel_size"], sizes["tensor_parallel_size"]
+        if dp == "auto" or tp == "auto" or int(dp) * int(tp) != world:
+            raise ConfigError(
+                f"strategy.data_parallel_size={dp} x strategy.tensor_parallel_size={tp} is not the {world} processes "
+                "of trainer.devices x trainer.num_nodes: leave one of them auto"
+            )
+        if node.get("offload"):
+            raise ConfigError(
+                "dry_run=true does not simulate strategy.offload=cpu (host memory and its copies): use "
+                "strategy.offload=null to plan the device side"
+            )
+        from litforge.config.instantiate import instantiate_group
+
+        strategy = instantiate_group("strategy", node)  # its own checks, and the FSDP2 options a real run passes
+        kwargs = strategy.fsdp_kwargs()
+        label = (
+            "tp" if int(dp) == 1 else "fsdp_tp" if int(tp) > 1 else "hsdp" if kwargs.get("replicate_size") else "fsdp"
+        )
+        if kwargs.get("mp_policy") is not None:
+            label += " bf16"
+        if not kwargs.get("reshard_after_forward", True):
+            label += " no-reshard"
+        return Setup(world, "model_parallel", dp=int(dp), tp=int(tp), fsdp_kwargs=kwargs, label=label)
+    if issubclass(cls, Pipeline):
+        data_parallel = int(node.get("data_parallel", 1))
+        if world % data_parallel:
+            raise ConfigError(f"strategy.data_parallel={data_parallel} does not divide the {world} processes")
+        schedule = str(node.get("schedule", "1f1b"))
+        if schedule not in ("gpipe", "1f1b"):
+            raise ConfigError(
+                f"dry_run=true models the gpipe and 1f1b schedules, not strategy.schedule={schedule}: use one of them"
+            )
+        return Setup(
+            world,
+            "pipeline",
+            dp=data_parallel,
+            stages=world // data_parallel,
+            microbatches=int(node.get("microbatches", 4)),
+            schedule=schedule,
+            label=f"pipeline {schedule}" + (f" x dp {data_parallel}" if data_parallel > 1 else ""),
+        )
+    if cls is DDPStrategy:
+        return Setup(world, "ddp", dp=world, label="ddp")
+    raise ConfigError(
+        f"dry_run=true cannot simulate {target.rsplit('.', 1)[-1]}: its communication depends on the step (it "
+        "averages every few steps or shares memory), not on one step's plan; plan strategy=ddp or fsdp instead"
+    )
+
+
+# ---- one rank -----------------------------------------------------------------------------------------------------
+def text_batch(task: Any, batch_size: int, block_size: int) -> tuple[Tensor, ...]:
+    """A batch shaped as the text data gives it: token ids, next-token targets, document ids (B x T each)."""
+    ids = torch.zeros(batch_size, block_size, dtype=torch.long)
+    return ids, ids.clone(), ids.clone()
+
+
+def to_fake(net: nn.Module) -> None:
+    """Give a meta net fake storage (inside a fake tensor mode), keeping tied weights tied: `to_empty` makes a new
+    parameter per module, so the GPT's head would stop sharing its embedding's weight."""
+    names: dict[int, list[str]] = {}
+    for name, p in net.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    net.to_empty(device="cpu")
+    for first, *others in (group for group in names.values() if len(group) > 1):
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            setattr(net.get_submodule(owner), attr, net.get_parameter(first))
+
+
+def _optimizer(task: Any, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    from litforge.config.instantiate import call_partial
+
+    optimizer_cfg = {k: v for k, v in dict(task.optimizer_cfg).items() if k != "lr_scaling"}
+    return call_partial("optimizer", optimizer_cfg, params)
+
+
+def _optim_bytes(optimizer: torch.optim.Optimizer) -> int:
+    return tensor_bytes(
+        v for s in optimizer.state.values() for v in s.values() if isinstance(v, Tensor) and v.dim() > 0
+    )
+
+
+def shard_signature(net: nn.Module) -> tuple[Any, ...]:
+    """The local shapes of this rank's parameters: ranks with the same signature hold the same bytes."""
+    return tuple(tuple((p.to_local() if hasattr(p, "to_local") else p).shape) for p in net.parameters())
+
+
+def simulate_rank(build: Callable[[], Any], setup: Setup, rank: int, batch_size: int, block_size: int) -> RankPlan:
+    """One rank's step over a fake process group of `setup.world` ranks (the caller has it initialised)."""
+    from litforge.runtime.compat import fake_tensor_mode
+
+    task = build()
+    net = task.net
+    role, signature = ("replica" if setup.kind == "ddp" else "the only rank"), ()
+    if setup.kind == "model_parallel":
+        from litforge.parallel.plans import shard
+
+        mesh = _mesh(setup)
+        shard(net, mesh, dict(setup.fsdp_kwargs))
+        coordinate = mesh.get_coordinate() or [0, 0]
+        signature = shard_signature(net)
+        role = f"dp {coordinate[0]}, tp {coordinate[1]}"
+    if setup.kind == "pipeline":
+        return _simulate_stage(task, setup, rank, batch_size, block_size)
+    with fake_tensor_mode():
+        to_fake(net)
+        params = [p for p in task.parameters() if p.requires_grad]
+        optimizer = _optimizer(task, params)
+        batch = text_batch(task, batch_size, block_size)
+        counter = step_counter()
+        with counter:
+            loss = task.step_loss(batch)
+            loss.backward()
+            del loss
+            grads = [p.grad for p in params if p.grad is not None]
+            grad_bytes = tensor_bytes(grads)
+            activations = max(0, counter.peak - grad_bytes)
+            optimizer.step()
+        if setup.kind == "ddp":  # its reducer's all-reduce, one per bucket (module docstring)
+            counter.comms["all_reduce"] = Comm()
+            counter.comms["all_reduce"].add(grad_bytes, setup.world, "all_reduce", calls=_ddp_buckets(grads))
+        return RankPlan(
+            rank,
+            role,
+            tensor_bytes(net.parameters()),
+            grad_bytes,
+            _optim_bytes(optimizer),
+            activations,
+            counter.comms,
+            signature,
+        )
+
+
+def _ddp_buckets(grads: list[Tensor]) -> int:
+    total = sum(g.numel() * g.element_size() for g in grads)
+    return max(1, math.ceil(total / DDP_BUCKET_BYTES))
+
+
+def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_size: int) -> RankPlan:
+    """A pipeline rank (rank = stage x data_parallel + replica, litforge.parallel.pipeline): its stage's forward and
+    backward on one micro-batch, scaled by the schedule (module docstring)."""
+    from litforge.parallel.pipeline_split import split_net
+    from litforge.runtime.compat import fake_tensor_mode
+
+    net = task.net
+    stages = split_net(net, setup.stages)
+    index = rank // setup.dp
+    stage = stages[index]
+    first, last = index == 0, index == setup.stages - 1
+    micro = max(1, batch_size // setup.microbatches)
+    with fake_tensor_mode():
+        to_fake(net)
+        optimizer = _optimizer(task, [p for p in task.parameters() if p.requires_grad])
+        ids, targets, doc_ids = text_batch(task, micro, block_size)
+        doc = doc_ids if getattr(task, "packed", False) else None
+        with torch.no_grad():  # this stage's input: the stages before it, on fake tensors
+            x: Any = ids
+            for before in stages[:index]:
+                out = before(x, doc)
+                x = out[0] if isinstance(out, tuple) else out
+        x_in = x.detach().requires_grad_(not first)
+        counter = step_counter()
+        with counter:
+            out = stage(x_in, doc)
+            y = out[0] if isinstance(out, tuple) else out
+            sent_forward = 0 if last else tensor_bytes(_tensors(out))
+            loss = task.loss_fn(y.flatten(0, 1), targets.flatten()) if last else y.float().sum()
+            loss.backward()
+            del loss
+            del out, y
+            stage_params = list(stage.parameters())
+            grads = [p.grad for p in stage_params if p.grad is not None]
+            grad_bytes = tensor_bytes(grads)
+            per_micro = max(0, counter.peak - grad_bytes)
+            optimizer.step()
+        live = setup.microbatches if setup.schedule == "gpipe" else min(setup.microbatches, setup.stages - index)
+        comms: dict[str, Comm] = {}
+        if not last:
+            comms.setdefault("send", Comm()).add(sent_forward * setup.microbatches, 2, "send", setup.microbatches)
+        if not first:
+            back = tensor_bytes([x_in]) * setup.microbatches
+            comms.setdefault("send", Comm()).add(back, 2, "send", setup.microbatches)
+        # PipelineLoop broadcasts the whole batch's output from the last stage to every stage of its pipeline
+        logits = batch_size * block_size * net.head.out_features * 4 if hasattr(net, "head") else 0
+        comms.setdefault("broadcast", Comm()).add(logits if last else 0, setup.stages, "broadcast")
+        tied = [p for p in stage_params if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
+        if tied and setup.stages > 1:
+            comms.setdefault("all_reduce", Comm()).add(tensor_bytes(tied), 2, "all_reduce", len(tied))
+        if setup.dp > 1:
+            comms.setdefault("all_reduce", Comm()).add(grad_bytes, setup.dp, "all_reduce")
+        # every rank keeps the whole net today (litforge.parallel.pipeline: its checkpoints are whole files)
+        return RankPlan(
+            rank,
+            f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else ""),
+            tensor_bytes(net.parameters()),
+            grad_bytes,
+            _optim_bytes(optimizer),
+            per_micro * live,
+            comms,
+        )
+
+
+def ranks_to_simulate(setup: Setup) -> list[int]:
+    if setup.kind == "pipeline":
+        return [stage * setup.dp for stage in range(setup.stages)]
+    return sorted({0, setup.world - 1}) if setup.kind == "model_parallel" else [0]
+
+
+# ---- the job ------------------------------------------------------------------------------------------------------
+def plan(build: Callable[[], Any], setup: Setup, batch_size: int, block_size: int) -> list[RankPlan]:
+    """Each rank that matters, stepped in a process of its own (forked from this one, so the built config and
+    `build` need no pickling), over its own fake process group: no state of one simulated rank (process groups,
+    DTensor's caches keyed by group names) reaches the next."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    plans: list[RankPlan] = []
+    for rank in ranks_to_simulate(setup):
+        receive, send = context.Pipe(duplex=False)
+        signatures = {p.signature for p in plans}
+        process = context.Process(
+            target=_rank_process, args=(send, build, setup, rank, batch_size, block_size, signatures), daemon=True
+        )
+        process.start()
+        send.close()
+        try:
+            status, value = receive.recv()
+        except EOFError:
+            status, value = "error", f"the process simulating rank {rank} died (exit code {process.exitcode})"
+        process.join()
+        if status == "refused":
+            raise ConfigError(value)
+        if status == "error":
+            raise RuntimeError(f"dry run of rank {rank} failed:\n{value}")
+        if value is not None:  # None: the same shard shapes as a rank stepped already, so the same bytes
+            plans.append(value)
+    return plans
+
+
+def _rank_process(
+    send: Any,
+    build: Callable[[], Any],
+    setup: Setup,
+    rank: int,
+    batch_size: int,
+    block_size: int,
+    signatures: set[tuple[Any, ...]],
+) -> None:
+    """A forked simulated rank: sends ("ok", RankPlan | None), ("refused", message) or ("error", traceback), then
+    leaves without the parent's exit handlers (os._exit)."""
+    import os
+    import traceback
+
+    import torch.distributed as dist
+
+    from litforge.core.errors import LitforgeError
+    from litforge.runtime.compat import init_fake_process_group
+
+    code = 0
+    try:
+        init_fake_process_group(rank, setup.world)
+        if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
+            send.send(("ok", None))
+        else:
+            send.send(("ok", simulate_rank(build, setup, rank, batch_size, block_size)))
+    except LitforgeError as exc:
+        send.send(("refused", str(exc)))
+    except BaseException:  # noqa: BLE001 - every failure goes back to the parent
+        send.send(("error", traceback.format_exc()))
+        code = 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        send.close()
+        os._exit(code)
+
+
+def _mesh(setup: Setup) -> Any:
+    """The (data_parallel, tensor_parallel) mesh Lightning's ModelParallelStrategy builds (its _setup_device_mesh)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (setup.dp, setup.tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
+
+
+def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
+    """This rank's shard shapes, from sharding a fresh meta net (cheap: no step)."""
+    from litforge.parallel.plans import shard
+
+    net = build().net
+    shard(net, _mesh(setup), dict(setup.fsdp_kwargs))
+    return shard_signature(net)
+
+
+def dry_run(cfg: Any) -> dict[str, Any]:
+    """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table."""
+    from litforge.config.instantiate import instantiate_group
+    from litforge.jobs.build import build_task
+    from litforge.models.meta import meta_nets
+    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+
+    start = time.perf_counter()
+    setup = read_setup(cfg)
+    datamodule = instantiate_group("data", cfg.data)
+    if getattr(datamodule, "kind", None) != "text":
+        raise ConfigError(
+            f"dry_run=true plans text models (model=gpt, gpt2_124m ... gpt_7b); data `{type(datamodule).__name__}` is "
+            f"{getattr(datamodule, 'kind', '?')} data, whose batches it does not shape: use a GPT preset"
+        )
+    shape = datamodule.describe()
+    mode = str(cfg.get("activation_checkpointing", "none"))
+
+    def build() -> Any:
+        with meta_nets(True):
+            task = build_task(cfg, shape)
+        apply_activation_checkpointing(task, mode)
+        return task
+
+    batch_size, block_size = int(cfg.data.batch_size), int(shape["block_size"])
+    if cfg.model.get("block_size") is not None:
+        block_size = min(int(cfg.data.get("block_size", block_size)), int(cfg.model.block_size))
+    plans = plan(build, setup, batch_size, block_size)
+    seconds = time.perf_counter() - start
+    print(format_table(plans, setup, mode, batch_size, block_size, seconds), flush=True)
+    return {"metrics": {}, "dry_run": [p.as_dict() for p in plans], "seconds": seconds}
+
+
+def size_text(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_table(
+    plans: list[RankPlan], setup: Setup, mode: str, batch_size: int, block_size: int, seconds: float
+) -> str:
+    head = (
+        f"dry run: {setup.label} over {setup.world} ranks, activation_checkpointing={mode}, "
+        f"{batch_size} x {block_size} tokens per rank ({seconds:.1f} s)"
+    )
+    rows: list[tuple[str, ...]] = [("rank", "role", "params", "grads", "optim state", "activations", "total")]
+    for p in plans:
+        rows.append(
+            (str(p.rank), p.role, *(size_text(v) for v in (p.params, p.grads, p.optim, p.activations, p.total)))
+        )
+    comm_rows: list[tuple[str, ...]] = [("rank", "collective", "calls", "payload", "sent")]
+    for p in plans:
+        for kind, c in sorted(p.comms.items()):
+            comm_rows.append((str(p.rank), kind, str(c.calls), size_text(c.payload), size_text(c.sent)))
+    traffic = _grid(comm_rows) if len(comm_rows) > 1 else "no collectives"
+    return "\n".join([head, "", _grid(rows), "", "per step:", traffic])
+
+
+def _grid(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    cells = (zip(row, widths, strict=True) for row in rows)
+    return "\n".join("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(row)) for row in cells)

@@ -1,0 +1,139 @@
+"""`dry_run=true` (litforge.parallel.dry_run): its per-rank bytes and traffic against real gloo runs, its scale, the
+CLI's table, and its one-line refusals.
+
+The real side is benchmarks/memory.py's `measure_rank` (the same GPT, built and sharded as litforge does, its bytes
+counted from the tensors each rank holds, its collectives counted over one step; DDP's from a comm hook), run on warm
+gloo ranks; the dry side simulates the same run over a fake process group, on fake tensors, in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+GLOO_WORLD_SIZE = 2
+SIZES = {"dim": 64, "depth": 2, "heads": 4, "vocab": 65, "block": 64, "batch": 8, "microbatches": 4}
+
+
+def _memory_module() -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import memory
+
+    return memory
+
+
+def _measure(rank: int, world: int, arm: str) -> dict[str, Any]:
+    """On a warm gloo rank: benchmarks/memory.py's measurement of `arm`."""
+    args = argparse.Namespace(**SIZES, world=world, threads=1)
+    return _memory_module().measure_rank(arm, rank, args)
+
+
+def _dry(arm: str, world: int, local_batch: int) -> list[Any]:
+    """benchmarks/dry_run.py's dry run of the same arm: each simulated rank's plan."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import dry_run
+
+    return dry_run.dry_arm(arm, world, local_batch, SIZES)
+
+
+def _close(dry: float, real: float, what: str) -> None:
+    assert abs(dry - real) <= 0.10 * max(abs(real), 1), f"{what}: dry run {dry:.0f} vs real {real:.0f} bytes"
+
+
+def _compare(arm: str, reals: list[dict[str, Any]]) -> None:
+    world = len(reals)
+    plans = _dry(arm, world, reals[0]["local_batch"])
+    assert plans, arm
+    for dry in plans:
+        real = reals[dry.rank]
+        for field in ("param", "grad", "optim"):
+            _close(getattr(dry, f"{field}s" if field != "optim" else "optim"), real[f"{field}_bytes"], f"{arm} {field}")
+        kinds = {k for k, c in real["comms"].items() if c["payload"] > 1024}  # the pickled shapes a pipeline sends
+        assert kinds == {k for k, c in dry.comms.items() if c.payload > 1024}, (arm, dry.rank, real["comms"])
+        for kind in kinds:
+            _close(dry.comms[kind].payload, real["comms"][kind]["payload"], f"{arm} rank {dry.rank} {kind} payload")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("arm", ["ddp", "fsdp", "fsdp_bf16", "fsdp_ac_full", "tp", "pipeline"])
+def test_two_rank_dry_run_agrees_with_a_real_gloo_run(arm: str, ranks):
+    """Parameters, gradients and optimizer state per rank, and each collective's bytes, within 10 %."""
+    _compare(arm, ranks.run(_measure, arm, timeout=120))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_four_rank_dry_run_agrees_with_a_real_gloo_run():
+    """fsdp_tp (2 x 2) and hsdp (2 copies x 2 shards) at 4 ranks, as above."""
+    from gloo import GlooRanks
+
+    pool = GlooRanks(4, preload=(__name__,))
+    try:
+        for arm in ("fsdp_tp", "hsdp"):
+            _compare(arm, pool.run(_measure, arm, timeout=180))
+    finally:
+        pool.close()
+
+
+def test_a_256_rank_plan_runs_in_seconds_and_shards_by_the_world():
+    """The 7B x 256 example's path at a tiny width (benchmarks/dry_run.py times the real one): fsdp_tp over 128 x 2
+    fake ranks holds 1/256 of the blocks' weights on a rank, and the tensor-parallel all-reduces appear."""
+    start = time.perf_counter()
+    (full,) = _dry("ddp", 1, 1)
+    plans = _dry("fsdp_tp", 256, 1)
+    assert time.perf_counter() - start < 100  # ~4 s idle here; the bound only catches a pathological slowdown
+    assert [p.rank for p in plans] in ([0], [0, 255])  # the last rank only where its shards differ (65 vocab rows)
+    assert full.params / 256 <= plans[0].params < full.params / 8  # 1/256 of the blocks, 1/128 of the embedding
+    assert all(rank.optim == 2 * rank.params for rank in plans)  # AdamW's two moments per local element
+    assert {"all_gather", "reduce_scatter", "all_reduce"} <= set(plans[0].comms)
+
+
+@pytest.mark.slow
+def test_the_cli_prints_the_table_and_writes_nothing(tmp_path: Path):
+    result = run_cli(
+        "train.py",
+        "model=gpt2_124m",
+        "model.depth=2",
+        "data.block_size=64",
+        "data.batch_size=2",
+        "strategy=fsdp_tp",
+        "trainer.num_nodes=4",
+        "trainer.devices=8",
+        "activation_checkpointing=full",
+        "dry_run=true",
+        log_dir=tmp_path / "logs",
+    )
+    assert result.returncode == 0, result.output
+    assert "dry run: fsdp_tp over 32 ranks, activation_checkpointing=full" in result.stdout
+    for column in ("params", "grads", "optim state", "activations", "all_gather", "reduce_scatter", "all_reduce"):
+        assert column in result.stdout
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (
+            ["strategy=local_sgd", "trainer.devices=2"],
+            "cannot simulate LocalSGD: its communication depends on the step",
+        ),
+        (["strategy=fsdp", "trainer.devices=auto"], "trainer.devices='auto' is not one"),
+        (["strategy=fsdp", "trainer.devices=4", "strategy.offload=cpu"], "does not simulate strategy.offload=cpu"),
+        (["strategy=pipeline", "trainer.devices=4", "strategy.data_parallel=3"], "does not divide the 4 processes"),
+    ],
+)
+def test_what_cannot_be_simulated_is_refused_in_one_line(overrides: list[str], words: str, compose_cfg):
+    from litforge.core.errors import ConfigError
+    from litforge.parallel.dry_run import read_setup
+
+    cfg = compose_cfg("model=gpt2_124m", "dry_run=true", *overrides)
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        read_setup(cfg)
