@@ -31,7 +31,7 @@ def _memory_module() -> Any:
 
 def _measure(rank: int, world: int, arm: str) -> dict[str, Any]:
     """On a warm gloo rank: benchmarks/memory.py's measurement of `arm`."""
-    args = argparse.Namespace(**SIZES, world=world, threads=1)
+    args = argparse.Namespace(**SIZES, world=world, threads=1, pipeline_meta_init=True)  # strategy.meta_init's default
     return _memory_module().measure_rank(arm, rank, args)
 
 

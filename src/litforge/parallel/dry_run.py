@@ -246,6 +246,7 @@ class Setup:
     stages: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
+    meta_init: bool = True  # pipeline: each rank builds and holds only its own stage (strategy.meta_init)
     label: str = ""
 
 
@@ -317,6 +318,7 @@ def read_setup(cfg: Any) -> Setup:
             stages=world // data_parallel,
             microbatches=int(node.get("microbatches", 4)),
             schedule=schedule,
+            meta_init=bool(node.get("meta_init", True)),
             label=f"pipeline {schedule}" + (f" x dp {data_parallel}" if data_parallel > 1 else ""),
         )
     if cls is DDPStrategy:
@@ -468,11 +470,11 @@ def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_s
             comms.setdefault("all_reduce", Comm()).add(tensor_bytes(tied), 2, "all_reduce", len(tied))
         if setup.dp > 1:
             comms.setdefault("all_reduce", Comm()).add(grad_bytes, setup.dp, "all_reduce")
-        # every rank keeps the whole net today (litforge.parallel.pipeline: its checkpoints are whole files)
+        # strategy.meta_init (default): a rank holds only its stage; without it, the whole net
         return RankPlan(
             rank,
             f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else ""),
-            tensor_bytes(net.parameters()),
+            tensor_bytes(stage_params if setup.meta_init else net.parameters()),
             grad_bytes,
             _optim_bytes(optimizer),
             per_micro * live,
