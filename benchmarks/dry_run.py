@@ -190,7 +190,9 @@ def compare(arms: list[str], world: int) -> None:
     import memory
 
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    args = argparse.Namespace(**COMPARE_SIZES, world=world, threads=1)
+    args = argparse.Namespace(
+        **COMPARE_SIZES, world=world, threads=1, pipeline_meta_init=True
+    )  # strategy.meta_init: the default
     print(f"GPT {COMPARE_SIZES}, {world} gloo ranks vs the dry run, rank 0, MiB (real / dry)")
     print("| arm | params | grads | optim state | activations (real: VmHWM transient) | collective payload per step |")
     print("|---|---|---|---|---|---|")
