@@ -34,7 +34,7 @@ class ClassificationImages(pl.Callback):
 
     def _active(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
         return (
-            getattr(pl_module, "data_kind", None) == "image"
+            getattr(getattr(trainer, "datamodule", None), "kind", None) == "image"  # table rows have no images
             and hasattr(pl_module, "class_names")
             and any(True for _ in tensorboard_loggers(trainer))
         )

@@ -132,6 +132,7 @@ def export_features(
         atol=float(cfg.parity.atol),
         min_agreement=float(cfg.parity.min_agreement),
         input_name=NAMES[0],
+        what="rows",
     )
     result = {
         "metrics": {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]},

@@ -59,7 +59,13 @@ def ort_session(path: Path | str) -> Any:
 
 
 def check_parity(
-    onnx_path: Path, x: Any, ref: Any, atol: float, min_agreement: float, input_name: str = "images"
+    onnx_path: Path,
+    x: Any,
+    ref: Any,
+    atol: float,
+    min_agreement: float,
+    input_name: str = "images",
+    what: str = "images",
 ) -> dict[str, float]:
     """onnxruntime vs PyTorch on the whole test split; a mismatch beyond the tolerances stops the export."""
     import torch
@@ -69,7 +75,7 @@ def check_parity(
     diff = float((out - ref).abs().max())
     agreement = float((out.argmax(1) == ref.argmax(1)).float().mean())
     print(
-        f"ONNX parity on {len(x)} test inputs: max |output diff| = {diff:.2e} (limit {atol:g}), "
+        f"ONNX parity on {len(x)} test {what}: max |output diff| = {diff:.2e} (limit {atol:g}), "
         f"argmax agreement = {agreement:.2%} (limit {min_agreement:.1%})"
     )
     if not (diff <= atol and agreement >= min_agreement) or not torch.isfinite(out).all():
