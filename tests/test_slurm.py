@@ -209,16 +209,18 @@ def test_srun_with_two_tasks_writes_one_run_folder(tmp_path, slurm_cluster):
     assert "Starting with 2 processes" in output, "one DDP group of the job's two tasks"
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_time_limit_auto_reads_the_jobs_end_time_from_squeue(tmp_path, slurm_cluster):
-    """Slurm 22.05 sets no SLURM_JOB_END_TIME: the end of `--time=1` comes from squeue, and the run stops in time with
-    a resumable checkpoint and exit code 75, about 30 s (the margin's floor) before SLURM would kill it."""
-    # the template's SIGUSR1@90 would come at once in a 60 s job (Lightning would requeue it): a harmless SIGCONT
-    # instead, so litforge's own stop is what this test sees
-    options = ("--time=1", "--signal=CONT@1")
+def submit_time_limit_job(tmp_path: Path) -> str:
+    """A job of `--time=1` with `time_limit=auto`: Slurm 22.05 sets no SLURM_JOB_END_TIME, so the end comes from
+    squeue. The template's SIGUSR1@90 would come at once in a 60 s job (and requeue it): a harmless SIGCONT instead,
+    so litforge's own stop is what the test sees."""
     endless = ["trainer.max_epochs=100000", "callbacks.early_stopping=null"]
-    job = sbatch(tmp_path, *TINY, *QUIET, *endless, "time_limit=auto", options=options)
+    tmp_path.mkdir(parents=True, exist_ok=True)  # sbatch writes the job's output there, and does not make folders
+    return sbatch(tmp_path, *TINY, *QUIET, *endless, "time_limit=auto", options=("--time=1", "--signal=CONT@1"))
+
+
+def check_time_limit_job(tmp_path: Path, job: str) -> None:
+    """It stopped in time with a resumable checkpoint and exit code 75, about 30 s (the margin's floor) before SLURM
+    would have killed it."""
     fields = wait_for(job, 100)
     output = job_output(tmp_path, job)
     assert fields["ExitCode"] == "75:0", (fields["JobState"], output[-3000:])
@@ -229,13 +231,17 @@ def test_time_limit_auto_reads_the_jobs_end_time_from_squeue(tmp_path, slurm_clu
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_requeued_job_continues_in_its_own_folder_and_a_live_folder_is_left_alone(tmp_path, slurm_cluster, capsys):
+def test_a_requeued_job_continues_in_its_own_folder_a_live_folder_is_left_alone_and_time_limit_auto_asks_squeue(
+    tmp_path, slurm_cluster, capsys
+):
     """`scontrol requeue` of a running sbatch job: SIGTERM saves last.ckpt, the attempt after it (same job id, after
     the cluster's cred_expire=30 s) continues from it in slurm-<job id>, not from step 0. While the first attempt runs,
-    a second `resume=auto` skips its folder and `resume=<its folder>` is refused in one line."""
+    a second `resume=auto` skips its folder and `resume=<its folder>` is refused in one line. Meanwhile a job of
+    `--time=1` with `time_limit=auto` runs beside it (`submit_time_limit_job`): one wait on the cluster for both."""
     from litforge.checkpointing.resume import resolve
     from litforge.cli.preflight import prepare_command_line
 
+    limit_job = submit_time_limit_job(tmp_path / "limit")
     epochs = 12
     prepare_command_line(CONF, "train", ["train.py", f"paths.log_dir={tmp_path}"])  # warm: the checks below are quick
     job = sbatch(tmp_path, *TINY, *QUIET, f"trainer.max_epochs={epochs}")
@@ -269,3 +275,4 @@ def test_a_requeued_job_continues_in_its_own_folder_and_a_live_folder_is_left_al
 
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == epochs * 4 and (run / "metrics.json").is_file()
+    check_time_limit_job(tmp_path / "limit", limit_job)
