@@ -66,7 +66,20 @@ RL = [
     "task.warmup_steps=64",
 ]
 TABLE = ["task=regression", "data=csv", "data.dataset=diabetes", "data.target_kind=value"]  # regression's partners
+# the sized GPT presets (model=gpt_7b, ...) are model=gpt at real sizes: trained here at a tiny one (their real
+# sizes are planned, never allocated: tests/test_dry_run.py, tests/test_contracts.py)
+TINY_GPT = [
+    "model.dim=16",
+    "model.depth=1",
+    "model.heads=2",
+    "model.vocab_size=256",
+    "model.block_size=16",
+    "data.block_size=16",
+    "data.max_chars=5000",
+    "data.batch_size=4",
+]
 PARTNERS = {
+    **{("model", preset): TINY_GPT for preset in ("gpt2_124m", "gpt2_350m", "gpt_1b", "gpt_7b")},
     ("task", "regression"): TABLE,
     ("loss", "mse"): TABLE,
     ("loss", "l1"): TABLE,
