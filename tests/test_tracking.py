@@ -24,9 +24,18 @@ pytestmark = pytest.mark.slow
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port below Linux's ephemeral range (32768-60999): the server binds it seconds later, and a port from that
+    range can meanwhile be handed to another process's outgoing connection (seen in CI: "address already in use")."""
+    import random
+
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
 
 
 def _get(base: str, endpoint: str, **query: str) -> dict:
