@@ -14,10 +14,17 @@ import time
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from litforge.checkpointing.io import wait_for_checkpoint_writes
+
 
 class SignalAt(Callback):
     """Send `signal` (a name: SIGTERM, SIGKILL, ...) to this process after optimizer step `step` on rank `rank`;
-    with `attempt`, only in that attempt of a torchrun job (its TORCHELASTIC_RESTART_COUNT: 0 = the first start)."""
+    with `attempt`, only in that attempt of a torchrun job (its TORCHELASTIC_RESTART_COUNT: 0 = the first start).
+
+    It first waits for the checkpoint writes still in flight (litforge fsyncs and renames them in a background
+    thread), so the test knows which `last.ckpt` the signal leaves: without the wait a kill one step after a save
+    raced its rename (seen in CI). A kill in the middle of a write is tested on its own
+    (test_a_checkpoint_write_killed_halfway_leaves_the_previous_file_whole)."""
 
     def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None, attempt: int | None = None) -> None:
         self.step, self.signal, self.rank, self.attempt = step, signal, rank, attempt
@@ -26,6 +33,7 @@ class SignalAt(Callback):
         if self.attempt is not None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) != self.attempt:
             return
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
+            wait_for_checkpoint_writes()
             print(f"FAULT {self.signal} rank {trainer.global_rank} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), getattr(signal, self.signal))
 
