@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread per process, for this process, its workers and every CLI run they start (set before anything
+# imports torch). The suite keeps both cores busy with two workers, each with its own CLI runs; torch's default of a
+# thread per core made OpenMP threads spin against the other worker's process: the same in-process test took 12 s
+# in one run and 70 s in another. A test that is about threads sets them itself.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
@@ -46,6 +52,36 @@ def launch_state_left_behind(before: dict[str, str | None]) -> str | None:
         "initialised process group: run in-process launching jobs inside "
         "litforge.parallel.launch.launched_ranks_cleaned_up()"
     )
+
+
+# what a test's marks say of its cost, for the order below: real cluster jobs and two-node runs wait longest
+_WEIGHT = {"slurm": 8, "netns": 8, "distributed": 3, "slow": 1}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the costliest test modules first (by their costliest test, then by their total), each module's tests still
+    together and in file order.
+
+    Why: pytest-xdist's `worksteal` gives each of the two workers half of the list in order and, when one runs dry,
+    moves the tail of the other's queue to it. In file-name order a minute-long SLURM test could start last, with the
+    other worker idle for its whole length; heavy modules first leave only short tests for the end, where stealing
+    evens the two out. Modules stay contiguous so their module-scoped fixtures (gloo ranks, shared reference runs)
+    are built once per worker, as before.
+    """
+    heaviest: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        cost = max((_WEIGHT.get(mark.name, 0) for mark in item.iter_markers()), default=0)
+        heaviest[module] = max(heaviest.get(module, 0), cost)
+        total[module] = total.get(module, 0) + cost
+    position = {item.nodeid: i for i, item in enumerate(items)}
+
+    def order(item: pytest.Item) -> tuple[int, int, int]:
+        module = item.nodeid.split("::")[0]
+        return -heaviest[module], -total[module], position[item.nodeid]
+
+    items.sort(key=order)
 
 
 @pytest.fixture(autouse=True)

@@ -120,6 +120,7 @@ def test_every_group_has_options():
     }
 
 
+@pytest.mark.slow  # each option trains a few steps: up to 14 s for a GPT or a SLURM trainer
 @pytest.mark.parametrize(("group", "option"), options(), ids=lambda v: str(v))
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -27,6 +29,7 @@ def test_gpu_bench_without_cuda_says_so_and_exits_0():
     ]
 
 
+@pytest.mark.slow  # every arm of the table, each a short training run
 def test_gpu_bench_dry_run_executes_every_arm_and_prints_the_table(capsys):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu
