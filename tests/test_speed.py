@@ -265,7 +265,7 @@ def test_on_device_moves_splits_to_the_trainer_device(monkeypatch):
     dm.trainer = SimpleNamespace(
         strategy=SimpleNamespace(root_device=torch.device("meta")), global_rank=0, world_size=1
     )
-    dm._split_on_device("train")
+    dm.split_tensors("train")
     assert moved == ["meta", "meta"]  # images and labels
 
 

@@ -9,7 +9,7 @@ augmentation (training batches only, litforge.data.augment) then normalisation r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
@@ -74,7 +74,56 @@ def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[
     return torch.from_numpy(train_idx).long(), torch.from_numpy(val_idx).long()
 
 
-class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
+class SplitDataModule(HparamsAtFitStart, pl.LightningDataModule):
+    """A datamodule of the splits "train", "val" and "test" (predict reads "test"), whose four loaders differ only in
+    the split and in whether it is the training one: a subclass writes :meth:`loader` once."""
+
+    def loader(self, split: str, train: bool) -> Iterable[Any]:
+        """The loader of `split`; `train`: shuffled, at the training batch size."""
+        raise NotImplementedError
+
+    def train_dataloader(self) -> Iterable[Any]:
+        return self.loader("train", train=True)
+
+    def val_dataloader(self) -> Iterable[Any]:
+        return self.loader("val", train=False)
+
+    def test_dataloader(self) -> Iterable[Any]:
+        return self.loader("test", train=False)
+
+    def predict_dataloader(self) -> Iterable[Any]:
+        return self.loader("test", train=False)
+
+
+class InMemorySplits(SplitDataModule):
+    """Splits held in memory as `(inputs, targets)` tensors in `_splits`, served by :class:`InMemoryLoader` (batches
+    are slices, no per-sample Python) over the data-parallel replicas: the image and the table datamodules."""
+
+    batch_size: int
+    eval_batch_size: int
+    shuffle_seed: int
+    _splits: dict[str, tuple[Tensor, Tensor]]
+
+    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
+        """The tensors the loader of `split` serves (the image datamodules move them to the device first)."""
+        return self._splits[split]
+
+    def loader(self, split: str, train: bool) -> InMemoryLoader:
+        trainer = self.trainer
+        # the data-parallel replicas, not all processes: tensor-parallel ranks of one replica must see the same batch
+        replicas = trainer.distributed_sampler_kwargs if trainer is not None else None
+        return InMemoryLoader(
+            self.split_tensors(split),
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=False,
+            seed=self.shuffle_seed,
+            rank=replicas["rank"] if replicas else 0,
+            world_size=replicas["num_replicas"] if replicas else 1,
+        )
+
+
+class ImageDataModule(InMemorySplits):
     """Base for image classification data held in memory as `(images, labels)` tensors.
 
     Subclasses set the shape attributes in `__init__` and implement :meth:`load_arrays`, returning uint8 or float
@@ -165,21 +214,7 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
             if len(images) != len(labels):
                 raise ValueError(f"{split}: {len(images)} images but {len(labels)} labels")
 
-    def _loader(self, split: str, train: bool) -> InMemoryLoader:
-        trainer = self.trainer
-        # the data-parallel replicas, not all processes: tensor-parallel ranks of one replica must see the same batch
-        replicas = trainer.distributed_sampler_kwargs if trainer is not None else None
-        return InMemoryLoader(
-            self._split_on_device(split),
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            drop_last=False,
-            seed=self.shuffle_seed,
-            rank=replicas["rank"] if replicas else 0,
-            world_size=replicas["num_replicas"] if replicas else 1,
-        )
-
-    def _split_on_device(self, split: str) -> tuple[Tensor, Tensor]:
+    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
         """The split's tensors, moved once to the trainer's device when `on_device` says so (whole dataset on the GPU).
 
         Batches then are slices of device tensors and Lightning's per-batch transfer is a no-op. Images stay uint8
@@ -198,18 +233,6 @@ class ImageDataModule(HparamsAtFitStart, pl.LightningDataModule):
             tensors = (tensors[0].to(device), tensors[1].to(device))
             self._splits[split] = tensors
         return tensors
-
-    def train_dataloader(self) -> InMemoryLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> InMemoryLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> InMemoryLoader:
-        return self._loader("test", train=False)
-
-    def predict_dataloader(self) -> InMemoryLoader:
-        return self._loader("test", train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, Tensor):  # images alone: the task's example input, which Lightning's model summary runs

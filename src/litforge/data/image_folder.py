@@ -303,23 +303,11 @@ class ImageFolderDataModule(ImageDataModule):
             pin_memory=pin_memory_for(self.trainer),  # async host-to-GPU copies (litforge.data.pinned)
         )
 
-    def _loader_for(self, split: str, train: bool) -> InMemoryLoader | DataLoader:
+    def loader(self, split: str, train: bool) -> InMemoryLoader | DataLoader:  # type: ignore[override]
         self.setup()
         if self.in_memory:
-            return self._loader(split, train=train)
+            return super().loader(split, train=train)
         return self._stream_loader(split, train=train)
-
-    def train_dataloader(self) -> InMemoryLoader | DataLoader:  # type: ignore[override]
-        return self._loader_for("train", train=True)
-
-    def val_dataloader(self) -> InMemoryLoader | DataLoader:  # type: ignore[override]
-        return self._loader_for("val", train=False)
-
-    def test_dataloader(self) -> InMemoryLoader | DataLoader:  # type: ignore[override]
-        return self._loader_for("test", train=False)
-
-    def predict_dataloader(self) -> InMemoryLoader | DataLoader:  # type: ignore[override]
-        return self._loader_for("test", train=False)
 
     def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
         """Raw uint8 images and labels of a split; decoded on demand (not cached) when the data is streamed."""

@@ -311,7 +311,7 @@ class StreamingImageDataModule(ImageDataModule):
             storage_options=self.storage_options,
         )
 
-    def _streaming_loader(self, split: str, train: bool) -> Any:
+    def loader(self, split: str, train: bool) -> Any:
         dataset = self.dataset(split, train=train)
         batch_size = self.batch_size if train else self.eval_batch_size
         if isinstance(dataset, TensorDataset):
@@ -327,18 +327,6 @@ class StreamingImageDataModule(ImageDataModule):
             generator=torch.Generator().manual_seed(self.shuffle_seed),
         )
 
-    def train_dataloader(self) -> Any:
-        return self._streaming_loader("train", train=True)
-
-    def val_dataloader(self) -> Any:
-        return self._streaming_loader("val", train=False)
-
-    def test_dataloader(self) -> Any:
-        return self._streaming_loader("test", train=False)
-
-    def predict_dataloader(self) -> Any:
-        return self._streaming_loader("test", train=False)
-
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, Mapping):  # LitData yields the stored dicts; the tasks take (images, labels)
             batch = (batch["image"], batch["label"])
@@ -347,7 +335,7 @@ class StreamingImageDataModule(ImageDataModule):
     def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
         """Raw images and labels of a split in stored order (read through the stream: for small splits only)."""
         images, labels = [], []
-        for batch in self._streaming_loader(split, train=False):
+        for batch in self.loader(split, train=False):
             image, label = (batch["image"], batch["label"]) if isinstance(batch, Mapping) else batch
             images.append(image)
             labels.append(label)

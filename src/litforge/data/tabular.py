@@ -21,15 +21,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut, Seed
 from litforge.core.errors import ConfigError
-from litforge.core.hparams import HparamsAtFitStart
-from litforge.data.base import split_indices
-from litforge.data.loader import InMemoryLoader
+from litforge.data.base import InMemorySplits, split_indices
 from litforge.data.tables import BUNDLED, Table, bundled_table, read_table
 
 MAX_AUTO_CLASSES = 20  # target_kind=auto: whole-number targets with at most this many values are classes
@@ -107,7 +104,7 @@ def standardize(features: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return (torch.where(torch.isnan(features), mean, features) - mean) / std
 
 
-class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
+class TabularDataModule(InMemorySplits):
     """Rows of a table as `(features, target)` batches; `kind = "features"` (what classification and regression
     train on with `model=mlp`).
 
@@ -215,31 +212,6 @@ class TabularDataModule(HparamsAtFitStart, pl.LightningDataModule):
             self.encoding = list(state_dict["encoding"])
             self.feature_names = list(state_dict["feature_names"])
             self._stats = None
-
-    # ---- loaders --------------------------------------------------------------------------------------------------
-    def _loader(self, split: str, train: bool) -> InMemoryLoader:
-        trainer = self.trainer
-        replicas = trainer.distributed_sampler_kwargs if trainer is not None else None  # data-parallel replicas
-        return InMemoryLoader(
-            self._splits[split],
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            seed=self.shuffle_seed,
-            rank=replicas["rank"] if replicas else 0,
-            world_size=replicas["num_replicas"] if replicas else 1,
-        )
-
-    def train_dataloader(self) -> InMemoryLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> InMemoryLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> InMemoryLoader:
-        return self._loader("test", train=False)
-
-    def predict_dataloader(self) -> InMemoryLoader:
-        return self._loader("test", train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, Tensor):  # features alone: the task's example input
