@@ -273,6 +273,8 @@ def test_predict_and_export_run_on_the_users_own_task_and_data(tmp_path: Path):
             del sys.modules[name]
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     assert torch.allclose(torch.from_numpy(session.run(None, {"features": rows.numpy()})[0]), expected, atol=1e-4)
+    provenance = session.get_modelmeta().custom_metadata_map  # the same record as an image model's export
+    assert {"litforge_version", "git_commit", "git_dirty", "source_checkpoint"} <= provenance.keys(), provenance
 
 
 @pytest.mark.slow

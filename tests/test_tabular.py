@@ -117,6 +117,7 @@ def test_a_csv_file_trains_a_classifier_with_no_code_then_exports_with_parity(tm
     meta = session.get_modelmeta().custom_metadata_map
     names = json.loads(meta["feature_names"])
     assert "region=north" in names and json.loads(meta["class_names"]) == ["class_0", "class_1", "class_2"]
+    assert meta["git_dirty"] in ("true", "false", "unknown") and meta["source_checkpoint"].endswith(".ckpt")
     # raw encoded rows in (a missing number as NaN), the same class as the checkpoint's own task out
     data = TabularDataModule(path=str(path), target="target")
     rows = data.read_inputs(str(path))[1][:8]

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from litforge.data.tabular import standardize
-from litforge.deploy.metadata import code_origin, write_metadata
+from litforge.deploy.metadata import provenance_props, write_metadata
 from litforge.deploy.net import batched
 from litforge.deploy.onnx import check_parity, export_onnx
 
@@ -57,9 +57,6 @@ def test_inputs(datamodule: Any) -> Tensor:
 
 
 def plain_metadata(task: Any, x: Tensor, ckpt: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
-    from litforge import __version__
-
-    origin = code_origin(ckpt, checkpoint)
     names = getattr(task, "feature_names", None) or task.hparams.get("feature_names")
     return {
         "input_name": NAMES[0],
@@ -69,18 +66,13 @@ def plain_metadata(task: Any, x: Tensor, ckpt: Path, checkpoint: dict[str, Any])
         "normalization": "none in the graph: inputs as the datamodule's on_after_batch_transfer gives them",
         "output_name": NAMES[1],
         "task": type(task).__module__,
-        "litforge_version": __version__,
-        "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
-        "source_checkpoint": ckpt.name,
+        **provenance_props(ckpt, checkpoint),
     }
 
 
 def features_metadata(
     task: Any, datamodule: Any, mean: list[float], std: list[float], ckpt: Path, checkpoint: dict[str, Any]
 ) -> dict[str, str]:
-    from litforge import __version__
-
-    origin = code_origin(ckpt, checkpoint)
     classes = getattr(task, "class_names", None)
     return {
         "input_name": NAMES[0],
@@ -97,10 +89,7 @@ def features_metadata(
         **({"class_names": json.dumps(list(classes))} if classes else {}),
         **({} if classes else {"target_names": json.dumps(list(getattr(task, "target_names", [])))}),
         "task": type(task).__module__.rsplit(".", 1)[-1],
-        "litforge_version": __version__,
-        "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
-        "git_dirty": "unknown" if origin["dirty"] is None else str(bool(origin["dirty"])).lower(),
-        "source_checkpoint": ckpt.name,
+        **provenance_props(ckpt, checkpoint),
     }
 
 

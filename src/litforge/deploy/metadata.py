@@ -53,10 +53,7 @@ def deployment_metadata(
     task: str = "classification",
 ) -> dict[str, str]:
     """The metadata_props of every exported file (all values strings, as ONNX stores them)."""
-    from litforge import __version__
-
     channels, height, width = (int(v) for v in input_shape)
-    origin = code_origin(ckpt_path, checkpoint)
     return {
         "input_name": "images",
         "input_layout": "NCHW",
@@ -72,6 +69,17 @@ def deployment_metadata(
         "class_names": json.dumps([str(c) for c in class_names]),
         "output_name": "logits",
         "task": task,
+        **provenance_props(ckpt_path, checkpoint),
+    }
+
+
+def provenance_props(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
+    """Where an exported file came from, the same keys in every export (images, tables, a user's data): the
+    litforge version, the training code's commit and dirty flag, and the checkpoint's name."""
+    from litforge import __version__
+
+    origin = code_origin(ckpt_path, checkpoint)
+    return {
         "litforge_version": __version__,
         "git_commit": str(origin["commit"]) if origin["commit"] else "unknown",
         "git_dirty": "unknown" if origin["dirty"] is None else str(bool(origin["dirty"])).lower(),
