@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gloo import GlooRanks
+from gloo import GlooRanks, quiet_trainer
 
 pytestmark = pytest.mark.distributed
 
@@ -25,7 +25,6 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
     """One DDP fit of 10 batches per rank; SIGTERM to `sigterm_ranks` after step 5. Returns what each rank saw."""
     import pytorch_lightning as pl
     import torch.distributed as dist
-    from pytorch_lightning.strategies import DDPStrategy
     from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
@@ -73,18 +72,8 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        log_every_n_steps=4,
-        callbacks=[Record(), *([on_signal] if litforge else [])],
+    trainer = quiet_trainer(
+        root, world_size, log_every_n_steps=4, callbacks=[Record(), *([on_signal] if litforge else [])]
     )
     for name in COUNTED:
         setattr(dist, name, counted(name))
@@ -127,7 +116,6 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
     """One DDP fit of 2 training batches then a validation of 8 batches per rank; SIGTERM to rank 1 only, after its
     validation batch 0. Returns the validation batches each rank ran and how it ended."""
     import pytorch_lightning as pl
-    from pytorch_lightning.strategies import DDPStrategy
     from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
@@ -167,19 +155,7 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=2)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        num_sanity_val_steps=0,
-        callbacks=[Record(), on_signal],
-    )
+    trainer = quiet_trainer(root, world_size, callbacks=[Record(), on_signal])
     exit_code = 0
     try:
         fit_or_stop(trainer, Tiny(), None, None, Path(root))
