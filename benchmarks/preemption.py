@@ -29,7 +29,8 @@ def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> di
     """The control arm: the same fit and delivery, a save inside the SIGUSR1 handler (Lightning's way)."""
     import pytorch_lightning as pl
 
-    from test_preemption import _ddp_trainer, _delivery, _tiny_module
+    from gloo import tiny_module
+    from test_preemption import _ddp_trainer, _delivery
 
     _, delay = _delivery(seed, every_rank=True)  # the litforge arm's delays
 
@@ -47,7 +48,7 @@ def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> di
         max_time={"seconds": 4},  # Lightning trains on after its save (SLURM ends the job later)
         callbacks=[SaveInHandler()],
     )
-    trainer.fit(_tiny_module(rows=512, width=64))
+    trainer.fit(tiny_module(rows=512, width=64))
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     return {"saved": (Path(root) / "hpc_ckpt_1.ckpt").exists()}
 

@@ -5,8 +5,8 @@ module-scoped fixture): starting a rank means importing torch and Lightning agai
 mismatched collective fails the call after `timeout` seconds instead of blocking the suite; the ranks are then
 killed and later calls fail at once. Start-up has its own, longer clock: imports are slow on a busy machine.
 
-`quiet_trainer` is the silent CPU `pl.Trainer` that the functions run on the ranks (and a few single-process tests and
-benchmarks/preemption.py) fit with.
+`quiet_trainer` is the silent CPU `pl.Trainer`, and `tiny_module` the small seeded regression, that the functions run
+on the ranks (and a few single-process tests and benchmarks/preemption.py) fit with.
 """
 
 from __future__ import annotations
@@ -133,3 +133,36 @@ def quiet_trainer(root: str | Path, devices: int = 1, strategy: Any = None, **ov
     if strategy is not None:
         options["strategy"] = strategy
     return pl.Trainer(**{**options, **overrides})
+
+
+def tiny_module(rows: int = 64, width: int = 4, train_batch: int = 4) -> Any:
+    """A 2-layer regression of `rows` seeded random rows of `width` features, trained in batches of `train_batch` and
+    validated in batches of 4 with a rank-synced `val/loss` (a collective in validation, where a signal may land): the
+    same data on every run and rank, so step counts and batch indices are exact."""
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(rows, width, generator=torch.Generator().manual_seed(0)))
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self) -> Any:
+            return DataLoader(data, batch_size=train_batch)
+
+        def val_dataloader(self) -> Any:
+            return DataLoader(data, batch_size=4)
+
+    return Tiny()

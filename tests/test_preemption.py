@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import CONF
-from gloo import GlooRanks, quiet_trainer
+from gloo import GlooRanks, quiet_trainer, tiny_module
 
 pytestmark = pytest.mark.filterwarnings(  # Lightning's hint on a machine with SLURM installed, outside a job
     "ignore:The `srun` command is available on your system but is not used"
@@ -74,35 +74,6 @@ class _InHandlerSpy:
         os.kill(os.getpid(), self.signum)
 
 
-def _tiny_module(rows: int = 64, width: int = 4):
-    import pytorch_lightning as pl
-    from torch.utils.data import DataLoader, TensorDataset
-
-    data = TensorDataset(torch.randn(rows, width, generator=torch.Generator().manual_seed(0)))
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def train_dataloader(self):
-            return DataLoader(data, batch_size=4)
-
-        def val_dataloader(self):
-            return DataLoader(data, batch_size=4)
-
-    return Tiny()
-
-
 @pytest.mark.slow
 def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(compose_cfg, tmp_path, monkeypatch):
     """`trainer=slurm` with the default callbacks, one process inside a (fake) SLURM job: SIGUSR1 at step 3 ends the
@@ -139,7 +110,7 @@ def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(com
     spy_box.append(_InHandlerSpy(trainer, signal.SIGUSR1))
     exit_code, message = 0, "the fit went on to its end"
     try:
-        fit_or_stop(trainer, _tiny_module(), None, None, tmp_path / "run")
+        fit_or_stop(trainer, tiny_module(), None, None, tmp_path / "run")
     except TrainingStopped as stopped:
         exit_code, message = stopped.exit_code, str(stopped)
     assert spy_box[0].inside == [], f"checkpoint written inside the signal handler ({spy_box[0].inside})"
@@ -170,7 +141,7 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
 
     trainer = quiet_trainer(tmp_path, callbacks=[CheckpointOnSignal(hang_grace=None), SignalAtStep2()])
     with pytest.raises(TrainingStopped) as stopped:
-        fit_or_stop(trainer, _tiny_module(), None, None, tmp_path)
+        fit_or_stop(trainer, tiny_module(), None, None, tmp_path)
     assert stopped.value.exit_code == 143
     assert str(stopped.value).endswith(f"Continue with: python train.py resume={tmp_path}"), str(stopped.value)
     assert "stopped by SIGUSR1 at step 2" in str(stopped.value)
@@ -278,7 +249,7 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_ra
     spy_box.append(_InHandlerSpy(trainer, signal.SIGUSR1))
     exit_code, message = 0, ""
     try:
-        fit_or_stop(trainer, _tiny_module(rows=512, width=64), None, None, Path(root))
+        fit_or_stop(trainer, tiny_module(rows=512, width=64), None, None, Path(root))
     except TrainingStopped as stopped:
         exit_code, message = stopped.exit_code, str(stopped)
     finally:
