@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import signal
 import sys
 import tempfile
@@ -29,13 +28,11 @@ PRELOAD = ("pytorch_lightning", "test_preemption")
 def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> dict:
     """The control arm: the same fit and delivery, a save inside the SIGUSR1 handler (Lightning's way)."""
     import pytorch_lightning as pl
-    from pytorch_lightning.strategies import DDPStrategy
 
-    from test_preemption import _tiny_module
+    from gloo import tiny_module
+    from test_preemption import _ddp_trainer, _delivery
 
-    rng = random.Random(seed)
-    rng.choice([(0,), (1,), (0, 1)])  # the same draws as the litforge arm
-    delay = rng.uniform(0.0, 1.5)
+    _, delay = _delivery(seed, every_rank=True)  # the litforge arm's delays
 
     class SaveInHandler(pl.Callback):
         def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -45,23 +42,13 @@ def _in_handler_on_ranks(rank: int, world_size: int, root: str, seed: int) -> di
             signal.signal(signal.SIGUSR1, handler)
             threading.Timer(delay, os.kill, (os.getpid(), signal.SIGUSR1)).start()
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1000,
+    trainer = _ddp_trainer(
+        root,
+        world_size,
         max_time={"seconds": 4},  # Lightning trains on after its save (SLURM ends the job later)
-        val_check_interval=8,
-        limit_val_batches=8,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=root,
         callbacks=[SaveInHandler()],
     )
-    trainer.fit(_tiny_module(rows=512, width=64))
+    trainer.fit(tiny_module(rows=512, width=64))
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     return {"saved": (Path(root) / "hpc_ckpt_1.ckpt").exists()}
 

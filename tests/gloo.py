@@ -4,6 +4,9 @@ Much cheaper than a CLI run (no Lightning launcher, no Hydra), and the ranks are
 module-scoped fixture): starting a rank means importing torch and Lightning again. A rank that hangs on a
 mismatched collective fails the call after `timeout` seconds instead of blocking the suite; the ranks are then
 killed and later calls fail at once. Start-up has its own, longer clock: imports are slow on a busy machine.
+
+`quiet_trainer` is the silent CPU `pl.Trainer`, and `tiny_module` the small seeded regression, that the functions run
+on the ranks (and a few single-process tests and benchmarks/preemption.py) fit with.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import socket
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 
@@ -100,3 +104,65 @@ class GlooRanks:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+
+
+def quiet_trainer(root: str | Path, devices: int = 1, strategy: Any = None, **overrides: Any) -> Any:
+    """A CPU `pl.Trainer` that writes and prints nothing of its own: no logger, checkpoint callback, progress bar,
+    model summary or sanity validation; one epoch; gloo DDP when `devices` > 1 and no `strategy` is given.
+
+    The tests that use it assert on exact steps, collectives, checkpoints and signal timings: a logger or checkpoint
+    callback would add its own saves and collectives, a progress bar or summary only noise in 2 ranks' output, and a
+    sanity validation batches the tests do not count. `overrides` go to `pl.Trainer` as they are (max_epochs,
+    callbacks, plugins, ...)."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.strategies import DDPStrategy
+
+    if strategy is None and devices > 1:
+        strategy = DDPStrategy(process_group_backend="gloo")
+    options: dict[str, Any] = dict(
+        accelerator="cpu",
+        devices=devices,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(root),
+    )
+    if strategy is not None:
+        options["strategy"] = strategy
+    return pl.Trainer(**{**options, **overrides})
+
+
+def tiny_module(rows: int = 64, width: int = 4, train_batch: int = 4) -> Any:
+    """A 2-layer regression of `rows` seeded random rows of `width` features, trained in batches of `train_batch` and
+    validated in batches of 4 with a rank-synced `val/loss` (a collective in validation, where a signal may land): the
+    same data on every run and rank, so step counts and batch indices are exact."""
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(rows, width, generator=torch.Generator().manual_seed(0)))
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self) -> Any:
+            return DataLoader(data, batch_size=train_batch)
+
+        def val_dataloader(self) -> Any:
+            return DataLoader(data, batch_size=4)
+
+    return Tiny()

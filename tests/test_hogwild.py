@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import read_metrics, run_cli, single_run
-from gloo import GlooRanks
+from gloo import GlooRanks, quiet_trainer
 
 QUIET = [
     "trainer=cpu",
@@ -30,7 +30,6 @@ STEPS, SLOW_S = 12, 0.05  # rank 1 sleeps SLOW_S in each of its STEPS training s
 def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root: str) -> dict[str, Any]:
     """One rank of a 2-rank fit of a linear regression in which rank 1 is slow; what this rank saw."""
     import pytorch_lightning as pl
-    from pytorch_lightning.strategies import DDPStrategy
     from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.parallel.hogwild import Hogwild
@@ -64,23 +63,9 @@ def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root
             x = torch.randn(STEPS * 2 * 4, 8, generator=torch.Generator().manual_seed(0))
             return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)  # STEPS per rank
 
-    strategy = (
-        Hogwild(process_group_backend="gloo")
-        if strategy_name == "hogwild"
-        else DDPStrategy(process_group_backend="gloo")
-    )  # "ddp": the same run with waiting, to compare by hand
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=strategy,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=root,
-    )
+    # "ddp": quiet_trainer's gloo DDP, the same run with waiting, to compare by hand
+    strategy = Hogwild(process_group_backend="gloo") if strategy_name == "hogwild" else None
+    trainer = quiet_trainer(root, world_size, strategy=strategy, limit_val_batches=0)
     module = Tiny()
     trainer.fit(module)
     out = {

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import CONF
-from gloo import GlooRanks
+from gloo import GlooRanks, quiet_trainer, tiny_module
 
 pytestmark = pytest.mark.filterwarnings(  # Lightning's hint on a machine with SLURM installed, outside a job
     "ignore:The `srun` command is available on your system but is not used"
@@ -74,35 +74,6 @@ class _InHandlerSpy:
         os.kill(os.getpid(), self.signum)
 
 
-def _tiny_module(rows: int = 64, width: int = 4):
-    import pytorch_lightning as pl
-    from torch.utils.data import DataLoader, TensorDataset
-
-    data = TensorDataset(torch.randn(rows, width, generator=torch.Generator().manual_seed(0)))
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def train_dataloader(self):
-            return DataLoader(data, batch_size=4)
-
-        def val_dataloader(self):
-            return DataLoader(data, batch_size=4)
-
-    return Tiny()
-
-
 @pytest.mark.slow
 def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(compose_cfg, tmp_path, monkeypatch):
     """`trainer=slurm` with the default callbacks, one process inside a (fake) SLURM job: SIGUSR1 at step 3 ends the
@@ -131,23 +102,15 @@ def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(com
             if trainer.global_step == 3:
                 spy_box[0].signal_self()
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
+    trainer = quiet_trainer(
+        tmp_path / "run",
         plugins=[instantiate(plugin) for plugin in cfg.trainer.plugins],
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=str(tmp_path / "run"),
         callbacks=[on_signal, SignalAtStep3()],
     )
     spy_box.append(_InHandlerSpy(trainer, signal.SIGUSR1))
     exit_code, message = 0, "the fit went on to its end"
     try:
-        fit_or_stop(trainer, _tiny_module(), None, None, tmp_path / "run")
+        fit_or_stop(trainer, tiny_module(), None, None, tmp_path / "run")
     except TrainingStopped as stopped:
         exit_code, message = stopped.exit_code, str(stopped)
     assert spy_box[0].inside == [], f"checkpoint written inside the signal handler ({spy_box[0].inside})"
@@ -176,20 +139,9 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
             if trainer.global_step == 2:
                 os.kill(os.getpid(), signal.SIGUSR1)
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=str(tmp_path),
-        callbacks=[CheckpointOnSignal(hang_grace=None), SignalAtStep2()],
-    )
+    trainer = quiet_trainer(tmp_path, callbacks=[CheckpointOnSignal(hang_grace=None), SignalAtStep2()])
     with pytest.raises(TrainingStopped) as stopped:
-        fit_or_stop(trainer, _tiny_module(), None, None, tmp_path)
+        fit_or_stop(trainer, tiny_module(), None, None, tmp_path)
     assert stopped.value.exit_code == 143
     assert str(stopped.value).endswith(f"Continue with: python train.py resume={tmp_path}"), str(stopped.value)
     assert "stopped by SIGUSR1 at step 2" in str(stopped.value)
@@ -239,21 +191,31 @@ def test_the_submitit_launcher_sends_the_signal_the_callback_listens_to(compose_
     ], "Lightning's own SIGUSR1 requeue (a save inside the signal handler) must stay off"
 
 
+def _delivery(seed: int, every_rank: bool = False) -> tuple[tuple[int, ...], float]:
+    """Delivery `seed`'s draws: the ranks the SIGUSR1 goes to (all if `every_rank`) and its delay in s after training
+    starts. benchmarks/preemption.py's control arm draws through this too, so both arms see the same deliveries."""
+    rng = random.Random(seed)
+    targets = rng.choice([(0,), (1,), (0, 1)])
+    return ((0, 1) if every_rank else targets), rng.uniform(0.0, 1.5)
+
+
+def _ddp_trainer(root: str, world_size: int, **overrides):
+    """The quiet gloo DDP trainer a delivery fits with (here and in benchmarks/preemption.py): epochs without end until
+    `max_time`, with a validation of 8 batches every 8 steps for the signal to land in."""
+    return quiet_trainer(root, world_size, max_epochs=1000, val_check_interval=8, limit_val_batches=8, **overrides)
+
+
 def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_rank: bool = False) -> dict:
     """One DDP fit that a SIGUSR1 interrupts at a random moment (seeded: which ranks get it, unless `every_rank`, as
     SLURM signals every task; how long after training starts). Returns the step it stopped at, when the signal was
     sent and when the fit had ended, and how it ended (benchmarks/preemption.py runs it too)."""
     import pytorch_lightning as pl
-    from pytorch_lightning.strategies import DDPStrategy
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
     from litforge.jobs.train import fit_or_stop
 
-    rng = random.Random(seed)
-    targets = rng.choice([(0,), (1,), (0, 1)])
-    targets = (0, 1) if every_rank else targets
-    delay = rng.uniform(0.0, 1.5)
+    targets, delay = _delivery(seed, every_rank)
     bin_dir = Path(root) / "bin"
     if rank == 0:
         _fake_scontrol(bin_dir)
@@ -278,26 +240,16 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_ra
                 threading.Timer(delay, fire).start()
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1000,
+    trainer = _ddp_trainer(
+        root,
+        world_size,
         max_time={"seconds": 30},  # a run the signal never stopped ends here, and the test fails on its step
-        val_check_interval=8,
-        limit_val_batches=8,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=root,
         callbacks=[on_signal, SignalLater()],  # the timer starts after the callback installed its handler
     )
     spy_box.append(_InHandlerSpy(trainer, signal.SIGUSR1))
     exit_code, message = 0, ""
     try:
-        fit_or_stop(trainer, _tiny_module(rows=512, width=64), None, None, Path(root))
+        fit_or_stop(trainer, tiny_module(rows=512, width=64), None, None, Path(root))
     except TrainingStopped as stopped:
         exit_code, message = stopped.exit_code, str(stopped)
     finally:

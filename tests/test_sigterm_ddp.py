@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gloo import GlooRanks
+from gloo import GlooRanks, quiet_trainer, tiny_module
 
 pytestmark = pytest.mark.distributed
 
@@ -25,8 +25,6 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
     """One DDP fit of 10 batches per rank; SIGTERM to `sigterm_ranks` after step 5. Returns what each rank saw."""
     import pytorch_lightning as pl
     import torch.distributed as dist
-    from pytorch_lightning.strategies import DDPStrategy
-    from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
@@ -41,22 +39,6 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
             return real[name](*args, **kwargs)
 
         return call
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def train_dataloader(self):
-            return DataLoader(
-                TensorDataset(torch.randn(80, 4, generator=torch.Generator().manual_seed(0))), batch_size=4
-            )  # 40 samples, 10 batches per rank
 
     per_batch: list[list[str]] = []
 
@@ -73,16 +55,10 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
+    trainer = quiet_trainer(
+        root,
+        world_size,
+        limit_val_batches=0,  # training only: the collectives counted are the steps' and the checks'
         log_every_n_steps=4,
         callbacks=[Record(), *([on_signal] if litforge else [])],
     )
@@ -90,7 +66,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
         setattr(dist, name, counted(name))
     exit_code = 0
     try:
-        fit_or_stop(trainer, Tiny(), None, None, Path(root))
+        fit_or_stop(trainer, tiny_module(rows=80), None, None, Path(root))  # 40 rows per rank: 10 batches
     except TrainingStopped as stopped:
         exit_code = stopped.exit_code
     finally:
@@ -127,34 +103,10 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
     """One DDP fit of 2 training batches then a validation of 8 batches per rank; SIGTERM to rank 1 only, after its
     validation batch 0. Returns the validation batches each rank ran and how it ended."""
     import pytorch_lightning as pl
-    from pytorch_lightning.strategies import DDPStrategy
-    from torch.utils.data import DataLoader, TensorDataset
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
     from litforge.jobs.train import fit_or_stop
-
-    data = TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)))
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val/loss", self.layer(batch[0]).pow(2).mean(), sync_dist=True)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def train_dataloader(self):
-            return DataLoader(data, batch_size=16)  # 32 samples per rank: 2 batches
-
-        def val_dataloader(self):
-            return DataLoader(data, batch_size=4)  # 8 batches per rank
 
     seen: list[int] = []
 
@@ -167,22 +119,10 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
                 os.kill(os.getpid(), signal.SIGTERM)
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=2)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=world_size,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        num_sanity_val_steps=0,
-        callbacks=[Record(), on_signal],
-    )
+    trainer = quiet_trainer(root, world_size, callbacks=[Record(), on_signal])
     exit_code = 0
     try:
-        fit_or_stop(trainer, Tiny(), None, None, Path(root))
+        fit_or_stop(trainer, tiny_module(train_batch=16), None, None, Path(root))  # per rank: 2 batches, 8 validating
     except TrainingStopped as stopped:
         exit_code = stopped.exit_code
     return {"seen": seen, "exit_code": exit_code, "saved": on_signal.saved_path}
