@@ -38,6 +38,24 @@ class SignalAt(Callback):
             os.kill(os.getpid(), getattr(signal, self.signal))
 
 
+class PaceFirstAttempt(Callback):
+    """Sleep `sleep` s after every training step of a SLURM job's first attempt (`SLURM_RESTART_COUNT` unset or 0);
+    a requeued attempt runs at full speed.
+
+    Why: a requeue test must requeue a job that is still running. Slurm requeues a finished batch job too, and the
+    next attempt then rightly starts a new folder (`slurm-<id>.1`): CI once saw a 12-epoch job finish between its
+    first checkpoint and the test's `scontrol requeue`. A sleep ends early on SIGTERM's handler, so the stop at the
+    next step boundary is not delayed.
+    """
+
+    def __init__(self, sleep: float = 0.25) -> None:
+        self.sleep = sleep
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0:
+            time.sleep(self.sleep)
+
+
 class PoisonAt(Callback):
     """Make the weights NaN just before the batch of step `step`, so that step's loss is NaN."""
 

@@ -125,7 +125,7 @@ def test_trainer_slurm_keeps_the_atomic_checkpoint_writes(compose_cfg):
 
 
 # ---- on the cluster -------------------------------------------------------------------------------------------------
-def sbatch(tmp_path: Path, *overrides: str, options: tuple[str, ...] = ()) -> str:
+def sbatch(tmp_path: Path, *overrides: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> str:
     """`sbatch [options] scripts/slurm/train.sbatch paths.log_dir=<tmp_path> overrides...` from the repo root."""
     out = subprocess.run(
         ["sbatch", "--parsable", f"--output={tmp_path}/%j.out", *options, SBATCH, f"paths.log_dir={tmp_path}"]
@@ -133,7 +133,7 @@ def sbatch(tmp_path: Path, *overrides: str, options: tuple[str, ...] = ()) -> st
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         timeout=30,
         check=False,
     )
@@ -244,7 +244,10 @@ def test_a_requeued_job_continues_in_its_own_folder_a_live_folder_is_left_alone_
     limit_job = submit_time_limit_job(tmp_path / "limit")
     epochs = 12
     prepare_command_line(CONF, "train", ["train.py", f"paths.log_dir={tmp_path}"])  # warm: the checks below are quick
-    job = sbatch(tmp_path, *TINY, *QUIET, f"trainer.max_epochs={epochs}")
+    # the first attempt paced to at least 12 s (tests/faults.py), so it is still running when the test requeues it
+    pace = ["+callbacks.pace._target_=faults.PaceFirstAttempt", "+callbacks.pace.sleep=0.25"]
+    tests_dir = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    job = sbatch(tmp_path, *TINY, *QUIET, f"trainer.max_epochs={epochs}", *pace, env=tests_dir)
     run = tmp_path / "train" / "runs" / f"slurm-{job}"
     deadline = time.monotonic() + 90
     while not (run / "checkpoints" / "last.ckpt").exists():
