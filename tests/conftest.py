@@ -68,20 +68,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     evens the two out. Modules stay contiguous so their module-scoped fixtures (gloo ranks, shared reference runs)
     are built once per worker, as before.
     """
-    heaviest: dict[str, int] = {}
-    total: dict[str, int] = {}
+    heaviest: dict[Path, int] = {}
+    total: dict[Path, int] = {}
     for item in items:
-        module = item.nodeid.split("::")[0]
         cost = max((_WEIGHT.get(mark.name, 0) for mark in item.iter_markers()), default=0)
-        heaviest[module] = max(heaviest.get(module, 0), cost)
-        total[module] = total.get(module, 0) + cost
-    position = {item.nodeid: i for i, item in enumerate(items)}
-
-    def order(item: pytest.Item) -> tuple[int, int, int]:
-        module = item.nodeid.split("::")[0]
-        return -heaviest[module], -total[module], position[item.nodeid]
-
-    items.sort(key=order)
+        heaviest[item.path] = max(heaviest.get(item.path, 0), cost)
+        total[item.path] = total.get(item.path, 0) + cost
+    items.sort(key=lambda item: (-heaviest[item.path], -total[item.path]))  # a stable sort: file order within a module
 
 
 @pytest.fixture(autouse=True)
