@@ -1,7 +1,151 @@
-"""litforge: a PyTorch Lightning + Hydra training template.
+"""litforge: a PyTorch Lightning + Hydra training template, and a library a project of its own builds on.
 
-Importing the package is cheap on purpose (no torch): `python train.py --help` and config composition must stay
-fast, so heavy modules are imported only by the code paths that need them.
+The public API is this module: what user code imports, it imports from `litforge` (`from litforge import DataError,
+Count, LitforgeTask`), and these names do not move under it. Everything under `litforge.<package>` is internal and
+may move between releases; a module that moved keeps importing for a release, with a DeprecationWarning that names
+its new home (:data:`MOVED_MODULES`). docs/api.md lists the names by what they are for; tests/test_public_api.py
+pins them.
+
+Importing the package is cheap on purpose (no torch): each name below is imported on first use (PEP 562), so
+`litforge --help` and config composition stay fast.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+__version__ = "0.2.0"
+
+# name -> the module that defines it; grouped as docs/api.md lists them
+_EXPORTS: dict[str, str] = {
+    # errors: a user mistake raises one of these, and the command line prints its message as one line
+    "LitforgeError": "litforge.core.errors",
+    "ConfigError": "litforge.core.errors",
+    "DataError": "litforge.core.errors",
+    "CheckpointError": "litforge.core.errors",
+    "TrainingStopped": "litforge.core.errors",
+    # argument bounds: annotations a constructor's arguments take, checked before a run starts
+    "Count": "litforge.core.bounds",
+    "NonNegativeInt": "litforge.core.bounds",
+    "Seed": "litforge.core.bounds",
+    "HeldOut": "litforge.core.bounds",
+    "UnitInterval": "litforge.core.bounds",
+    "Positive": "litforge.core.bounds",
+    "NonNegative": "litforge.core.bounds",
+    # contracts: what a datamodule, task, net or callback offers for the jobs to put it together
+    "DataModule": "litforge.core.contracts",
+    "StatefulLoader": "litforge.core.contracts",
+    "Task": "litforge.core.contracts",
+    "SteppableTask": "litforge.core.contracts",
+    "Model": "litforge.core.contracts",
+    "TensorParallelModel": "litforge.core.contracts",
+    "PipelineModel": "litforge.core.contracts",
+    "Callback": "litforge.core.contracts",
+    "SHAPE_FACTS": "litforge.core.contracts",
+    # data: loaders, splits and tables for a datamodule of one's own
+    "InMemoryLoader": "litforge.data.loader",
+    "split_indices": "litforge.data.base",
+    "fold_indices": "litforge.data.base",
+    "SplitDataModule": "litforge.data.base",
+    "InMemorySplits": "litforge.data.base",
+    "ImageDataModule": "litforge.data.base",
+    "read_table": "litforge.data.tables",
+    # tasks and nets
+    "LitforgeTask": "litforge.tasks.base",
+    "ClassificationTask": "litforge.tasks.classification",
+    "RegressionTask": "litforge.tasks.regression",
+    "build_loss": "litforge.tasks.base",
+    "build_net": "litforge.models.factory",
+    "input_keywords": "litforge.models.factory",
+    # jobs: plain functions of a composed config (what `litforge <job>` runs), and a checkpoint for inference
+    "train": "litforge.jobs.train",
+    "evaluate": "litforge.jobs.eval",
+    "predict": "litforge.jobs.predict",
+    "export": "litforge.jobs.export",
+    "generate": "litforge.jobs.generate",
+    "prepare": "litforge.jobs.prepare",
+    "load_for_inference": "litforge.checkpointing.restore",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'litforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+# ---- modules that moved: the old import keeps working for a release, with a DeprecationWarning --------------------
+#: old module -> its new home. The top-level modules of litforge 0.1 before the packages (`litforge.errors`,
+#: `litforge.contracts`, ...); user code should import from `litforge` itself.
+MOVED_MODULES: dict[str, str] = {
+    "litforge.errors": "litforge.core.errors",
+    "litforge.contracts": "litforge.core.contracts",
+    "litforge.losses": "litforge.tasks.losses",
+    "litforge.schedulers": "litforge.tasks.schedulers",
+    "litforge.builders": "litforge.jobs.build",
+    "litforge.checkpoints": "litforge.checkpointing.load",
+    "litforge.checkpoint_io": "litforge.checkpointing.io",
+    "litforge.restore": "litforge.checkpointing.restore",
+    "litforge.resume": "litforge.checkpointing.resume",
+    "litforge.folders": "litforge.checkpointing.folders",
+    "litforge.durations": "litforge.config.durations",
+    "litforge.instantiate": "litforge.config.instantiate",
+    "litforge.validation": "litforge.config.validation",
+    "litforge.compat": "litforge.runtime.compat",
+    "litforge.host_reads": "litforge.runtime.host_reads",
+    "litforge.watchdog": "litforge.runtime.watchdog",
+    "litforge.aggregate": "litforge.records.aggregate",
+    "litforge.metrics": "litforge.records.metrics",
+    "litforge.optuna_study": "litforge.records.optuna_study",
+    "litforge.provenance": "litforge.records.provenance",
+    "litforge.sweeps": "litforge.records.sweeps",
+    "litforge.tracking": "litforge.records.tracking",
+    "litforge.latency": "litforge.deploy.latency",
+    "litforge.speed": "litforge.models.speed",
+    "litforge.help": "litforge.cli.help",
+    "litforge.preflight": "litforge.cli.preflight",
+    "litforge.tuning": "litforge.jobs.tuning",
+}
+
+
+class _MovedModule(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module name as its new module, once, with a DeprecationWarning naming where it lives now.
+
+    An import hook and not a file per old name: the old names need no module files at the top of the package, whose
+    only module is this one (docs/architecture: a reader finds a module by its package)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = MOVED_MODULES[spec.name]
+        warnings.warn(
+            f"{spec.name} has moved: import its names from litforge (the public API); the module is now {new}",
+            DeprecationWarning,
+            stacklevel=2,  # warnings skips the import machinery's frames: 2 is the importing line
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the new module is already imported."""
+
+
+if not any(isinstance(finder, _MovedModule) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModule())

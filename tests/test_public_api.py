@@ -1,0 +1,97 @@
+"""The public API: the names user code imports from `litforge`, pinned, and the old module names still importing.
+
+A name added here is a promise to every user's project; a name removed or renamed breaks them. Change PUBLIC only
+together with docs/api.md, and keep a moved name importing (with a DeprecationWarning) for a release.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import litforge
+
+PUBLIC = [
+    "Callback",
+    "CheckpointError",
+    "ClassificationTask",
+    "ConfigError",
+    "Count",
+    "DataError",
+    "DataModule",
+    "HeldOut",
+    "ImageDataModule",
+    "InMemoryLoader",
+    "InMemorySplits",
+    "LitforgeError",
+    "LitforgeTask",
+    "Model",
+    "NonNegative",
+    "NonNegativeInt",
+    "PipelineModel",
+    "Positive",
+    "RegressionTask",
+    "SHAPE_FACTS",
+    "Seed",
+    "SplitDataModule",
+    "StatefulLoader",
+    "SteppableTask",
+    "Task",
+    "TensorParallelModel",
+    "TrainingStopped",
+    "UnitInterval",
+    "build_loss",
+    "build_net",
+    "evaluate",
+    "export",
+    "fold_indices",
+    "generate",
+    "input_keywords",
+    "load_for_inference",
+    "predict",
+    "prepare",
+    "read_table",
+    "split_indices",
+    "train",
+]
+
+
+def fresh(code: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a new interpreter: what a user's first import sees (nothing imported or warned before)."""
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_public_names_are_pinned_and_each_resolves():
+    assert litforge.__all__ == PUBLIC, "the public API changed: update PUBLIC and docs/api.md together"
+    for name in PUBLIC:
+        assert getattr(litforge, name) is not None, name
+    assert set(PUBLIC) <= set(dir(litforge))
+
+
+def test_importing_litforge_imports_no_torch():
+    result = fresh("import sys, litforge; print('torch' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_an_old_module_name_still_imports_and_warns_with_its_new_home():
+    """litforge.errors was the home of DataError before the packages: a project written then keeps loading."""
+    ok = fresh("from litforge.errors import DataError; import litforge; print(DataError is litforge.DataError)")
+    assert ok.returncode == 0 and ok.stdout.strip() == "True", ok.stderr
+    assert "DeprecationWarning: litforge.errors has moved" in ok.stderr
+    assert "litforge.core.errors" in ok.stderr  # the new place is named
+    refused = fresh("from litforge.errors import DataError", "-W", "error::DeprecationWarning")
+    assert refused.returncode != 0 and "litforge.errors has moved" in refused.stderr
+
+
+def test_every_moved_module_imports_as_its_new_home():
+    code = (
+        "import importlib, warnings, litforge\n"
+        "warnings.simplefilter('ignore')\n"
+        "for old, new in litforge.MOVED_MODULES.items():\n"
+        "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
+        "print(len(litforge.MOVED_MODULES))"
+    )
+    result = fresh(code)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == len(litforge.MOVED_MODULES) >= 20
