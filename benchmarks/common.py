@@ -203,7 +203,7 @@ def run_plain(
     """
     from hydra.utils import instantiate
 
-    from litforge.config.instantiate import call_partial
+    from litforge.core.instantiate import call_partial
     from litforge.jobs.build import build_task
 
     torch.manual_seed(cfg.seed)

@@ -218,7 +218,7 @@ def test_bad_input_fails_with_one_clear_message(
 VALUES = [
     (["data.batch_size=0"], "data.batch_size=0: expected an integer >= 1, e.g. data.batch_size=64", True),
     (["optimizer.lr=-1"], "optimizer.lr=-1: expected a number > 0, e.g. optimizer.lr=0.001", True),
-    (["trainer.max_epochs=0"], "trainer.max_epochs=0: expected an integer >= 1 or -1 (or null)", True),
+    (["trainer.max_epochs=0"], "trainer.max_epochs=0: expected an integer >= 1, -1 or null", True),
     (["trainer.limit_train_batches=0"], "trainer.limit_train_batches=0: expected a fraction in (0, 1]", True),
     (["hparams_search=digits_optuna"], "add -m (python train.py -m hparams_search=digits_optuna)", True),
     (["model.hidden_dims=256"], "model.hidden_dims=256: expected a list of integers >= 1", True),

@@ -7,15 +7,14 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from litforge.config.durations import parse_duration, parse_every
-from litforge.config.validation import check_run
+from litforge.runtime.durations import parse_duration, parse_every
+from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
-from litforge.jobs.settings import JobSettings
 
 
 def check_value(key: str, value: object) -> None:
     """One of the job's own keys, judged as the config check judges it (litforge.jobs.settings)."""
-    check_run(OmegaConf.create({key: value}), JobSettings)
+    check_config(OmegaConf.create({key: value}))
 
 
 @pytest.mark.parametrize(

@@ -77,13 +77,14 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
         textwrap.dedent("""
         from typing import Annotated
 
-        from litforge.config.signatures import Range
+        from pydantic import Field
+
         from litforge.models.mlp import MLP
 
 
         class WideMLP(MLP):
             def __init__(self, in_channels: int, image_size: tuple[int, int], num_classes: int,
-                         width: Annotated[int, Range(ge=1, le=4096, example=128)] = 64) -> None:
+                         width: Annotated[int, Field(ge=1, le=4096, examples=[128])] = 64) -> None:
                 super().__init__(in_channels, image_size, num_classes, hidden_dims=[width])
     """)
     )

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from conftest import CONF, make_image_folder
-from litforge.jobs.settings import JobSettings
 
 GROUPS = [
     "data",
@@ -125,8 +124,8 @@ def test_every_group_has_options():
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate
 
-    from litforge.config.instantiate import instantiate_named
-    from litforge.config.validation import check_config
+    from litforge.core.instantiate import instantiate_named
+    from litforge.config.check import check_config
     from litforge.jobs.build import build_task
     from litforge.jobs.train import train
     from litforge.parallel.launch import launched_ranks_cleaned_up
@@ -147,7 +146,7 @@ def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg,
         write_shards(DigitsDataModule(classes=[0, 1, 2], train_per_class=20), str(tmp_path / "shards"))
         overrides.append(f"data.input_dir={tmp_path / 'shards'}")
     cfg = compose_cfg(*overrides)
-    check_config(cfg, JobSettings)  # every default of every option passes the typed check (not too strict)
+    check_config(cfg)  # every default of every option passes the typed check (not too strict)
 
     datamodule = instantiate(cfg.data, _convert_="all")
     task = build_task(cfg, datamodule.describe())

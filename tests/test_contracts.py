@@ -151,7 +151,7 @@ def cifar_files_without_md5(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_datamodule_keeps_the_data_contract(
     option: str, compose_cfg, tmp_path: Path, no_network: list[str], cifar_files_without_md5: None
 ) -> None:
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
 
     data_dir = tmp_path / "data"
     cfg = compose_cfg(f"data={option}", *data_overrides(option, tmp_path, data_dir))
@@ -201,7 +201,7 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
 
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import restore_task
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
     from litforge.core.contracts import trains_on
     from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
@@ -255,7 +255,7 @@ GPT_PRESETS = ("gpt2_124m", "gpt2_350m", "gpt_1b", "gpt_7b")
 def test_a_net_configs_own_shape_keys_win_over_the_datas(compose_cfg) -> None:
     """A preset's vocab_size and block_size are kept (the factory fills only the shape keys a config lacks), and each
     preset picks the text task and data a GPT trains on."""
-    from litforge.config.instantiate import to_plain
+    from litforge.core.instantiate import to_plain
     from litforge.models.factory import build_net
     from litforge.models.meta import meta_nets
 
@@ -269,7 +269,7 @@ def test_a_net_configs_own_shape_keys_win_over_the_datas(compose_cfg) -> None:
 
 @pytest.mark.parametrize("option", options("model"))
 def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
-    from litforge.config.instantiate import to_plain
+    from litforge.core.instantiate import to_plain
     from litforge.models.factory import build_net
     from litforge.parallel.plans import sharding_units, tensor_parallel_plan
 
@@ -284,7 +284,7 @@ def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
         except ConfigError as exc:
             assert "cannot be built from" in str(exc)
     if not built:  # a net for a kind of the user's own: built by the task of the experiment that uses it
-        from litforge.config.instantiate import instantiate_group
+        from litforge.core.instantiate import instantiate_group
         from litforge.jobs.build import build_task
 
         cfg = compose_cfg(*partner(compose_cfg, None, net_cfg["_target_"]))

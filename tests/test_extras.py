@@ -39,14 +39,13 @@ def test_every_optional_module_belongs_to_an_extra_that_all_and_dev_install():
     ],
 )
 def test_a_group_that_needs_a_missing_extra_is_refused_in_one_line(overrides, missing, says, compose_cfg, monkeypatch):
-    from litforge.config.validation import check_config
-    from litforge.jobs.settings import JobSettings
+    from litforge.config.check import check_config
 
     cfg = compose_cfg("print_config=false", *overrides)
-    check_config(cfg, JobSettings)  # installed: passes
+    check_config(cfg)  # installed: passes
     monkeypatch.setitem(sys.modules, missing, None)  # as if not installed: `import <missing>` fails
     with pytest.raises(ConfigError) as info:
-        check_config(cfg, JobSettings)
+        check_config(cfg)
     assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 

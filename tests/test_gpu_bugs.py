@@ -120,7 +120,7 @@ def test_each_rank_resumes_its_own_rng_state(ranks: GlooRanks):
     ],
 )
 def test_options_that_fsdp_and_tp_ignore_or_break_are_refused_in_one_line(compose_cfg, overrides, says):
-    from litforge.config.validation import check_config
+    from litforge.config.check import check_config
     from litforge.core.errors import ConfigError
 
     check_config(compose_cfg("strategy=ddp", "trainer.sync_batchnorm=true", "channels_last=true"))  # fine under DDP
@@ -155,11 +155,10 @@ def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compos
     from omegaconf import OmegaConf
 
     from litforge.checkpointing.restore import inference_device
-    from litforge.config.validation import check_run
-    from litforge.jobs.settings import JobSettings
+    from litforge.config.check import check_config
 
     def check_value(key: str, value: object) -> None:
-        check_run(OmegaConf.create({key: value}), JobSettings)
+        check_config(OmegaConf.create({key: value}))
 
     from litforge.core.errors import ConfigError
 

@@ -12,10 +12,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from litforge.config.validation import check_run
+from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
 from litforge.data.pinned import pin_memory_for
-from litforge.jobs.settings import JobSettings
 from litforge.jobs.train import apply_matmul_precision
 from litforge.records import provenance
 
@@ -54,7 +53,7 @@ def test_matmul_precision_applies_to_cuda_runs_only(monkeypatch, restore_matmul_
 
 def test_a_bad_matmul_precision_is_refused_in_one_line(compose_cfg):
     with pytest.raises(ConfigError, match="matmul_precision") as error:
-        check_run(compose_cfg("matmul_precision=fast"), JobSettings)
+        check_config(compose_cfg("matmul_precision=fast"))
     assert "\n" not in str(error.value) and "highest" in str(error.value)
 
 
@@ -155,7 +154,7 @@ def test_on_device_auto_is_the_default_and_decides_once_for_all_splits(compose_c
 
 
 def test_a_bad_on_device_is_refused_in_one_line(compose_cfg):
-    from litforge.config.validation import check_config
+    from litforge.config.check import check_config
 
     with pytest.raises(ConfigError, match="data.on_device='maybe'") as error:
         check_config(compose_cfg("data.on_device=maybe"))

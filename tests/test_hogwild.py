@@ -94,7 +94,7 @@ def test_hogwild_workers_update_one_shared_copy_without_waiting(ranks: GlooRanks
 
 
 def test_hogwild_refusals_name_the_key_and_the_fix(compose_cfg):
-    from litforge.config.validation import check_run
+    from litforge.config.check import check_config
     from litforge.core.errors import ConfigError
     from litforge.parallel.hogwild import Hogwild, refuse_batch_norm
 
@@ -104,8 +104,8 @@ def test_hogwild_refusals_name_the_key_and_the_fix(compose_cfg):
     with pytest.raises(ConfigError, match="strategy.decide_every=0"):
         Hogwild(decide_every=0)
     with pytest.raises(ConfigError, match="trainer.accelerator=gpu with strategy=hogwild.*trainer=cpu"):
-        check_run(compose_cfg("strategy=hogwild", "trainer.accelerator=gpu"))
-    check_run(compose_cfg("strategy=hogwild", "trainer=cpu"))
+        check_config(compose_cfg("strategy=hogwild", "trainer.accelerator=gpu"))
+    check_config(compose_cfg("strategy=hogwild", "trainer=cpu"))
 
 
 @pytest.mark.slow

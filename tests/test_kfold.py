@@ -81,7 +81,7 @@ def test_more_folds_than_the_smallest_class_is_refused_in_one_line():
 
 
 def test_config_refuses_a_fold_outside_the_folds(compose_cfg):
-    from litforge.config.validation import check_config
+    from litforge.config.check import check_config
 
     with pytest.raises(ConfigError, match=r"data.fold=3 is outside \[0, 3\)"):
         check_config(compose_cfg("data.num_folds=3", "data.fold=3"))

@@ -1,11 +1,11 @@
-"""litforge.config.override_text writes values that Hydra's own override parser reads back unchanged."""
+"""litforge.runtime.override_text writes values that Hydra's own override parser reads back unchanged."""
 
 from __future__ import annotations
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from litforge.config.override_text import override_text
+from litforge.runtime.override_text import override_text
 
 VALUES = [
     None,

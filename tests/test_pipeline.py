@@ -204,7 +204,7 @@ def test_pipeline_equals_one_process_on_two_gloo_ranks(ranks, kind: str, schedul
 def test_strategy_refusals_name_the_key_and_the_fix() -> None:
     from omegaconf import OmegaConf
 
-    from litforge.config.validation import check_group
+    from litforge.config.check import check_group
     from litforge.loops.steps_per_call import EpochSchedulers
     from litforge.parallel.pipeline import Pipeline
     from litforge.tasks.classification import ClassificationTask

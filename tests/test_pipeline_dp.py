@@ -108,7 +108,7 @@ def test_pipeline_x_data_parallel_equals_one_process_on_four_gloo_ranks(ranks, k
 def test_data_parallel_reads_its_share_and_refuses_indivisible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     from omegaconf import OmegaConf
 
-    from litforge.config.validation import check_group
+    from litforge.config.check import check_group
     from litforge.parallel.pipeline import Pipeline
 
     with pytest.raises(ConfigError, match=r"strategy.data_parallel=0: expected an integer >= 1"):

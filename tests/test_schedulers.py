@@ -65,7 +65,7 @@ def test_a_warmup_as_long_as_the_run_is_refused_with_the_key_and_an_example():
 
 
 def test_the_config_fills_the_run_length_and_checks_the_fraction(compose_cfg):
-    from litforge.config.validation import check_config
+    from litforge.config.check import check_config
 
     cfg = compose_cfg("scheduler=warmup_cosine")
     check_config(cfg)

@@ -117,7 +117,7 @@ def test_trainer_slurm_keeps_the_atomic_checkpoint_writes(compose_cfg):
     from lightning_fabric.plugins.environments import SLURMEnvironment
 
     from litforge.checkpointing.io import AtomicCheckpointIO
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
 
     plugins = instantiate_group("trainer", compose_cfg("trainer=slurm").trainer)["plugins"]
     assert [type(p) for p in plugins] == [AtomicCheckpointIO, SLURMEnvironment]

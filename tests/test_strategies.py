@@ -106,7 +106,7 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 
 
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
     from litforge.core.errors import ConfigError
     from litforge.jobs.build import build_strategy, build_trainer
 
@@ -453,7 +453,7 @@ def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
 
 # ---- FSDP2 options (strategy=fsdp|fsdp_tp) ---------------------------------------------------------------------------
 def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose_cfg):
-    from litforge.config.validation import check_config
+    from litforge.config.check import check_config
     from litforge.core.errors import ConfigError
     from litforge.jobs.build import build_strategy
 
@@ -562,7 +562,7 @@ def _hsdp_rank(rank: int, *args: object) -> None:
 def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ranks():
     from omegaconf import OmegaConf
 
-    from litforge.config.validation import check_group
+    from litforge.config.check import check_group
     from litforge.core.errors import ConfigError
     from litforge.parallel.plans import hsdp_mesh
     from litforge.parallel.strategies import ModelParallel

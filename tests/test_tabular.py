@@ -80,16 +80,15 @@ def test_the_target_kind_and_the_bundled_tables():
 
 
 def test_a_loss_that_does_not_fit_the_task_is_refused_in_one_line(compose_cfg):
-    from litforge.config.validation import check_config
-    from litforge.jobs.settings import JobSettings
+    from litforge.config.check import check_config
 
-    check_config(compose_cfg("task=regression", "data=csv"), JobSettings)  # the task's own loss: mse
+    check_config(compose_cfg("task=regression", "data=csv"))  # the task's own loss: mse
     assert compose_cfg("task=regression").loss._target_ == "torch.nn.MSELoss"
     with pytest.raises(ConfigError) as refused:
-        check_config(compose_cfg("task=regression", "loss=cross_entropy"), JobSettings)
+        check_config(compose_cfg("task=regression", "loss=cross_entropy"))
     assert "\n" not in str(refused.value) and "task=regression: loss=mse, huber or l1" in str(refused.value)
     with pytest.raises(ConfigError, match="loss._target_=torch.nn.MSELoss does not fit task._target_="):
-        check_config(compose_cfg("loss=mse"), JobSettings)
+        check_config(compose_cfg("loss=mse"))
 
 
 @pytest.mark.slow

@@ -15,9 +15,8 @@ import torch
 import yaml
 
 from conftest import CONF
-from litforge.config.validation import check_run
+from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
-from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import TB_TAG, check_tuning
 
 # one short epoch; the finder's 20 steps are about as many as the run's own
@@ -106,7 +105,7 @@ def test_lr_find_without_apply_reports_only_and_leaves_the_run_as_an_untuned_one
 
 
 def _build(compose_cfg, *overrides: str):
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task
 
     cfg = compose_cfg(*overrides)
@@ -119,7 +118,7 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
     """On a GPU Lightning doubles the batch until memory runs out. A CPU run is refused (check_tuning), but the
     finder itself runs here on CPU, where nothing runs out: it doubles `max_trials` times, and what this checks is
     that the size reaches the datamodule's loaders (apply) or is put back (no apply)."""
-    from litforge.config.instantiate import instantiate_group, to_plain
+    from litforge.core.instantiate import instantiate_group, to_plain
     from litforge.jobs.tuning import tune
 
     cfg, task, datamodule = _build(
@@ -177,7 +176,7 @@ def test_finders_are_refused_in_one_line_where_they_cannot_work(compose_cfg, ove
 )
 def test_bad_tune_values_are_refused_naming_the_key(compose_cfg, overrides, says):
     with pytest.raises(ConfigError) as error:
-        check_run(compose_cfg(*overrides), JobSettings)
+        check_config(compose_cfg(*overrides))
     assert says in str(error.value) and "\n" not in str(error.value)
 
 
@@ -188,7 +187,7 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
 
 
 def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
-    from litforge.config.instantiate import instantiate_group, to_plain
+    from litforge.core.instantiate import instantiate_group, to_plain
     from litforge.jobs.tuning import tune, tune_before_fit
 
     cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")

@@ -1,5 +1,5 @@
-"""The one config check (litforge.config.validation): the composed config bound to the typed signatures of what it
-builds, the relations across groups, and its boundary: each group is checked where it is built.
+"""The one config check (litforge.config.check): pydantic judges the composed config against the typed signatures of
+what it builds, then the relations across groups; once per run, where the job starts.
 
 Fast and in-process: each bad value is judged by the same functions the CLI (tests/test_preflight.py) and the
 builders call; a handful of the same mistakes go through the real CLI in tests/test_bad_input.py. The typed
@@ -17,9 +17,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF
-from litforge.config.validation import BUILT_GROUPS, NAMED_GROUPS, check_config, check_group, check_run
+from litforge.config.check import BUILT_GROUPS, NAMED_GROUPS, check_config, check_group
 from litforge.core.errors import ConfigError
-from litforge.jobs.settings import JobSettings
 
 JOBS = ("train", "eval", "predict", "export", "generate", "prepare")
 REQUIRED = {"train": [], "prepare": ["output=shards"]}  # the others: ckpt_path
@@ -38,7 +37,7 @@ def compose(job: str = "train", *overrides: str):
 
 @pytest.mark.parametrize("job", JOBS)
 def test_each_jobs_shipped_config_passes(job: str):
-    check_config(compose(job), JobSettings)
+    check_config(compose(job))
 
 
 def _options() -> list[str]:
@@ -50,12 +49,13 @@ def _options() -> list[str]:
 
 
 def _bound(cfg) -> list[tuple[str, object]]:
-    """(full key, annotation) of every value under the built groups, as check_config binds them."""
+    """(full key, annotation) of every value under the built groups, as check_config binds them: the signature read
+    from the source (litforge.config.source), else the imported one, with a library class's stand-in on top."""
     from hydra.utils import get_object
 
+    from litforge.config.check import GROUP_TARGETS, _signature, _targets
     from litforge.config.library import STAND_INS
-    from litforge.config.signatures import GROUP_TARGETS, parameters
-    from litforge.config.validation import _targets
+    from litforge.config.source import read_signature
 
     found = []
     for group in BUILT_GROUPS:
@@ -66,9 +66,10 @@ def _bound(cfg) -> list[tuple[str, object]]:
                 name = target_node.get("_target_") or key
                 params = {}
                 if "." in name or name in GROUP_TARGETS:
-                    params = parameters(get_object(GROUP_TARGETS.get(name, name)))[0]
-                if name in STAND_INS:
-                    params.update(parameters(STAND_INS[name])[0])
+                    name = GROUP_TARGETS.get(name, name)
+                    params = (read_signature(name) or _signature(get_object(name)))[0]
+                if name in STAND_INS or key in STAND_INS:
+                    params.update(_signature(STAND_INS.get(name) or STAND_INS[key])[0])
                 for arg in [str(a) for a in target_node if not str(a).startswith("_")]:
                     try:
                         value = target_node[arg]
@@ -102,25 +103,23 @@ def test_every_value_of_every_option_is_bound_to_a_typed_argument(option: str):
 def test_every_stand_in_names_arguments_its_library_class_takes():
     from hydra.utils import get_object
 
+    from litforge.config.check import GROUP_TARGETS, _signature
     from litforge.config.library import STAND_INS
-    from litforge.config.signatures import GROUP_TARGETS, parameters
 
     for name, stand_in in STAND_INS.items():
         if "." not in name and name not in GROUP_TARGETS:
             continue  # a group litforge itself reads (scheduler's interval and monitor)
-        real, open_ended = parameters(get_object(GROUP_TARGETS.get(name, name)))
-        assert open_ended or set(parameters(stand_in)[0]) <= set(real), (name, set(parameters(stand_in)[0]) - set(real))
+        real, open_ended = _signature(get_object(GROUP_TARGETS.get(name, name)))
+        assert open_ended or set(_signature(stand_in)[0]) <= set(real), (name, set(_signature(stand_in)[0]) - set(real))
 
 
 def test_the_job_settings_are_the_keys_the_jobs_have():
     """Every field of litforge.jobs.settings is a key of some job's config, and every top-level key of every job is
-    a field (or a group): the structured config and the YAML files cannot drift apart."""
-    from dataclasses import fields
-
+    a field (or a group): the pydantic model and the YAML files cannot drift apart."""
     from litforge.jobs.settings import JobSettings
 
     keys = {str(k) for job in JOBS for k in compose(job).keys()} - {"hydra", *BUILT_GROUPS}
-    assert keys == {f.name for f in fields(JobSettings)}
+    assert keys == set(JobSettings.model_fields)
 
 
 # ---- one bad value: (key, value, what the message must also say) ---------------------------------------------------
@@ -168,7 +167,7 @@ BAD_VALUES = [
     ("loss.gamma", -1.0, ">= 0"),
     ("loss.delta", 0, "> 0"),
     # trainer
-    ("trainer.max_epochs", 0, ">= 1 or -1"),
+    ("trainer.max_epochs", 0, ">= 1, -1"),
     ("trainer.max_steps", 0, ">= 1 or -1"),
     ("trainer.limit_train_batches", 0, "a batch count >= 1"),
     ("trainer.limit_train_batches", 1.5, "a fraction in (0, 1]"),
@@ -281,13 +280,13 @@ def example_of(message: str, key: str) -> object:
 @pytest.mark.parametrize(("key", "value", "needle"), BAD_VALUES, ids=[f"{k}={v!r}" for k, v, _ in BAD_VALUES])
 def test_a_bad_value_is_refused_with_the_key_the_value_and_an_example(key: str, value: object, needle: str):
     with pytest.raises(ConfigError) as info:
-        check_config(with_value(key, value), JobSettings)
+        check_config(with_value(key, value))
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{key}="), message  # names the key and the value as typed
     assert needle in message, message
     if f"e.g. {key}=" in message:  # the example given passes
-        check_config(with_value(key, example_of(message, key)), JobSettings)
+        check_config(with_value(key, example_of(message, key)))
 
 
 # the nets' bounds sit on their own constructors: the key is judged by the option that has it, not by its name alone
@@ -343,7 +342,7 @@ def test_a_bad_net_argument_is_refused_by_the_nets_signature(option: str, key: s
     ],
 )
 def test_valid_edge_values_pass(key: str, value: object):
-    check_config(with_value(key, value), JobSettings)
+    check_config(with_value(key, value))
 
 
 # ---- relations, groups, runs ---------------------------------------------------------------------------------------
@@ -381,9 +380,9 @@ def test_relations_across_groups_are_checked_for_the_run():
         }
     )
     with pytest.raises(ConfigError, match="also pass callbacks.model_checkpoint=null"):
-        check_run(cfg)
+        check_config(cfg)
     cfg.callbacks.model_checkpoint = None
-    check_run(cfg)
+    check_config(cfg)
 
 
 def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
@@ -394,10 +393,10 @@ def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
             "data": {"shuffle_seed": "${seed}", "batch_size": 8},
         }
     )
-    check_config(cfg, JobSettings)
+    check_config(cfg)
     cfg.seed = -1  # an interpolated value is checked under its own key first
     with pytest.raises(ConfigError, match=r"^seed=-1"):
-        check_config(cfg, JobSettings)
+        check_config(cfg)
 
 
 @pytest.mark.parametrize(
@@ -427,7 +426,7 @@ def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str |
         ("data.batch_size=0", "data.batch_size=0"),
         ("optimizer.lr=-1", "optimizer.lr=-1"),
         ("callbacks.early_stopping.patience=-1", "callbacks.early_stopping.patience=-1"),
-        ("trainer.max_epochs=0", "trainer.max_epochs=0: expected an integer >= 1 or -1"),
+        ("trainer.max_epochs=0", "trainer.max_epochs=0: expected an integer >= 1, -1 or null"),
         ("seed=-1", "seed=-1"),
         ("+model.foo=1", "model.foo is not an argument of litforge.models.mlp.MLP (it takes: in_channels"),
         ("+task.foo=1", "task.foo is not an argument of litforge.tasks.classification.ClassificationTask"),
@@ -453,36 +452,27 @@ def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override
     assert says in str(info.value), str(info.value)
 
 
-def test_train_checks_each_group_exactly_once(compose_cfg, monkeypatch):
-    """The groups are checked where they are built, and nowhere twice (one table, one boundary)."""
-    import litforge.config.instantiate
-    import litforge.jobs.build
-    from litforge.config import validation
+def test_each_run_is_checked_once_where_it_starts_and_the_builders_never_call_the_checker(compose_cfg, monkeypatch):
+    """In code, the job's start checks the config; after the command line's check of the same config, nothing does
+    again; and what builds (jobs/build.py, core/instantiate.py, the tasks) imports no part of the checker."""
+    from test_architecture import import_graph
+
+    from litforge.config import check
     from litforge.jobs.train import train
 
-    seen: list[str] = []
-
-    def counting(scope: str, node: object, imports: bool = True) -> None:
-        seen.append(scope)
-        validation.check_group(scope, node, imports)
-
-    monkeypatch.setattr(litforge.config.instantiate, "check_group", counting)
-    monkeypatch.setattr(litforge.jobs.build, "check_group", counting)
+    calls: list[object] = []
+    real = check.check_config
+    monkeypatch.setattr(check, "check_config", lambda cfg: calls.append(cfg) or real(cfg))
     cfg = compose_cfg("print_config=false", "trainer.fast_dev_run=true", "logger=csv", "callbacks.progress_bar=null")
     train(cfg)
-    expected = {
-        "data",
-        "model",
-        "optimizer",
-        "scheduler",
-        "loss",
-        "task",
-        "trainer",
-        "strategy",
-        *(f"callbacks.{name}" for name, node in cfg.callbacks.items() if node is not None),
-        "logger.csv",
-    }
-    assert sorted(seen) == sorted(expected)
+    assert len(calls) == 1
+    check.check_at_start(cfg)  # the same config again (the job after the command line's check): not judged twice
+    assert len(calls) == 1
+    graph = import_graph()
+    checkers = {m for m in graph if m.startswith("litforge.config")}
+    builders = [m for m in graph if m.startswith(("litforge.tasks", "litforge.models", "litforge.data"))]
+    for module in [*builders, "litforge.jobs.build", "litforge.core.instantiate"]:
+        assert not graph[module] & checkers, (module, graph[module] & checkers)
 
 
 @pytest.mark.parametrize("override", ["logger=wandb", "logger=[tensorboard,wandb]"])

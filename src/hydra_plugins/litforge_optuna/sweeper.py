@@ -27,7 +27,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.config.override_text import override_text
+from litforge.runtime.override_text import override_text
 
 log = logging.getLogger(__name__)
 

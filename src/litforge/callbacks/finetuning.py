@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import pytorch_lightning as pl
+from pydantic import Field
 from pytorch_lightning.callbacks import BackboneFinetuning as _BackboneFinetuning
 from torch.optim.lr_scheduler import OneCycleLR
 
-from litforge.core.bounds import NonNegativeInt, Range
+from litforge.core.bounds import NonNegativeInt
 from litforge.core.errors import ConfigError
 
 
@@ -23,7 +24,7 @@ class BackboneFinetuning(_BackboneFinetuning):
     def __init__(
         self,
         unfreeze_backbone_at_epoch: NonNegativeInt = 10,
-        backbone_initial_ratio_lr: Annotated[float, Range(gt=0, le=1)] = 0.1,  # backbone lr = head lr x this
+        backbone_initial_ratio_lr: Annotated[float, Field(gt=0, le=1)] = 0.1,  # backbone lr = head lr x this
         should_align: bool = True,
         train_bn: bool = True,
         **kwargs: Any,

@@ -11,15 +11,14 @@ from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
+from pydantic import Field
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from litforge.callbacks.tensorboard import tensorboard_loggers
-from litforge.core.bounds import Check, Count
+from litforge.core.bounds import Count
 
 # confusion-matrix cells: null = counts | true | pred | all (`normalize=true` arrives as a YAML bool)
-Normalize = Annotated[
-    Any, Check(lambda v: v is None or v is True or v in ("true", "pred", "all"), "true, pred, all or null", "true")
-]
+Normalize = Annotated[Literal[True, "true", "pred", "all"] | None, Field(description="true, pred, all or null")]
 
 
 class ClassificationImages(pl.Callback):

@@ -26,12 +26,13 @@ from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
+from pydantic import Field
 from pytorch_lightning.callbacks import ModelPruning
 from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from litforge.callbacks.selection import restart_selection
-from litforge.core.bounds import HeldOut, NonNegativeInt, Range
+from litforge.core.bounds import HeldOut, NonNegativeInt
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import pruning_targets, set_pruning_targets
 
@@ -63,7 +64,7 @@ class Pruning(ModelPruning):
         amount: HeldOut = 0.5,  # the share of weights pruned by the end of the schedule, in [0, 1)
         start_epoch: NonNegativeInt = 0,
         end_epoch: NonNegativeInt | None = None,
-        norm: Annotated[int, Range(ge=1)] = 2,
+        norm: Annotated[int, Field(ge=1)] = 2,
         exclude: list[str] | None = None,
         select_after_schedule: bool = True,
         verbose: int = 0,

@@ -31,8 +31,8 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
 from litforge.checkpointing.model_checkpoint import save_latest
-from litforge.config.durations import is_time_limit, parse_duration
 from litforge.core.errors import ConfigError, TrainingStopped
+from litforge.runtime.durations import is_time_limit, parse_duration
 from litforge.runtime.ranks import meets_now
 from litforge.runtime.slurm import job_end_time
 

@@ -21,8 +21,8 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
 from litforge.checkpointing.model_checkpoint import LAST, last_checkpoint
-from litforge.config.durations import parse_every
 from litforge.core.errors import ConfigError
+from litforge.runtime.durations import parse_every
 from litforge.runtime.ranks import meets_now
 
 

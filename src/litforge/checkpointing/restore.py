@@ -18,8 +18,8 @@ from litforge.checkpointing.load import (
     load_checkpoint,
     trusted_prefixes,
 )
-from litforge.config.instantiate import instantiate_group, to_plain
 from litforge.core.errors import CheckpointError, ConfigError
+from litforge.core.instantiate import instantiate_group, to_plain
 from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
 
 

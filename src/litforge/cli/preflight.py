@@ -3,7 +3,7 @@
 `prepare_command_line(conf_dir, config_name)` is called by the entry scripts just before `@hydra.main` takes over. It
 refuses command lines that would run something other than what was meant (a sweep or `hparams_search=` without `-m`,
 an option or a key that does not exist, a key that moved), composes the config with Hydra's Compose API (torch-free)
-and runs the one config check on it (litforge.config.validation), then asks what a job would otherwise refuse only
+and runs the one config check on it (litforge.config.check), then asks what a job would otherwise refuse only
 after Hydra made its run folder (another run's folder as hydra.run.dir, a one-class image folder, an unprepared
 streaming folder, the finders, prepare's source, export's options) and whether `paths.log_dir` takes a run. For
 `resume=` it rewrites the command line to continue that run in its folder (litforge.checkpointing.resume).
@@ -26,9 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.checkpointing.folders import check_folder, check_not_another_run
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.help import group_options, searchpath_folders
-from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message
+from litforge.config.check import check_config
+from litforge.config.relations import MOVED_KEYS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
-from litforge.jobs.settings import JobSettings
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero, register_resolvers
 
@@ -106,7 +106,7 @@ def checked_overrides(
         if message:
             raise ConfigError(message)
         return overrides
-    check_config(cfg, JobSettings)
+    check_config(cfg)
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:

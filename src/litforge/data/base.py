@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
 import torch
+from pydantic import Field
 from torch import Tensor
 
-from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Range, Seed
+from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Seed
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.data.augment import Augment, build_augment, resolve_augment
@@ -145,7 +146,7 @@ class ImageDataModule(InMemorySplits):
         std: Sequence[float] | None = None,
         augment: Augment | bool = "none",  # true/false: the older spelling of flip_crop/none
         on_device: Literal["auto"] | bool = "auto",
-        num_folds: Annotated[int, Range(ge=2, example=5)] | None = None,
+        num_folds: Annotated[int, Field(ge=2, examples=[5])] | None = None,
         fold: NonNegativeInt = 0,
     ) -> None:
         super().__init__()

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import torch
+from pydantic import AfterValidator, Field
 from torch import Tensor
 
-from litforge.core.bounds import Check, Count, HeldOut, Range
+from litforge.core.bounds import Count, HeldOut
 from litforge.data.base import ImageDataModule, split_indices
 
 DIGITS = "a non-empty list of distinct digits in [0, 9]"
@@ -18,6 +19,13 @@ DIGITS = "a non-empty list of distinct digits in [0, 9]"
 
 def _distinct(v: list[int]) -> bool:
     return bool(v) and len(set(v)) == len(v)
+
+
+def distinct(values: list[int]) -> list[int]:
+    """data.classes: each digit once (a repeated one would be two labels for the same images)."""
+    if len(set(values)) != len(values):
+        raise ValueError("a digit repeats")
+    return values
 
 
 class DigitsDataModule(ImageDataModule):
@@ -32,12 +40,11 @@ class DigitsDataModule(ImageDataModule):
         self,
         test_fraction: HeldOut = 0.2,
         classes: Annotated[
-            list[Annotated[int, Range(ge=0, le=9)]],
-            Check(
-                lambda v: bool(v) and len(set(v)) == len(v),
-                "a non-empty list of distinct digits in [0, 9]",
-                [5, 6, 7, 8, 9],
+            list[Annotated[int, Field(ge=0, le=9)]],
+            Field(
+                min_length=1, description="a non-empty list of distinct digits in [0, 9]", examples=[[5, 6, 7, 8, 9]]
             ),
+            AfterValidator(distinct),
         ]
         | None = None,
         train_per_class: Count | None = None,

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from litforge.core.bounds import Check, Count, HeldOut, NonNegative, NonNegativeInt, Range, Seed
+from litforge.core.bounds import Count, HeldOut, NonNegative, NonNegativeInt, Seed
 from litforge.core.errors import ConfigError, DataError
 from litforge.data.augment import Augment
 from litforge.data.base import ImageDataModule, channel_stats
@@ -70,13 +71,11 @@ def mixed_modes_message(ref_path: str, ref_mode: str, path: str, mode: str) -> s
     )
 
 
-def _image_size(v: Any) -> bool:
-    """data.image_size: a side, or [height, width], each >= 1 (null: the native size)."""
-
-    def side(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
-
-    return v is None or side(v) or isinstance(v, list) and len(v) == 2 and all(map(side, v))
+# data.image_size: a side, or [height, width], each >= 1 (null: the native size)
+ImageSize = Annotated[
+    Count | Annotated[list[Count], Field(min_length=2, max_length=2)],
+    Field(description="an integer >= 1 or [height,width]", examples=[64]),
+]
 
 
 class ImageFileDataset(Dataset):
@@ -142,9 +141,7 @@ class ImageFolderDataModule(ImageDataModule):
     def __init__(
         self,
         root: str,
-        image_size: Annotated[
-            int | list[int] | None, Check(_image_size, "an integer >= 1 or [height,width]", 64)
-        ] = None,
+        image_size: ImageSize | None = None,
         channels: Literal[1, 3] | None = None,
         val_fraction: HeldOut = 0.1,
         test_fraction: HeldOut = 0.2,
@@ -158,7 +155,7 @@ class ImageFolderDataModule(ImageDataModule):
         std: Sequence[float] | None = None,
         max_in_memory_mb: NonNegative | Literal["auto"] = "auto",
         on_device: Literal["auto"] | bool = "auto",
-        num_folds: Annotated[int, Range(ge=2, example=5)] | None = None,
+        num_folds: Annotated[int, Field(ge=2, examples=[5])] | None = None,
         fold: NonNegativeInt = 0,
         decoder: Literal["torchvision", "pil"] = "torchvision",
     ) -> None:

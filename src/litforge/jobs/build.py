@@ -1,8 +1,7 @@
 """What the jobs build from the composed config: the task, the strategy, the callbacks and the Trainer.
 
-Each builder first checks the values of the groups it builds against the rule table (litforge.config.validation), then
-turns what only the built objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as
-one line), so no job repeats the checks.
+The values were checked once when the job started (litforge.config.check); each builder turns what only the built
+objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as one line).
 """
 
 from __future__ import annotations
@@ -14,13 +13,10 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.config.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
-from litforge.config.validation import check_group, check_moved_keys
 from litforge.core.errors import ConfigError
+from litforge.core.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 
 log = logging.getLogger(__name__)
-
-TASK_GROUPS = ("model", "optimizer", "scheduler", "loss", "task")  # the configs a task builds its parts from
 
 
 def task_class(cfg: DictConfig) -> type:
@@ -34,9 +30,6 @@ def task_class(cfg: DictConfig) -> type:
 
 def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
     """The task's LightningModule, given plain-data configs for everything it builds itself."""
-    check_moved_keys(cfg)
-    for group in TASK_GROUPS:
-        check_group(group, cfg.get(group))
     task_cfg = to_plain(cfg.task)
     target = task_cfg.pop("_target_")
     task_cls = task_class(cfg)
@@ -161,12 +154,11 @@ def build_strategy(node: Any, trainer_kwargs: dict[str, Any] | None = None) -> A
     """
     if node is None:
         return "auto"
-    if "_target_" in node:  # checked by instantiate_group
+    if "_target_" in node:
         from litforge.parallel.strategies import explicit_mesh_sizes
 
         sizes = explicit_mesh_sizes(node, process_count(trainer_kwargs or {}))
         return instantiate_group("strategy", OmegaConf.merge(node, sizes) if sizes else node)
-    check_group("strategy", node)
     return node.get("name", "auto")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.validation import check_run
+from litforge.config.check import check_at_start
 from litforge.core.errors import ConfigError
 from litforge.deploy.metadata import deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
@@ -40,7 +40,6 @@ from litforge.deploy.quantize import (
     torchao_dynamic,
 )
 from litforge.deploy.report import Variant, build_report, fp32_label, write_report
-from litforge.jobs.settings import JobSettings
 
 FORMATS = ("onnx",)
 
@@ -69,7 +68,7 @@ def check_export(cfg: DictConfig) -> None:
 
 
 def export(cfg: DictConfig) -> dict[str, Any]:
-    check_run(cfg, JobSettings)
+    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     check_export(cfg)
     quantize = as_list(cfg.quantize)
     input_dtype = str(cfg.get("input_dtype", "uint8"))

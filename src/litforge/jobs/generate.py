@@ -8,16 +8,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.validation import check_run
+from litforge.config.check import check_at_start
 from litforge.core.errors import ConfigError
-from litforge.jobs.settings import JobSettings
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import inference_device, restore_task
 
-    check_run(cfg, JobSettings)
+    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     path = str(cfg.ckpt_path)
     task = restore_task(load_checkpoint(path), path, cfg.get("trusted_packages")).to(
         inference_device(str(cfg.get("device", "auto")))

@@ -14,12 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.validation import check_run
-from litforge.jobs.settings import JobSettings
+from litforge.config.check import check_at_start
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
-    check_run(cfg, JobSettings)
+    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
 
     import torch
 

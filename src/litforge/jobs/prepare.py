@@ -12,17 +12,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.instantiate import instantiate_group, to_plain
-from litforge.config.validation import check_run
+from litforge.config.check import check_at_start
 from litforge.core.errors import ConfigError
-from litforge.jobs.settings import JobSettings
+from litforge.core.instantiate import instantiate_group, to_plain
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Write the shards and the facts file; returns the sample counts (shown in the summary)."""
     from litforge.data.streaming import write_shards
 
-    check_run(cfg, JobSettings)
+    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     if cfg.data is None or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
         raise ConfigError(
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "

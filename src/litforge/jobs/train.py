@@ -21,10 +21,10 @@ from omegaconf import DictConfig
 
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
-from litforge.config.instantiate import instantiate_group, instantiate_named, to_plain
-from litforge.config.validation import check_run
+from litforge.config.check import check_at_start
 from litforge.core.contracts import DataModule, missing_members, trains_on
 from litforge.core.errors import ConfigError, TrainingStopped
+from litforge.core.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.jobs.build import (
     build_fit_trainer,
     build_strategy,
@@ -33,7 +33,6 @@ from litforge.jobs.build import (
     task_class,
     training_callbacks,
 )
-from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
@@ -67,7 +66,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
-    check_run(cfg, JobSettings)  # top-level keys and relations between groups; each group is checked where it is built
+    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 

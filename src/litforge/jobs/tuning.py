@@ -148,7 +148,7 @@ def tune_before_fit(
     and augmentations as an untuned run; the finder restores the weights it started from."""
     from pytorch_lightning.utilities.seed import isolate_rng
 
-    from litforge.config.instantiate import to_plain
+    from litforge.core.instantiate import to_plain
 
     name = finder_of(cfg)
     if name == "none":

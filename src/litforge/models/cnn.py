@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
+from pydantic import Field
 from torch import Tensor, nn
-
-from litforge.core.bounds import Range
 
 
 def conv_bn_relu(c_in: int, c_out: int) -> nn.Sequential:
@@ -27,8 +26,8 @@ class CNN(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        channels: Annotated[Sequence[Annotated[int, Range(ge=1)]], Range(min_items=1)] = (32, 64),
-        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1,
+        channels: Annotated[Sequence[Annotated[int, Field(ge=1)]], Field(min_length=1)] = (32, 64),
+        dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1,
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from litforge.config.instantiate import call_partial
+from litforge.core.instantiate import call_partial
 
 # keys that checkpoints written before `init_from` moved to the task group still carry in their net config: they
 # are not constructor arguments of any net, so they are dropped here and old checkpoints keep loading

@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
@@ -103,11 +103,11 @@ class GPT(nn.Module):
         self,
         vocab_size: int,
         block_size: int,
-        dim: Annotated[int, Range(ge=1)] = 128,
-        depth: Annotated[int, Range(ge=1)] = 4,
-        heads: Annotated[int, Range(ge=1)] = 4,
-        mlp_ratio: Annotated[float, Range(gt=0)] = 4.0,
-        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0,
+        dim: Annotated[int, Field(ge=1)] = 128,
+        depth: Annotated[int, Field(ge=1)] = 4,
+        heads: Annotated[int, Field(ge=1)] = 4,
+        mlp_ratio: Annotated[float, Field(gt=0)] = 4.0,
+        dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0,
         attention: Literal["auto", "flex", "mask"] = "auto",
     ) -> None:
         super().__init__()

@@ -6,9 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import Annotated
 
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import Range
 from litforge.models.layers import split_runs
 
 
@@ -25,8 +25,8 @@ class MLP(nn.Module):
         in_channels: int | None = None,
         image_size: tuple[int, int] | None = None,
         num_classes: int | None = None,
-        hidden_dims: Sequence[Annotated[int, Range(ge=1)]] = (256, 256),
-        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1,
+        hidden_dims: Sequence[Annotated[int, Field(ge=1)]] = (256, 256),
+        dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1,
         num_features: int | None = None,
         num_targets: int | None = None,
     ) -> None:

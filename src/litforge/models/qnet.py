@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
+from pydantic import Field
 from torch import Tensor, nn
-
-from litforge.core.bounds import Range
 
 
 class QNetwork(nn.Module):
     """An MLP `observation_size → hidden_dims → num_actions` (the sizes come from the environment)."""
 
     def __init__(
-        self, observation_size: int, num_actions: int, hidden_dims: Sequence[Annotated[int, Range(ge=1)]] = (128, 128)
+        self, observation_size: int, num_actions: int, hidden_dims: Sequence[Annotated[int, Field(ge=1)]] = (128, 128)
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []

@@ -9,9 +9,9 @@ from urllib.parse import urlparse
 
 import torch
 import torchvision.models as tvm
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 
 # depth -> (builder, weights enum); .DEFAULT is the best ImageNet checkpoint torchvision publishes for that depth
@@ -63,7 +63,7 @@ class ResNet(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        depth: Annotated[int, Range(ge=1)] = 18,
+        depth: Annotated[int, Field(ge=1)] = 18,
         pretrained: bool = False,
         small_input: bool | None = None,
     ) -> None:

@@ -10,9 +10,9 @@ import math
 from typing import Annotated
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import Range
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
 
@@ -34,12 +34,12 @@ class VisionTransformer(nn.Module):
         in_channels: int,
         image_size: tuple[int, int],
         num_classes: int,
-        patch_size: Annotated[int, Range(ge=1)] = 4,
-        dim: Annotated[int, Range(ge=1)] = 128,
-        depth: Annotated[int, Range(ge=1)] = 4,
-        heads: Annotated[int, Range(ge=1)] = 4,
-        mlp_ratio: Annotated[float, Range(gt=0)] = 4.0,
-        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0,
+        patch_size: Annotated[int, Field(ge=1)] = 4,
+        dim: Annotated[int, Field(ge=1)] = 128,
+        depth: Annotated[int, Field(ge=1)] = 4,
+        heads: Annotated[int, Field(ge=1)] = 4,
+        mlp_ratio: Annotated[float, Field(gt=0)] = 4.0,
+        dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0,
     ) -> None:
         super().__init__()
         H, W = image_size

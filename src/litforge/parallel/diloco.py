@@ -29,10 +29,11 @@ from typing import Annotated, Any, Callable
 
 import torch
 import torch.distributed as dist
+from pydantic import Field
 from pytorch_lightning.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
-from litforge.core.bounds import Count, Positive, Range
+from litforge.core.bounds import Count, Positive
 from litforge.core.errors import ConfigError
 from litforge.parallel.strategies import attached_module
 
@@ -56,7 +57,7 @@ class DiLoCo(DDPStrategy):
         self,
         sync_every: Count = 32,
         outer_lr: Positive = 0.7,
-        outer_momentum: Annotated[float, Range(ge=0, lt=1)] = 0.9,
+        outer_momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9,
         find_unused_parameters: bool = False,
         **kwargs: Any,
     ) -> None:

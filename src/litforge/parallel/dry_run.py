@@ -290,7 +290,7 @@ def read_setup(cfg: Any) -> Setup:
                 "dry_run=true does not simulate strategy.offload=cpu (host memory and its copies): use "
                 "strategy.offload=null to plan the device side"
             )
-        from litforge.config.instantiate import instantiate_group
+        from litforge.core.instantiate import instantiate_group
 
         strategy = instantiate_group("strategy", node)  # its own checks, and the FSDP2 options a real run passes
         kwargs = strategy.fsdp_kwargs()
@@ -350,7 +350,7 @@ def to_fake(net: nn.Module) -> None:
 
 
 def _optimizer(task: Any, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    from litforge.config.instantiate import call_partial
+    from litforge.core.instantiate import call_partial
 
     optimizer_cfg = {k: v for k, v in dict(task.optimizer_cfg).items() if k != "lr_scaling"}
     return call_partial("optimizer", optimizer_cfg, params)
@@ -575,7 +575,7 @@ def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
 
 def dry_run(cfg: Any) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table."""
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task
     from litforge.models.meta import meta_nets
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing

@@ -53,7 +53,7 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
     command += config_flags(sys.argv[1:])
     command += list(hydra_cfg.overrides.task)
     if hydra_cfg.searchpath:  # a user's own conf folder (docs/extending.md): rank 0 composed from it, so must all
-        from litforge.config.override_text import override_text
+        from litforge.runtime.override_text import override_text
 
         command.append(f"hydra.searchpath={override_text(list(hydra_cfg.searchpath))}")
     output_dir = hydra_cfg.runtime.output_dir

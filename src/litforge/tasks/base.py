@@ -15,10 +15,10 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
-from litforge.config.instantiate import call_partial
 from litforge.core.contracts import steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
+from litforge.core.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_step_metrics
 

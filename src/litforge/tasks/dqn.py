@@ -16,9 +16,10 @@ import logging
 from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import Count, NonNegativeInt, Range, UnitInterval
+from litforge.core.bounds import Count, NonNegativeInt, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.data.gym import env_state, load_env_state
 from litforge.models.factory import build_net
@@ -44,7 +45,7 @@ class DQNTask(LitforgeTask):
         loss: dict[str, Any] | None = None,
         gamma: UnitInterval = 0.99,  # the discount
         target_sync_steps: Count = 500,
-        target_tau: Annotated[float, Range(gt=0, le=1)] = 1.0,  # 1 = copy the online net, < 1 = Polyak averaging
+        target_tau: Annotated[float, Field(gt=0, le=1)] = 1.0,  # 1 = copy the online net, < 1 = Polyak averaging
         double_dqn: bool = False,
         warmup_steps: NonNegativeInt = 1000,
         env_steps_per_step: Count = 1,

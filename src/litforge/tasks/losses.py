@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
-from litforge.core.bounds import HeldOut, NonNegative, Positive, Range
+from litforge.core.bounds import HeldOut, NonNegative, Positive
 from litforge.core.errors import ConfigError
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -37,7 +38,7 @@ class FocalLoss(nn.Module):
     def __init__(
         self,
         gamma: NonNegative = 2.0,  # 0 = plain cross-entropy
-        alpha: Positive | Annotated[list[NonNegative], Range(min_items=1)] | None = None,  # per-class weights
+        alpha: Positive | Annotated[list[NonNegative], Field(min_length=1)] | None = None,  # per-class weights
         label_smoothing: HeldOut = 0.0,
         reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:

@@ -1,10 +1,9 @@
 """Hydra's `instantiate`, with every failure a user can cause reported as one ConfigError naming the config group.
 
-The bottom layer of litforge's config handling: the jobs build data, callbacks, loggers and the trainer with
-:func:`instantiate_group` / :func:`instantiate_named`, which first check the group's values against the rule table
-(litforge.config.validation.check_group); tasks build their net, optimizer and scheduler with :func:`call_partial`. A
-bad `_target_`, an argument the target does not take or a value the table cannot judge never reaches the user as a
-traceback from inside Hydra.
+Building, not checking: the values were checked once when the job started (litforge.config.check). The jobs build
+data, callbacks, loggers and the trainer with :func:`instantiate_group` / :func:`instantiate_named`; tasks build their
+net, optimizer and scheduler with :func:`call_partial`. A bad `_target_`, an argument the target does not take or a
+value only the target can judge never reaches the user as a traceback from inside Hydra. In core: every layer builds.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.config.signatures import import_failure, parameters
-from litforge.config.validation import check_group
 from litforge.core.errors import ConfigError, LitforgeError
 
 
@@ -30,8 +27,7 @@ def to_plain(node: Any) -> Any:
 
 
 def instantiate_group(group: str, node: Any, **kwargs: Any) -> Any:
-    """Check a group's values (litforge.config.validation), then `instantiate` it, errors reported against the group."""
-    check_group(group, node)
+    """`instantiate` a group, errors reported against the group."""
     try:
         return instantiate(node, **kwargs, _convert_="all")
     except InstantiationException as exc:
@@ -54,7 +50,7 @@ def instantiate_named(group: str, node: Mapping[str, Any] | None) -> list[Any]:
 
 def call_partial(group: str, cfg: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
     """Build a `_partial_: true` config of `group` (optimizer, scheduler, net) with the arguments only the caller
-    knows (the parameters, the optimizer, the data's shape). Its values were checked when the task was built."""
+    knows (the parameters, the optimizer, the data's shape). Its values were checked when the job started."""
     try:
         return instantiate({k: v for k, v in cfg.items() if k != "_partial_"}, *args, **kwargs, _convert_="all")
     except InstantiationException as exc:
@@ -105,12 +101,37 @@ def unknown_argument(group: str, key: str, target: str) -> ConfigError:
 
 def accepted_arguments(target: str | Any) -> list[str]:
     """The keyword arguments a class or function takes, following `**kwargs` up the base classes."""
+    import inspect
+
     from hydra.utils import get_object
 
     try:
-        return list(parameters(get_object(target) if isinstance(target, str) else target)[0])
+        found = get_object(target) if isinstance(target, str) else target
+        functions = (
+            [vars(c)["__init__"] for c in found.__mro__ if "__init__" in vars(c)] if inspect.isclass(found) else [found]
+        )
     except Exception:
         return []
+    names: list[str] = []
+    for function in functions:
+        params = inspect.signature(function).parameters.values()
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return list(dict.fromkeys(names))
+
+
+def import_failure(scope: str, target: str, exc: BaseException) -> ConfigError:
+    """`scope`'s `_target_` does not import: one line with the real cause at the bottom of the exception chain (Hydra's
+    own message stops at "Error loading '<target>':")."""
+    root: BaseException = exc
+    while (deeper := root.__cause__ or root.__context__) is not None:
+        root = deeper
+    lines = str(root).strip().splitlines()
+    return ConfigError(
+        f"{scope}._target_={target} does not import: {type(root).__name__}: {lines[0] if lines else ''}; check its "
+        "spelling, and that its package is installed or on PYTHONPATH"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

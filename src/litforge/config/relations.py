@@ -1,15 +1,7 @@
-"""The one config check: the composed config bound to the typed signatures of what it builds, plus the relations.
+"""The checks that read several keys at once (one table, :data:`RELATIONS`), and keys that moved to another group.
 
-Every value a user can set is typed and bounded where it is used: a litforge class in its annotated constructor
-(litforge.core.bounds), a library class by its stand-in (litforge.config.library), the jobs' own keys in
-litforge.jobs.settings (handed in by the jobs). :func:`check_config` binds a whole composed config to those in two
-passes: the torch-free stand-ins and job settings first (a typo costs a fraction of a second), then every `_target_`
-imported and bound (litforge.config.signatures), so a user's own datamodule, model or task is checked with no table
-to edit. Left here: :data:`RELATIONS`, the checks that read two keys at once, and keys that moved.
-
-Where it runs: the command line (litforge.cli.preflight) on the composed config before Hydra starts a job; every
-config, also one composed in code, where a group is built (:func:`check_group`, from litforge.config.instantiate and
-litforge.jobs.build) and for the job's own keys (:func:`check_run`).
+A relation runs once per run, on the composed config, after each key's own type and bounds (litforge.config.check);
+its message is one line naming the keys, their values and the fix.
 """
 
 from __future__ import annotations
@@ -18,16 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from litforge.config.signatures import check_target, parameters, shown
-from litforge.core.errors import ConfigError
-
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {"model.init_from": "task.init_from", "optimizer.lr_scaling": "task.lr_scaling"}
-BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
-NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is built (and checked) on its own
-_MISSING = object()
+
+
+def moved_key_message(old: str, value: Any = "<value>") -> str:
+    return f"{old} has moved to {MOVED_KEYS[old]}: pass {MOVED_KEYS[old]}={value} instead"
 
 
 @dataclass(frozen=True)
@@ -50,20 +38,13 @@ def _ints(*values: Any) -> bool:
 
 # what litforge's tasks predict and what known losses compare (torch-free: checked before anything is imported)
 PREDICTS = {
-    "litforge.tasks.classification.ClassificationTask": "class",
-    "litforge.tasks.language_model.LanguageModelTask": "class",
-    "litforge.tasks.regression.RegressionTask": "value",
-    "litforge.tasks.dqn.DQNTask": "value",
+    f"litforge.tasks.{m}": "class" for m in ("classification.ClassificationTask", "language_model.LanguageModelTask")
 }
-LOSS_COMPARES = {
-    "torch.nn.CrossEntropyLoss": "class",
-    "torch.nn.NLLLoss": "class",
-    "litforge.tasks.losses.FocalLoss": "class",
-    "torch.nn.MSELoss": "value",
-    "torch.nn.L1Loss": "value",
-    "torch.nn.HuberLoss": "value",
-    "torch.nn.SmoothL1Loss": "value",
+PREDICTS |= {f"litforge.tasks.{m}": "value" for m in ("regression.RegressionTask", "dqn.DQNTask")}
+LOSS_COMPARES = {f"torch.nn.{m}": "class" for m in ("CrossEntropyLoss", "NLLLoss")} | {
+    "litforge.tasks.losses.FocalLoss": "class"
 }
+LOSS_COMPARES |= {f"torch.nn.{m}": "value" for m in ("MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss")}
 
 RELATIONS: tuple[Relation, ...] = (
     Relation(
@@ -174,113 +155,3 @@ RELATIONS: tuple[Relation, ...] = (
         "channels_last=false, or strategy=ddp with channels_last=true",
     ),
 )
-
-
-def check_group(scope: str, node: Any, imports: bool = True) -> None:
-    """Check one group as it is built: `scope` is `data`, `trainer`, ... or `callbacks.<name>` for one entry."""
-    if node is None:
-        return
-    check_package(scope, node)
-    for key, sub in _targets(scope, node):
-        own = key == scope and "_target_" not in sub and "." not in scope  # a group built without a `_target_`
-        check_target(key, sub, imports, target_name=scope if own else None)
-    for relation in RELATIONS:
-        if {_scope(k) for k in relation.keys} == {scope}:
-            _check_relation(relation, lambda key: _lookup(node, key[len(scope) + 1 :]))
-
-
-def check_run(cfg: Any, settings: type | None = None) -> None:
-    """Check what a job reads itself (the top-level keys, bound to its structured `settings`, e.g.
-    litforge.jobs.settings.JobSettings) and the relations across groups."""
-    if cfg is None:
-        return
-    if settings is not None:
-        own = OmegaConf.masked_copy(cfg, [str(k) for k in cfg.keys() if k not in BUILT_GROUPS and k != "hydra"])
-        check_target("", own, target_name=settings.__name__, signature=parameters(settings))
-    for relation in RELATIONS:  # those of no one group (a group's own are checked where it is built)
-        if len(scopes := {_scope(k) for k in relation.keys}) > 1 or scopes == {None}:
-            _check_relation(relation, lambda key: _lookup(cfg, key))
-
-
-def check_config(cfg: Any, settings: type | None = None) -> None:
-    """Everything, in the order the job builds it: what preflight runs on the composed command-line config. The
-    torch-free checks of every group come first, then the signatures (which import the targets, torch with them)."""
-    check_moved_keys(cfg)
-    check_run(cfg, settings)
-    for imports in (False, True):
-        for group in BUILT_GROUPS:
-            node = cfg.get(group)
-            for scope, sub in (
-                [(f"{group}.{n}", node[n]) for n in node] if group in NAMED_GROUPS and node else [(group, node)]
-            ):
-                check_group(scope, sub, imports)
-
-
-def check_package(scope: str, node: Any) -> None:
-    """Refuse a group whose `_target_` needs an extra that is not installed (litforge.runtime.extras); a tracking
-    server that does not answer (MLflow would retry for minutes, then fail inside fit)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from litforge.runtime.extras import require
-
-    target = _lookup(node, "_target_")
-    require(str(target), f"{scope} ({target})")
-    uri = _lookup(node, "tracking_uri")
-    if isinstance(uri, str) and uri.startswith(("http://", "https://")):
-        url = urlsplit(uri)
-        try:
-            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 3).close()
-        except OSError as exc:
-            raise ConfigError(
-                f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
-                f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the local store"
-            ) from None
-
-
-def moved_key_message(old: str, value: Any = "<value>") -> str:
-    return f"{old} has moved to {MOVED_KEYS[old]}: pass {MOVED_KEYS[old]}={value} instead"
-
-
-def check_moved_keys(cfg: Any) -> None:
-    """Refuse a composed config (e.g. from a user's own YAML) that still sets a key under its old name."""
-    for old in MOVED_KEYS:
-        value = OmegaConf.select(cfg, old, throw_on_missing=False) if OmegaConf.is_config(cfg) else None
-        if value is not None:
-            raise ConfigError(moved_key_message(old, value))
-
-
-def _targets(prefix: str, node: Any) -> list[tuple[str, Any]]:
-    """(key, node) of the group itself and of every mapping with a `_target_` under it."""
-    found = [(prefix, node)] if OmegaConf.is_dict(node) or isinstance(node, Mapping) else []
-    for key in list(node.keys()) if found else []:
-        try:
-            sub = node[key]
-        except Exception:  # an interpolation that resolves only inside a Hydra job
-            continue
-        found += [t for t in _targets(f"{prefix}.{key}", sub) if "_target_" in t[1]]
-    return found
-
-
-def _scope(key: str) -> str | None:
-    """The builder scope a full key belongs to: `data`, `callbacks.<name>`; None for what the job reads itself."""
-    parts = key.split(".")
-    return ".".join(parts[:2]) if parts[0] in NAMED_GROUPS else parts[0] if parts[0] in BUILT_GROUPS else None
-
-
-def _check_relation(relation: Relation, lookup: Callable[[str], Any]) -> None:
-    values = [lookup(key) for key in relation.keys]
-    if all(v is not _MISSING for v in values) and not relation.holds(*values):
-        raise ConfigError(relation.message.format(*(shown(v, quote=False) for v in values)))
-
-
-def _lookup(node: Any, key: str) -> Any:
-    """The value at dotted `key` under `node` (resolved), or _MISSING when a part is absent or cannot resolve."""
-    for part in key.split("."):
-        if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)) or part not in node.keys():
-            return _MISSING
-        try:
-            node = node[part]
-        except Exception:  # an interpolation that resolves only inside a Hydra job
-            return _MISSING
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
