@@ -53,7 +53,7 @@ def _bound(cfg) -> list[tuple[str, object]]:
     from the source (litforge.config.source), else the imported one, with a library class's stand-in on top."""
     from hydra.utils import get_object
 
-    from litforge.config.check import GROUP_TARGETS, _signature, _targets
+    from litforge.config.check import GROUP_TARGETS, _targets, signature
     from litforge.config.library import STAND_INS
     from litforge.config.source import read_signature
 
@@ -67,9 +67,8 @@ def _bound(cfg) -> list[tuple[str, object]]:
                 params = {}
                 if "." in name or name in GROUP_TARGETS:
                     name = GROUP_TARGETS.get(name, name)
-                    params = (read_signature(name) or _signature(get_object(name)))[0]
-                if name in STAND_INS or key in STAND_INS:
-                    params.update(_signature(STAND_INS.get(name) or STAND_INS[key])[0])
+                    params = (read_signature(name) or signature(get_object(name)))[0]
+                params.update({arg: (kind, None) for arg, kind in STAND_INS.get(name, STAND_INS.get(key, {})).items()})
                 for arg in [str(a) for a in target_node if not str(a).startswith("_")]:
                     try:
                         value = target_node[arg]
@@ -103,14 +102,14 @@ def test_every_value_of_every_option_is_bound_to_a_typed_argument(option: str):
 def test_every_stand_in_names_arguments_its_library_class_takes():
     from hydra.utils import get_object
 
-    from litforge.config.check import GROUP_TARGETS, _signature
+    from litforge.config.check import GROUP_TARGETS, signature
     from litforge.config.library import STAND_INS
 
-    for name, stand_in in STAND_INS.items():
+    for name, row in STAND_INS.items():
         if "." not in name and name not in GROUP_TARGETS:
             continue  # a group litforge itself reads (scheduler's interval and monitor)
-        real, open_ended = _signature(get_object(GROUP_TARGETS.get(name, name)))
-        assert open_ended or set(_signature(stand_in)[0]) <= set(real), (name, set(_signature(stand_in)[0]) - set(real))
+        real, open_ended = signature(get_object(GROUP_TARGETS.get(name, name)))
+        assert open_ended or set(row) <= set(real), (name, set(row) - set(real))
 
 
 def test_the_job_settings_are_the_keys_the_jobs_have():

@@ -1,16 +1,14 @@
 """The one config check: pydantic judges a composed config against the typed signatures of what it builds.
 
-Every value a user can set is typed where it is used: a constructor's annotation (pydantic / annotated-types, or
-litforge.core.bounds' aliases), a library class's stand-in (litforge.config.library), the jobs' own keys
-(litforge.jobs.settings.JobSettings); what reads several keys at once is litforge.config.relations. Each value is
-judged by pydantic in strict mode (no `"abc"` or `1.5` for an int, no `"true"` for a bool; an int is a float), and a
-refusal is one line: the key, the value, what it takes and an example that passes.
+Every value is typed where it is used: a constructor's annotation (pydantic / annotated-types, or litforge.core.bounds'
+aliases), a library class's row in litforge.config.library, the jobs' own keys in litforge.jobs.settings.JobSettings;
+keys read together are litforge.config.relations. pydantic judges each value in strict mode (no `"abc"` or `1.5` for an
+int, no `"true"` for a bool; an int is a float); a refusal is one line: key, value, what it takes, a passing example.
 
-Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra
-makes a run folder), :func:`check_at_start` in each job, which skips a config preflight already checked. The builders
-take checked values. A class's signature is read from its source first (litforge.config.source), so a mistake in a
-user's own class is refused before torch is imported; library classes and what the source cannot tell are judged
-after, with the class imported.
+Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra makes
+a run folder); :func:`check_at_start` in each job skips a config checked already. Builders take checked values. A class
+is read from its source first (litforge.config.source), so a mistake in a user's class is refused before torch loads;
+library classes and what the source cannot tell are judged after, with the class imported.
 """
 
 from __future__ import annotations
@@ -38,19 +36,20 @@ GROUP_TARGETS = {"trainer": "pytorch_lightning.Trainer"}  # a group built withou
 _FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
 _ADAPTERS: dict[int, tuple[Any, TypeAdapter[Any] | None]] = {}
 _CHECKED: set[str] = set()  # digests of the configs checked in this process
-_MISSING = object()
+_MISSING = _UNSET = object()
 Params = dict[str, tuple[Any, Any]]  # argument -> (annotation, default)
 
 
 def check_config(cfg: Any) -> None:
-    """Everything, once: moved keys, the job's own keys, each group's values, the relations; then what needs the
-    targets imported (torch with them)."""
+    """Everything, once: moved keys, the job's own keys, each group's values, the relations; then what needs a target
+    imported (torch with it)."""
     for old in MOVED_KEYS:
-        if OmegaConf.is_config(cfg) and OmegaConf.select(cfg, old, throw_on_missing=False) is not None:
-            raise ConfigError(moved_key_message(old, OmegaConf.select(cfg, old)))
+        if (value := OmegaConf.select(cfg, old, throw_on_missing=False)) is not None:
+            raise ConfigError(moved_key_message(old, value))
     own = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in BUILT_GROUPS and k != "hydra"])
     bind("", own, fields(JobSettings), True, "JobSettings")
-    _check(cfg, [s for g in BUILT_GROUPS for s in _scopes(g, cfg.get(g))], RELATIONS)
+    named = {g: [(f"{g}.{n}", cfg[g][n]) for n in cfg[g]] for g in NAMED_GROUPS if cfg.get(g)}
+    _check(cfg, [s for g in BUILT_GROUPS for s in named.get(g, [(g, cfg.get(g))])], RELATIONS)
     _CHECKED.add(_digest(cfg))
 
 
@@ -62,56 +61,55 @@ def check_at_start(cfg: Any) -> None:
 
 def check_group(scope: str, node: Any) -> None:
     """One group (`data`, `callbacks.<name>`, ...) and its own relations, e.g. for a group composed in code."""
-    own = [r for r in RELATIONS if {_scope(k) for k in r.keys} == {scope}]
-    _check(OmegaConf.create({}) if node is None else _nest(scope, node), [(scope, node)], own)
+    nested = OmegaConf.create({})
+    OmegaConf.update(nested, scope, node, force_add=True)
+    own = [r for r in RELATIONS if all(k.startswith(scope + ".") for k in r.keys)]
+    _check(nested, [(scope, OmegaConf.select(nested, scope))], own)
 
 
 def _check(cfg: Any, scopes: list[tuple[str, Any]], relations: typing.Sequence[Relation]) -> None:
     pending = []
     for scope, node in [(s, n) for s, n in scopes if n is not None]:
         check_package(scope, node)
-        pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, scope, False)]
+        pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False)]
     for relation in relations:
         values = [_lookup(cfg, key) for key in relation.keys]
         try:
-            holds = any(v is _MISSING for v in values) or relation.holds(*values)
-        except TypeError:  # a value of the wrong type: its own check says so
+            holds = _MISSING in values or relation.holds(*values)
+        except TypeError:  # a value of the wrong type: its own check (below) says so
             holds = True
         if not holds:
             raise ConfigError(relation.message.format(*(shown(v, quote=False) for v in values)))
     for key, sub in pending:
-        _bind_target(key, sub, key.split(".")[0], True)
+        _bind_target(key, sub, True)
 
 
-def _bind_target(key: str, node: Any, scope: str, imports: bool) -> bool:
-    """Bind one node to what it builds; False when that needs the target imported (then called again with
-    `imports`). The source is read first; a library class's stand-in bounds it before its import."""
-    own = key == scope and "_target_" not in node and scope in BUILT_GROUPS  # a group built without a `_target_`
-    name = scope if own else str(node.get("_target_") or "")
-    stand_in = {k: v for k, v in _signature(STAND_INS[name])[0].items()} if name in STAND_INS else {}
+def _bind_target(key: str, node: Any, imports: bool) -> bool:
+    """Bind one node to what it builds; False when that needs the target imported (then called with `imports`)."""
+    name = key if "." not in key and "_target_" not in node else str(node.get("_target_") or "")
+    table = {k: (v, _UNSET) for k, v in STAND_INS.get(name, {}).items()}
     if "." not in name and name not in GROUP_TARGETS:  # a group litforge reads itself (scheduler, strategy by name)
-        bind(key, node, stand_in, not stand_in, name)
+        bind(key, node, table, not table, name)
         return True
     name = GROUP_TARGETS.get(name, name)
     if not imports:
         read = None if name.split(".")[0] in _FOREIGN else read_signature(name)
-        bind(key, node, *(read or (stand_in, True)), name)
+        bind(key, node, *(read or (table, True)), name)
         return read is not None
     from hydra.utils import get_object
 
     try:
-        params, open_ended = _signature(get_object(name))
+        params, open_ended = signature(get_object(name))
     except Exception as exc:  # the target does not import: say why, before anything runs
         raise import_failure(key, name, exc) from None
-    judged = {k: (Any, d) for k, (_, d) in stand_in.items() if k in params or open_ended}
-    bind(key, node, params | judged, open_ended, name)
+    bind(key, node, params | {k: (Any, d) for k, (_, d) in table.items()}, open_ended, name)  # the table's: judged
     return True
 
 
 def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str) -> None:
     """Each key of `node` against `params`; a mapping whose annotation is a pydantic model is bound to its fields."""
-    for key in [str(k) for k in node.keys() if not str(k).startswith("_")]:
-        full = f"{scope}.{key}" if scope else key
+    for key in [str(k) for k in node if not str(k).startswith("_")]:
+        full = f"{scope}.{key}".lstrip(".")
         if key not in params:
             if open_ended:
                 continue
@@ -119,27 +117,25 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str) -> 
                 f"{full} is not an argument of {name} (it takes: {', '.join(params)}): remove {full} or fix its "
                 "spelling"
             )
-        if OmegaConf.is_dict(node) and OmegaConf.is_missing(node, key):
+        if OmegaConf.is_missing(node, key):
             raise ConfigError(f"{full} has no value and is required: pass {full}=<value>")
         kind, default = params[key]
         try:
             value = node[key]
+            if OmegaConf.is_dict(value) and "_target_" in value:
+                continue  # a node of its own, bound to what it builds
             model = next((m for m in (kind, *typing.get_args(kind)) if _is_model(m)), None)
             if model is not None and OmegaConf.is_dict(value):
                 bind(full, value, fields(model), False, model.__name__)
                 continue
-            if OmegaConf.is_dict(value) and "_target_" in value:
-                continue  # a node of its own, bound to what it builds
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except ConfigError:
             raise
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked there
             continue
-        if value is None and default is None:
-            continue  # null where the builder fills the value in (a partial's caller)
         judge = adapter(kind)
-        if judge is not None and not _passes(judge, value):
-            raise ConfigError(refusal(full, value, kind, default))
+        if not (value is None and default is None) and judge is not None and not _passes(judge, value):
+            raise ConfigError(refusal(full, value, judge, default))  # (null with a null default: the builder fills in)
 
 
 def adapter(kind: Any) -> TypeAdapter[Any] | None:
@@ -163,74 +159,69 @@ def _passes(judge: TypeAdapter[Any], value: Any) -> bool:
         return False
 
 
-def refusal(key: str, value: Any, kind: Any, default: Any) -> str:
+def refusal(key: str, value: Any, judge: TypeAdapter[Any], default: Any) -> str:
     """`key=value: expected <what the annotation takes>, e.g. key=<a value that passes>`."""
-    judge = adapter(kind)
-    assert judge is not None
     try:
         schema = judge.json_schema()
-    except Exception:  # a type JSON Schema cannot say (an arbitrary class): the annotation as written
-        schema = {"description": re.sub(r"\b(?:typing\.|[\w.]+\.(?=\w+\b))", "", str(kind))}
-    candidates = [*_found(schema, "examples"), default, *_found(schema, "enum"), *_found(schema, "const", False)]
-    example = next((c for c in candidates if c is not None and _passes(judge, c)), None)
+    except Exception:  # a type JSON Schema cannot say (an arbitrary class)
+        schema = {"description": "a value of its annotated type"}
+    candidates = [*_walk(schema, "examples"), default, *_walk(schema, "enum"), _sample(schema)]
+    example = next((c for c in candidates if c not in (None, _UNSET) and _passes(judge, c)), None)
     return f"{key}={shown(value)}: expected {words(schema)}" + (
         f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""
     )
 
 
 def words(schema: Mapping[str, Any]) -> str:
-    """What a JSON Schema (pydantic's description of an annotation) takes, in words: `an integer >= 1`."""
-    if "description" in schema:
-        return str(schema["description"])
+    """What a JSON Schema (pydantic's account of an annotation) takes, in words: `an integer >= 1`."""
+    if "description" in schema or "enum" in schema or "const" in schema:
+        return schema.get("description") or "one of " + ", ".join(_choices(schema))
     if "anyOf" in schema:
         items = [w for s in schema["anyOf"] for w in _choices(s)]
-        return ", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0]
-    if "enum" in schema:
-        return "one of " + ", ".join(shown(v, quote=False) for v in schema["enum"])
-    if "const" in schema:
-        return shown(schema["const"], quote=False)
-    kind = schema.get("type")
-    if kind == "array":
-        item = schema.get("items") or schema.get("prefixItems")
-        size, least = schema.get("maxItems"), schema.get("minItems", 0)
-        text = "a list" + (f" of {size}" if size is not None and size == least else "")
-        text = text.replace("a list", "a non-empty list") if least and size != least else text
-        if isinstance(item, dict) and item:
-            text += (" " if size == least else " of ") + re.sub(r"^an? (\w+)", r"\1s", words(item))
-        return text
-    text = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}.get(
-        str(kind), "a mapping" if kind == "object" else "null" if kind == "null" else "a value"
-    )
-    low = ("[", schema["minimum"]) if "minimum" in schema else ("(", schema.get("exclusiveMinimum"))
-    high = ("]", schema["maximum"]) if "maximum" in schema else (")", schema.get("exclusiveMaximum"))
-    if low[1] is not None and high[1] is not None:
-        return f"{text} in {low[0]}{low[1]}, {high[1]}{high[0]}"
-    if low[1] is not None or high[1] is not None:
-        sign, bound = (
-            (">" if low[0] == "(" else ">=", low[1])
-            if low[1] is not None
-            else ("<" if high[0] == ")" else "<=", high[1])
-        )
-        return f"{text} {sign} {bound}"
-    return text
+        return " or ".join([", ".join(items[:-1]), items[-1]][-len(items) :])
+    if schema.get("type") == "array":
+        least, most, item = schema.get("minItems", 0), schema.get("maxItems"), schema.get("items") or {}
+        text = f"a list of {most}" if most == least else "a non-empty list" if least else "a list"
+        items = re.sub(r"^an? (\w+)", r"\1s", words(item)) if item else ""
+        return f"{text}{'' if most == least else ' of'} {items}" if items else text
+    text = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}
+    text |= {"object": "a mapping", "null": "null"}
+    low = [(f"[{b}", f">= {b}") for b in [schema.get("minimum")] if b is not None]
+    low += [(f"({b}", f"> {b}") for b in [schema.get("exclusiveMinimum")] if b is not None]
+    high = [(f"{b}]", f"<= {b}") for b in [schema.get("maximum")] if b is not None]
+    high += [(f"{b})", f"< {b}") for b in [schema.get("exclusiveMaximum")] if b is not None]
+    bounds = [f"in {low[0][0]}, {high[0][0]}"] if low and high else [b[1] for b in low + high]
+    return " ".join([text.get(str(schema.get("type")), "a value"), *bounds])
 
 
 def _choices(schema: Mapping[str, Any]) -> list[str]:
     if "enum" in schema or "const" in schema:
         return [shown(v, quote=False) for v in schema.get("enum", [schema.get("const")])]
-    return ["true", "false"] if schema.get("type") == "boolean" else [words(schema)]
+    return ["true", "false"] if schema.get("type") == "boolean" and "description" not in schema else [words(schema)]
 
 
-def _found(schema: Any, key: str, listed: bool = True) -> Iterator[Any]:
-    """Every value under `key` anywhere in a JSON Schema (a list of them where `listed`)."""
-    if isinstance(schema, Mapping):
-        if key in schema:
-            yield from schema[key] if listed else [schema[key]]
-        for value in schema.values():
-            yield from _found(value, key, listed)
-    elif isinstance(schema, list):
-        for value in schema:
-            yield from _found(value, key, listed)
+def _sample(schema: Mapping[str, Any]) -> Any:
+    """A value the schema takes, made from its bounds (the example when the annotation gives none)."""
+    if "anyOf" in schema:
+        return next((s for s in map(_sample, schema["anyOf"]) if s is not None), None)
+    lo, hi = (
+        schema.get("minimum", schema.get("exclusiveMinimum")),
+        schema.get("maximum", schema.get("exclusiveMaximum")),
+    )
+    if schema.get("type") in ("integer", "number"):
+        value = (lo + hi) / 2 if None not in (lo, hi) else lo + 1 if lo is not None else hi - 1 if hi is not None else 1
+        return int(value) if schema["type"] == "integer" else float(value)
+    if schema.get("type") == "array" and (item := _sample(schema.get("items") or {})) is not None:
+        return [item] * max(schema.get("minItems", 1), 1)
+    return {"boolean": True, "string": "auto"}.get(str(schema.get("type")))
+
+
+def _walk(schema: Any, key: str) -> Iterator[Any]:
+    """Every value listed under `key` anywhere in a JSON Schema."""
+    if isinstance(schema, (Mapping, list)):
+        yield from schema.get(key, []) if isinstance(schema, Mapping) else []
+        for value in schema.values() if isinstance(schema, Mapping) else schema:
+            yield from _walk(value, key)
 
 
 def shown(value: Any, quote: bool = True) -> str:
@@ -255,14 +246,12 @@ def fields(model: type[BaseModel]) -> Params:
     return {n: (hints[n], f.get_default(call_default_factory=True)) for n, f in model.model_fields.items()}
 
 
-def _signature(target: Any) -> tuple[Params, bool]:
-    """The arguments of an imported class or function, following `**kwargs` up the base classes, and whether it
-    still takes any keyword at the end (then an unknown key cannot be judged)."""
-    chain = (
-        [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
-    )
+def signature(target: Any) -> tuple[Params, bool]:
+    """The arguments of an imported class or function, following `**kwargs` up the base classes, and whether it still
+    takes any keyword at the end (then an unknown key cannot be judged)."""
+    classes = target.__mro__ if inspect.isclass(target) else []
     found: Params = {}
-    for function in chain:
+    for function in [vars(c)["__init__"] for c in classes if "__init__" in vars(c)] or [target]:
         try:
             params = list(inspect.signature(function).parameters.values())
             hints = typing.get_type_hints(function, include_extras=True)
@@ -279,17 +268,15 @@ def _signature(target: Any) -> tuple[Params, bool]:
 
 
 def check_package(scope: str, node: Any) -> None:
-    """Refuse a group whose `_target_` needs an extra that is not installed (litforge.runtime.extras); a tracking
-    server that does not answer (MLflow would retry for minutes, then fail inside fit)."""
+    """A `_target_` that needs an extra that is not installed (litforge.runtime.extras); a tracking server that does
+    not answer (MLflow would retry for minutes, then fail inside fit)."""
     import socket
     from urllib.parse import urlsplit
 
     from litforge.runtime.extras import require
 
-    target = _lookup(node, "_target_")
-    require(str(target), f"{scope} ({target})")
-    uri = _lookup(node, "tracking_uri")
-    if isinstance(uri, str) and uri.startswith(("http://", "https://")):
+    require(str(target := _lookup(node, "_target_")), f"{scope} ({target})")
+    if isinstance(uri := _lookup(node, "tracking_uri"), str) and uri.startswith(("http://", "https://")):
         url = urlsplit(uri)
         try:
             socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 3).close()
@@ -301,44 +288,24 @@ def check_package(scope: str, node: Any) -> None:
 
 
 def _digest(cfg: Any) -> str:
-    return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest() if OmegaConf.is_config(cfg) else ""
-
-
-def _scopes(group: str, node: Any) -> list[tuple[str, Any]]:
-    return [(f"{group}.{n}", node[n]) for n in node] if group in NAMED_GROUPS and node else [(group, node)]
-
-
-def _nest(scope: str, node: Any) -> Any:
-    for part in reversed(scope.split(".")):
-        node = {part: node}
-    return OmegaConf.create(node)
+    return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()
 
 
 def _targets(prefix: str, node: Any) -> list[tuple[str, Any]]:
     """(key, node) of the group itself and of every mapping with a `_target_` under it."""
-    found = [(prefix, node)] if OmegaConf.is_dict(node) or isinstance(node, Mapping) else []
+    found = [(prefix, node)] if OmegaConf.is_dict(node) else []
     for key in list(node.keys()) if found else []:
         try:
-            sub = node[key]
+            found += [t for t in _targets(f"{prefix}.{key}", node[key]) if "_target_" in t[1]]
         except Exception:  # an interpolation that resolves only inside a Hydra job
             continue
-        found += [t for t in _targets(f"{prefix}.{key}", sub) if "_target_" in t[1]]
     return found
-
-
-def _scope(key: str) -> str | None:
-    """The scope a full key belongs to: `data`, `callbacks.<name>`; None for what the job reads itself."""
-    parts = key.split(".")
-    return ".".join(parts[:2]) if parts[0] in NAMED_GROUPS else parts[0] if parts[0] in BUILT_GROUPS else None
 
 
 def _lookup(node: Any, key: str) -> Any:
     """The value at dotted `key` under `node` (resolved), or _MISSING when a part is absent or cannot resolve."""
-    for part in key.split("."):
-        if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)) or part not in node.keys():
-            return _MISSING
-        try:
-            node = node[part]
-        except Exception:  # an interpolation that resolves only inside a Hydra job
-            return _MISSING
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    try:
+        value = OmegaConf.select(node, key, default=_MISSING, throw_on_resolution_failure=True)
+    except Exception:  # an interpolation that resolves only inside a Hydra job
+        return _MISSING
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
