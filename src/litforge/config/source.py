@@ -43,8 +43,10 @@ def module_file(module: str) -> Path | None:
 
 
 @cache
-def _module(module: str) -> tuple[dict[str, Any], dict[str, str], dict[str, ast.ClassDef]] | None:
-    """(the namespace annotations evaluate in, name -> the dotted class it imports, the classes defined)."""
+def _module(module: str, follow: bool = True) -> tuple[dict[str, Any], dict[str, str], dict[str, ast.ClassDef]] | None:
+    """(the namespace annotations evaluate in, name -> the dotted class it imports, the classes defined). With
+    `follow`, a name imported from litforge or the module's own package is taken from that module's source in turn
+    (one level: an alias like `Augment`)."""
     import annotated_types
     import pydantic
 
@@ -67,6 +69,10 @@ def _module(module: str) -> tuple[dict[str, Any], dict[str, str], dict[str, ast.
                 refs[alias.asname or alias.name] = f"{origin}.{alias.name}"
                 if origin in _READABLE:
                     space[alias.asname or alias.name] = getattr(importlib.import_module(origin), alias.name, None)
+                elif follow and origin.split(".")[0] in ("litforge", module.split(".")[0]):
+                    other = _module(origin, False)
+                    if other is not None and alias.name in other[0]:
+                        space[alias.asname or alias.name] = other[0][alias.name]
         elif isinstance(node, ast.ClassDef):
             classes[node.name] = node
             refs[node.name] = f"{module}.{node.name}"
