@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from litforge.runtime.durations import parse_duration, parse_every
 from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
+from litforge.runtime.durations import parse_duration, parse_every
 
 
 def check_value(key: str, value: object) -> None:

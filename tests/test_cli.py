@@ -249,12 +249,13 @@ def test_gradient_clipping_from_config_bounds_the_first_update(algorithm: str, c
     ],
 )
 def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, compose_cfg):
-    """A key that moved groups is refused on the command line (before Hydra) and in a composed config, never ignored."""
+    """A key that moved groups is refused on the command line (before Hydra) and in a composed config (the job's
+    start check), never ignored."""
     from omegaconf import open_dict
 
     from litforge.cli.preflight import checked_overrides
+    from litforge.config.check import check_at_start
     from litforge.core.errors import ConfigError
-    from litforge.jobs.build import build_task
 
     with pytest.raises(ConfigError, match=f"has moved to {new.split('=')[0]}: pass {new} instead"):
         checked_overrides(CONF, "train", [override])
@@ -264,4 +265,4 @@ def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, comp
     with open_dict(cfg):
         cfg[group][leaf] = value  # as a user's own YAML would set it
     with pytest.raises(ConfigError, match=f"pass {new} instead"):
-        build_task(cfg, {"input_shape": [1, 8, 8], "num_classes": 10})
+        check_at_start(cfg)

@@ -124,8 +124,8 @@ def test_every_group_has_options():
 def test_option_composes_builds_and_trains(group: str, option: str, compose_cfg, tmp_path: Path):
     from hydra.utils import instantiate
 
-    from litforge.core.instantiate import instantiate_named
     from litforge.config.check import check_config
+    from litforge.core.instantiate import instantiate_named
     from litforge.jobs.build import build_task
     from litforge.jobs.train import train
     from litforge.parallel.launch import launched_ranks_cleaned_up

@@ -201,8 +201,8 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
 
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import restore_task
-    from litforge.core.instantiate import instantiate_group
     from litforge.core.contracts import trains_on
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
     from litforge.loops import steps_per_call

@@ -106,8 +106,8 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 
 
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
-    from litforge.core.instantiate import instantiate_group
     from litforge.core.errors import ConfigError
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_strategy, build_trainer
 
     cfg = compose_cfg("strategy=tpu")

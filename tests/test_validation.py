@@ -454,10 +454,9 @@ def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override
 def test_each_run_is_checked_once_where_it_starts_and_the_builders_never_call_the_checker(compose_cfg, monkeypatch):
     """In code, the job's start checks the config; after the command line's check of the same config, nothing does
     again; and what builds (jobs/build.py, core/instantiate.py, the tasks) imports no part of the checker."""
-    from test_architecture import import_graph
-
     from litforge.config import check
     from litforge.jobs.train import train
+    from test_architecture import import_graph
 
     calls: list[object] = []
     real = check.check_config

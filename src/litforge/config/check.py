@@ -94,7 +94,8 @@ def _bind_target(key: str, node: Any, imports: bool) -> bool:
     name = GROUP_TARGETS.get(name, name)
     if not imports:
         read = None if name.split(".")[0] in _FOREIGN else read_signature(name)
-        bind(key, node, *(read or (table, True)), name)
+        params, open_ended = read or (table, True)
+        bind(key, node, params, open_ended, name)
         return read is not None
     from hydra.utils import get_object
 
@@ -182,16 +183,16 @@ def words(schema: Mapping[str, Any]) -> str:
     if schema.get("type") == "array":
         least, most, item = schema.get("minItems", 0), schema.get("maxItems"), schema.get("items") or {}
         text = f"a list of {most}" if most == least else "a non-empty list" if least else "a list"
-        items = re.sub(r"^an? (\w+)", r"\1s", words(item)) if item else ""
-        return f"{text}{'' if most == least else ' of'} {items}" if items else text
-    text = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}
-    text |= {"object": "a mapping", "null": "null"}
+        each = re.sub(r"^an? (\w+)", r"\1s", words(item)) if item else ""
+        return f"{text}{'' if most == least else ' of'} {each}" if each else text
+    kinds = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}
+    kinds |= {"object": "a mapping", "null": "null"}
     low = [(f"[{b}", f">= {b}") for b in [schema.get("minimum")] if b is not None]
     low += [(f"({b}", f"> {b}") for b in [schema.get("exclusiveMinimum")] if b is not None]
     high = [(f"{b}]", f"<= {b}") for b in [schema.get("maximum")] if b is not None]
     high += [(f"{b})", f"< {b}") for b in [schema.get("exclusiveMaximum")] if b is not None]
     bounds = [f"in {low[0][0]}, {high[0][0]}"] if low and high else [b[1] for b in low + high]
-    return " ".join([text.get(str(schema.get("type")), "a value"), *bounds])
+    return " ".join([kinds.get(str(schema.get("type")), "a value"), *bounds])
 
 
 def _choices(schema: Mapping[str, Any]) -> list[str]:

@@ -41,8 +41,8 @@ Devices = Annotated[
 # Lightning's precision names (lightning_fabric.connector._PRECISION_INPUT; tests/test_validation.py compares)
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine")
 PRECISIONS_OLD = ("transformer-engine-float16", 64, 32, 16, "64", "32", "16", "bf16")  # still taken
-Precision = Annotated[
-    Literal[PRECISIONS + PRECISIONS_OLD],  # type: ignore[valid-type]
+Precision: Any = Annotated[
+    Literal[PRECISIONS + PRECISIONS_OLD],
     Field(description=f"a Lightning precision: {', '.join(PRECISIONS)} (or 32, 16, 64, bf16)", examples=["bf16-mixed"]),
 ]
 Fraction = Annotated[float, Field(ge=0, lt=1)]

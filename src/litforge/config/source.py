@@ -94,9 +94,10 @@ def read_signature(target: str) -> tuple[dict[str, tuple[Any, Any]], bool] | Non
         return None
     space, refs, _ = read
     init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    base = None
     if init is None or init.args.kwarg is not None:  # the base class's arguments come too
         bases = [read_signature(refs.get(ast.unparse(b), "")) for b in node.bases]
-        if len(bases) != 1 or bases[0] is None:
+        if len(bases) != 1 or (base := bases[0]) is None:
             return None
     found: dict[str, tuple[Any, Any]] = {}
     if init is not None:
@@ -105,8 +106,9 @@ def read_signature(target: str) -> tuple[dict[str, tuple[Any, Any]], bool] | Non
         pairs = [*zip(args, defaults, strict=True), *zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)]
         for arg, default in pairs[1:] if args else pairs:
             try:
-                text = arg.annotation.value if isinstance(arg.annotation, ast.Constant) else ast.unparse(arg.annotation)
-                kind = eval(text, dict(space)) if arg.annotation is not None else Any
+                written = arg.annotation
+                text = written.value if isinstance(written, ast.Constant) else ast.unparse(written) if written else None
+                kind = eval(str(text), dict(space)) if text is not None else Any
             except Exception:
                 return None
             try:
@@ -115,4 +117,5 @@ def read_signature(target: str) -> tuple[dict[str, tuple[Any, Any]], bool] | Non
                 found[arg.arg] = (kind, _UNKNOWN)
         if init.args.kwarg is None:
             return found, False
-    return {**found, **{k: v for k, v in bases[0][0].items() if k not in found}}, bases[0][1]
+    assert base is not None
+    return {**found, **{k: v for k, v in base[0].items() if k not in found}}, base[1]
