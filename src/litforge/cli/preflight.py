@@ -1,16 +1,10 @@
 """Checks that run before Hydra starts a job, so a mistake costs a second, not an hour of training.
 
-`prepare_command_line(conf_dir, config_name)` is called by the entry scripts just before `@hydra.main` takes over. It
-refuses command lines that would run something other than what was meant (a sweep or `hparams_search=` without `-m`,
-an option or a key that does not exist, a key that moved), composes the config with Hydra's Compose API (torch-free)
-and runs the one config check on it (litforge.config.check), then asks what a job would otherwise refuse only
-after Hydra made its run folder (another run's folder as hydra.run.dir, a one-class image folder, an unprepared
-streaming folder, the finders, prepare's source, export's options) and whether `paths.log_dir` takes a run. For
-`resume=` it rewrites the command line to continue that run in its folder (litforge.checkpointing.resume).
-
-With `-m` it refuses only what fails every job alike; each job checks its own values, so a sweep records a failed job
-and goes on. What it cannot judge (`--cfg`, `--help`, other config paths, a config that does not compose) is left to
-Hydra. Every failure is one `litforge: error: ...` line and exit code 1.
+`prepare_command_line` (called by the entry just before `@hydra.main`) refuses a command line that would run something
+other than what was meant (a sweep or `hparams_search=` without `-m`, an option or key that does not exist, a moved
+key), runs the one config check on the composed config (litforge.config.check), then what a job would refuse only
+after Hydra made its run folder (:func:`check_job`). `resume=` is rewritten to continue that run in its folder. With
+`-m` only what fails every job alike is refused: each job checks its own values. One `litforge: error:` line, exit 1.
 """
 
 from __future__ import annotations
@@ -25,12 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
+from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, values
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.check import check_config
 from litforge.config.relations import MOVED_KEYS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.runtime.extras import check_extras
-from litforge.runtime.ranks import is_rank_zero, register_resolvers
+from litforge.runtime.ranks import is_rank_zero
 
 # flags after which Hydra runs no job, or composes from elsewhere: left to Hydra
 _HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--version"}
@@ -59,25 +54,6 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
         sys.exit(1)
 
 
-def split_config_flags(args: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
-    """(the `--config-dir`/`--config-name` flags as typed, the folder, the name, every other argument)."""
-    kept: list[str] = []
-    rest: list[str] = []
-    found: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        key, eq, value = args[i].partition("=")
-        if key in ("--config-dir", "-cd", "--config-name", "-cn") and (eq or i + 1 < len(args)):
-            value = value if eq else args[i + 1]
-            kept += args[i : i + (1 if eq else 2)]
-            found["dir" if key in ("--config-dir", "-cd") else "name"] = value
-            i += 1 if eq else 2
-            continue
-        rest.append(args[i])
-        i += 1
-    return kept, found.get("dir"), found.get("name"), rest
-
-
 def checked_overrides(
     conf_dir: Path, config_name: str, overrides: list[str], job: str | None = None, top_dir: Path | None = None
 ) -> list[str]:
@@ -85,23 +61,18 @@ def checked_overrides(
     top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
     the same)."""
     job = job or config_name
-    parsed = _parse(overrides)
+    parsed = parse(overrides)
     if parsed is None:
         return overrides  # Hydra reports syntax errors itself
-    check_moved(parsed)
     check_needs_multirun(parsed, job)
-    check_extras(parsed, job)
-    groups = [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)]
-    values = [o for o in parsed if not _is_group(conf_dir, o) and not _is_hydra(o)]
-    check_group_options(
-        conf_dir, groups, [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])]
-    )
+    groups = check_options(conf_dir, parsed, job, top_dir)
+    keys = [o for o in parsed if not is_group(conf_dir, o) and not is_hydra(o)]
     # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
     searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
-    cfg = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *values]], top_dir)
+    cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
-        baseline = _compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
-        known = [o for o in values if not (o.is_add() or o.is_force_add())] if baseline is not None else []
+        baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
+        known = [o for o in keys if not (o.is_add() or o.is_force_add())] if baseline is not None else []
         message = next(filter(None, (unknown_key_message(baseline, o) for o in known if baseline)), None)
         if message:
             raise ConfigError(message)
@@ -127,22 +98,12 @@ DRY_RUN_HYDRA = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra.job_loggi
 
 
 def check_sweep(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> None:
-    """`-m`: what would fail every job alike (an option that does not exist, a moved key, `resume=`).
-
-    The values are left to the jobs, each of which checks its own config where its groups are built: a sweep
-    records a job that fails (e.g. one value of `model.dropout=choice(0.1,1.5)`) and goes on with the others.
-    """
-    parsed = _parse(overrides)
-    if parsed is None:
-        return
-    check_moved(parsed)
-    check_extras(parsed, config_name)
-    check_group_options(
-        conf_dir,
-        [o for o in parsed if _is_group(conf_dir, o) and not _is_hydra(o)],
-        [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])],
-    )
-    for override in parsed:
+    """`-m`: what would fail every job alike (an option that does not exist, a moved key, `resume=`). The values are
+    each job's to check where it starts: a sweep records a job that fails (one value of `model.dropout=choice(0.1,1.5)`)
+    and goes on with the others."""
+    parsed = parse(overrides)
+    check_options(conf_dir, parsed or [], config_name, top_dir)
+    for override in parsed or []:
         if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
             raise ConfigError(
                 "resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)"
@@ -150,15 +111,17 @@ def check_sweep(conf_dir: Path, config_name: str, overrides: list[str], top_dir:
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
-def check_moved(parsed: list[Any]) -> None:
-    for override in parsed:
-        if override.key_or_group in MOVED_KEYS:
-            raise ConfigError(
-                moved_key_message(
-                    override.key_or_group,
-                    override.get_value_element_as_str() if not override.is_sweep_override() else "<value>",
-                )
-            )
+def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | None) -> list[Any]:
+    """A moved key, a group whose extra is not installed, an option that does not exist; the group overrides."""
+    for o in [o for o in parsed if o.key_or_group in MOVED_KEYS]:
+        raise ConfigError(
+            moved_key_message(o.key_or_group, "<value>" if o.is_sweep_override() else o.get_value_element_as_str())
+        )
+    check_extras(parsed, job)
+    groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
+    folders = [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])]
+    check_group_options(conf_dir, groups, folders)
+    return groups
 
 
 def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
@@ -166,7 +129,7 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
     from hydra.core.override_parser.types import ChoiceSweep
 
     for override in parsed:
-        if override.is_sweep_override() and not _is_hydra(override):
+        if override.is_sweep_override() and not is_hydra(override):
             line = override.input_line
             as_list = (
                 f"; a list value is written {override.key_or_group}=[{line.split('=', 1)[1]}]"
@@ -194,7 +157,7 @@ def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path]
             continue
         group = override.key_or_group
         options = group_options(group, conf_dir, extra)
-        for value in _values(override):
+        for value in values(override):
             for name in value if isinstance(value, list) else [value]:
                 if isinstance(name, str) and name not in options:
                     match = difflib.get_close_matches(name, options, n=1)
@@ -263,52 +226,3 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
         from litforge.jobs.tuning import check_tuning
 
         check_tuning(cfg)
-
-
-# ---- helpers -------------------------------------------------------------------------------------------------------
-def _compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> DictConfig | None:
-    """The composed config, or None when Hydra cannot compose it. With `top_dir` (`--config-dir`), the project's
-    top config is found there and litforge's conf/ joins the search path, as Hydra's own `--config-dir` does."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_resolvers()  # the ${uid:} resolver used by hydra.run.dir
-    if top_dir is not None:
-        given = [o for o in overrides if o.startswith("hydra.searchpath=")]
-        folders = ",".join([f"file://{conf_dir.resolve()}", *(g.split("=", 1)[1].strip("[]") for g in given)])
-        overrides = [f"hydra.searchpath=[{folders}]", *(o for o in overrides if o not in given)]
-    try:
-        with initialize_config_dir(config_dir=str((top_dir or conf_dir).resolve()), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides)
-    except Exception:
-        return None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def _parse(overrides: list[str]) -> list[Any] | None:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        return OverridesParser.create().parse_overrides(overrides)
-    except Exception:
-        return None
-
-
-def _values(override: Any) -> list[Any]:
-    """The values an override hands to its jobs: one, or each of a choice/range sweep (an interval: none here)."""
-    if not override.is_sweep_override():
-        return [override.value()]
-    try:
-        return list(override.sweep_iterator())
-    except Exception:
-        return []
-
-
-def _is_hydra(override: Any) -> bool:
-    return override.key_or_group.split(".")[0].split("/")[0] == "hydra"
-
-
-def _is_group(conf_dir: Path, override: Any) -> bool:
-    key = override.key_or_group
-    return "." not in key and (conf_dir / key).is_dir()

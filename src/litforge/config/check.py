@@ -166,7 +166,7 @@ def refusal(key: str, value: Any, judge: TypeAdapter[Any], default: Any) -> str:
         schema = judge.json_schema()
     except Exception:  # a type JSON Schema cannot say (an arbitrary class)
         schema = {"description": "a value of its annotated type"}
-    candidates = [*_walk(schema, "examples"), default, *_walk(schema, "enum"), _sample(schema)]
+    candidates = [*_walk(schema, "examples"), default, _sample(schema)]
     example = next((c for c in candidates if c not in (None, _UNSET) and _passes(judge, c)), None)
     return f"{key}={shown(value)}: expected {words(schema)}" + (
         f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""
@@ -205,6 +205,8 @@ def _sample(schema: Mapping[str, Any]) -> Any:
     """A value the schema takes, made from its bounds (the example when the annotation gives none)."""
     if "anyOf" in schema:
         return next((s for s in map(_sample, schema["anyOf"]) if s is not None), None)
+    if "const" in schema or "enum" in schema:
+        return schema.get("const", schema.get("enum", [None])[0])
     lo, hi = (
         schema.get("minimum", schema.get("exclusiveMinimum")),
         schema.get("maximum", schema.get("exclusiveMaximum")),
