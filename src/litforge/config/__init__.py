@@ -1,1 +1,1 @@
-"""Config values as the code receives them: typed checks, instantiation with one-line errors, durations."""
+"""The one config check: pydantic judges the composed config against typed signatures, once per run (docs/checks.md)."""
