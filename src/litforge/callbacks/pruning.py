@@ -69,7 +69,7 @@ class Pruning(ModelPruning):
         select_after_schedule: bool = True,
         verbose: int = 0,
     ) -> None:
-        # start_epoch <= end_epoch: litforge.config.validation.RELATIONS
+        # start_epoch <= end_epoch: litforge.config.relations.RELATIONS
         end_epoch = start_epoch if end_epoch is None else end_epoch
         structured = method.endswith("_structured") and not method.endswith("_unstructured")
         super().__init__(

@@ -134,7 +134,7 @@ class Pipeline(DDPStrategy):
         meta_init: bool = True,
         **kwargs: Any,
     ) -> None:
-        # their types and ranges: the signature (litforge.config.validation checks them as the strategy is built)
+        # their types and ranges: the signature (litforge.config.check judges them where the job starts)
         super().__init__(**kwargs)
         self.schedule, self.microbatches, self.data_parallel = schedule, microbatches, data_parallel
         self.stages_per_rank = stages_per_rank

@@ -63,7 +63,7 @@ class ModelParallel(ModelParallelStrategy):
         mixed_precision: Literal["bf16"] | None = None,
         reshard_after_forward: bool = True,
         offload: Literal["cpu"] | None = None,  # FSDP2's CPUOffloadPolicy pins memory: GPU machines only
-        replicate_size: Count = 1,  # HSDP replicas (its relation to tensor_parallel_size: config.validation)
+        replicate_size: Count = 1,  # HSDP replicas (its relation to tensor_parallel_size: config.relations)
         meta_init: bool = True,
         **kwargs: Any,
     ) -> None:

@@ -57,7 +57,7 @@ class DQNTask(LitforgeTask):
     ) -> None:
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
-        # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.config.validation (task.*)
+        # the ranges of gamma, target_tau, target_sync_steps, ... are checked by litforge.config.check (task.*)
         if loss and not str(loss.get("_target_", "")).endswith(REGRESSION_LOSSES):
             raise ConfigError(
                 f"task=dqn regresses Q-values and needs a regression loss, not {loss.get('_target_')}: "
