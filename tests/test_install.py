@@ -4,7 +4,7 @@ The path CI takes (issue 38): build the wheel, install it into a fresh virtual e
 install demo, and from `demo/` train a tiny run, then eval, predict and export its checkpoint and run the project's
 own pytest. The fresh environment reuses the installed dependencies without copying 6 GB: it holds one `.pth` line
 naming the site-packages folders of this interpreter (whose own `.pth` files, an editable install of the clone among
-them, are not run from there), so `litforge` is the wheel's copy and nothing of the clone (shared/LESSONS.md).
+them, are not run from there), so `litforge` is the wheel's copy and nothing of the clone.
 """
 
 from __future__ import annotations

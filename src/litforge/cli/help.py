@@ -86,11 +86,20 @@ def help_text(
 
     source = (conf_dir / f"{config_name}.yaml").read_text()
     defaults: dict[str, object] = {}
-    for text in [source] + ([top.read_text()] if top is not None else []):
-        for entry in (yaml.safe_load(text) or {}).get("defaults", []):
+    texts = [source] + ([top.read_text()] if top is not None else [])
+    follow_recipe = top is not None
+    while texts:
+        for entry in (yaml.safe_load(texts.pop(0)) or {}).get("defaults", []):
             if isinstance(entry, dict):
                 for group, option in entry.items():
                     defaults[str(group).removeprefix("override ").lstrip("/")] = option
+        # a project's default recipe (experiment=<its own>) chooses the groups' defaults in turn
+        recipe = defaults.pop("experiment", None) if follow_recipe else None
+        if isinstance(recipe, str):
+            defaults["experiment"] = recipe
+            found = [f for f in (*extra, conf_dir) if (f / "experiment" / f"{recipe}.yaml").is_file()]
+            texts += [(found[0] / "experiment" / f"{recipe}.yaml").read_text()] if found else []
+            follow_recipe = False  # only the top config's own recipe
     script = command or f"python {script}"
 
     lines = [
