@@ -1,54 +1,28 @@
 """litforge as a library: the built wheel, installed non-editable into a fresh environment, runs a new user's project.
 
-The path CI takes (issue 38): build the wheel, install it into a fresh virtual environment, `litforge new demo`,
-install demo, and from `demo/` train a tiny run, then eval, predict and export its checkpoint and run the project's
-own pytest. The fresh environment reuses the installed dependencies without copying 6 GB: it holds one `.pth` line
-naming the site-packages folders of this interpreter (whose own `.pth` files, an editable install of the clone among
-them, are not run from there), so `litforge` is the wheel's copy and nothing of the clone.
+The path CI takes (issue 38): build the wheel, install it into a fresh virtual environment (tests/installed.py),
+`litforge new demo`, install demo, and from `demo/` train a tiny run, then eval, predict and export its checkpoint
+and run the project's own pytest.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, read_metrics, single_run
+from installed import build_wheel, fresh_environment, run
 
 FAST_HELP_FREE_OF_TORCH = "import sys; from litforge.cli.command import main; main(['--help'])"
-
-
-def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"{' '.join(command)} in {cwd}:\n{(result.stdout + result.stderr)[-4000:]}"
-    return result
-
-
-def fresh_environment(folder: Path) -> tuple[Path, dict[str, str]]:
-    """A venv without pip whose one `.pth` line adds the dependencies' site-packages; (its bin/, its environment)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
-    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}, scheme="venv"))
-    dependencies = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (purelib / "_dependencies.pth").write_text("\n".join(dependencies) + "\n")
-    bin_dir = folder / "bin"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "VIRTUAL_ENV": str(folder)}
-    env |= {"PYTHONUNBUFFERED": "1", "LITFORGE_TEST_FRESH_CLI": "1"}
-    return bin_dir, env
 
 
 @pytest.mark.slow
 def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path: Path):
     # the wheel: litforge's code, its configs (package data) and the search-path plugin, and the `litforge` command
-    dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(ROOT)],
-        cwd=tmp_path, env=dict(os.environ))  # fmt: skip
-    (wheel,) = dist.glob("litforge-*.whl")
+    wheel = build_wheel(tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {str(p.relative_to(ROOT)) for p in (ROOT / "conf").rglob("*.yaml")}
     assert {f"litforge/{c}" for c in configs} <= names and "litforge/conf/__init__.py" in names
@@ -56,9 +30,8 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
     assert "litforge/scaffold/template/package/data.py.tmpl" in names
     assert not [n for n in names if n.startswith(("tests/", "docs/", "benchmarks/"))]
 
-    bin_dir, env = fresh_environment(tmp_path / "venv")
-    python = str(bin_dir / "python")
-    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(wheel)], cwd=tmp_path, env=env)
+    env = fresh_environment(tmp_path / "venv", wheel)
+    python = str(tmp_path / "venv" / "bin" / "python")
     where = run([python, "-c", "import litforge; print(litforge.__file__)"], cwd=tmp_path, env=env).stdout
     assert where.startswith(str(tmp_path / "venv")), f"litforge imported from {where}, not the installed wheel"
     # any Hydra application composes litforge's configs, from any folder, through the plugin
@@ -74,7 +47,7 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
     # the user's project: written, installed (non-editable), found from its folder with nothing typed
     run(["litforge", "new", "demo"], cwd=tmp_path, env=env)
     demo = tmp_path / "demo"
-    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(demo)], cwd=tmp_path, env=env)
+    run(["pip", "install", "-q", "--no-deps", str(demo)], cwd=tmp_path, env=env)
     help_text = run(["litforge", "train", "--help"], cwd=demo, env=env).stdout
     data_line = next(line for line in help_text.splitlines() if line.strip().startswith("data "))
     assert "stripes*" in data_line and "digits" in data_line, data_line  # the project's options beside litforge's
