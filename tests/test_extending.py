@@ -140,6 +140,24 @@ def test_a_project_table_that_would_hide_litforges_top_config_is_refused_in_one_
         find_project(tmp_path)
 
 
+def test_the_new_project_is_lint_clean_and_its_python_compiles(tmp_path: Path):
+    import sys
+
+    from litforge.scaffold import new_project
+
+    written = new_project(tmp_path / "my-project")
+    assert {"my_project/data.py", "conf/my_project.yaml", ".ci/run", ".gitignore", "tests/test_contracts.py"} <= {
+        str(p.relative_to(tmp_path / "my-project")) for p in written
+    }
+    assert "{{" not in "".join(p.read_text() for p in written)  # every placeholder replaced
+    for check in (["check", "--select", "E,F,W,B,I"], ["format", "--check"]):
+        result = subprocess.run([sys.executable, "-m", "ruff", *check, "--line-length", "120", "."],
+                                cwd=tmp_path / "my-project", capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+    with pytest.raises(ValueError, match="exists and is not an empty folder"):
+        new_project(tmp_path / "my-project")
+
+
 class RegressionTask:  # stands for a task of the user's own, outside litforge.tasks
     pass
 
