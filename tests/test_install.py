@@ -79,3 +79,40 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
         assert "No module named 'litforge.testing'" in tests.stdout, tests.stdout[-4000:]
         data = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_data.py"], cwd=demo, env=env)
         assert "1 passed" in data.stdout
+
+
+# ---- the `litforge` command itself (fast, in-process) ---------------------------------------------------------------
+def test_litforge_help_lists_every_job_and_new(capsys):
+    from litforge.cli.command import main
+    from litforge.cli.main import JOBS
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and all(f"\n  {job} " in out for job in [*JOBS, "new"]), out
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["tran"], "litforge: error: tran is not a job (train, eval, predict, export, generate, prepare, new): did "
+                   "you mean litforge train?"),
+        (["model=cnn"], "name the job first, e.g. litforge train model=cnn"),
+        (["new"], "usage: litforge new <folder>"),
+    ],
+)  # fmt: skip
+def test_a_command_line_without_a_job_is_one_line(args, line, capsys):
+    from litforge.cli.command import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and line in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_completion_completes_the_job_word(capsys, monkeypatch):
+    from litforge.cli.command import main
+
+    monkeypatch.setenv("COMP_LINE", "litforge e")
+    main(["-sc", "query=bash"])
+    assert capsys.readouterr().out.split() == ["eval", "export"]
