@@ -127,6 +127,24 @@ def test_the_users_options_are_listed_by_help_and_a_typo_in_one_is_one_line(tmp_
     ), str(info.value)
 
 
+def test_a_bad_value_of_the_users_own_argument_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    from litforge.cli.preflight import checked_overrides
+
+    root = write_project(tmp_path / "myproject")
+    monkeypatch.syspath_prepend(str(root))  # what `pip install -e .` of the project does
+    try:
+        with pytest.raises(ConfigError) as info:
+            overrides = ["experiment=diabetes", "data.path=d.csv", "data.batch_size=0", f"paths.log_dir={tmp_path}"]
+            checked_overrides(CONF, "myproject", overrides, "train", top_dir=root / "conf")
+    finally:
+        for name in [m for m in sys.modules if m == "myproject" or m.startswith("myproject.")]:
+            del sys.modules[name]
+    message = str(info.value)
+    assert "data.batch_size=0" in message and ">= 1" in message and "\n" not in message, message
+
+
 def test_a_project_table_that_would_hide_litforges_top_config_is_refused_in_one_line(tmp_path: Path):
     from litforge.cli.project import find_project
 
