@@ -19,9 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_wheel(folder: Path) -> Path:
-    """`pip wheel` of the clone, offline; the wheel's path."""
+    """`pip wheel` of the clone, offline; the wheel's path. The build writes build/ and src/*.egg-info in the clone,
+    so two test workers building at once take turns (a lock file in the system's temporary folder)."""
+    import fcntl
+    import tempfile
+
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(folder)]
-    result = subprocess.run([*command, str(ROOT)], capture_output=True, text=True, timeout=300)
+    with open(Path(tempfile.gettempdir()) / "litforge-wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run([*command, str(ROOT)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     (wheel,) = folder.glob("litforge-*.whl")
     return wheel
