@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_README_LINES = 300
 # written by another change at the same time; a link to it may land first
-NOT_YET_WRITTEN = {ROOT / "docs" / "extending.md"}
+NOT_YET_WRITTEN = {ROOT / "docs" / "checks.md", ROOT / "docs" / "api.md"}
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)

@@ -1,4 +1,4 @@
-"""The one entry point of every root script: `python train.py ...` is `litforge.cli.main.main("train")`.
+"""The one entry point of every job: `python train.py ...` and `litforge train ...` are `main("train")`.
 
 For each job (`train`, `eval`, `predict`, `export`, `generate`) it does the same four things:
 
@@ -8,6 +8,10 @@ For each job (`train`, `eval`, `predict`, `export`, `generate`) it does the same
 3. Hydra composes `conf/<job>.yaml` and calls the job function; a user mistake (LitforgeError, or a config error
    from OmegaConf) ends it with one `litforge: error:` line and exit code 1, never a traceback;
 4. a one-screen summary: metrics, what was written where, how to look at it.
+
+Run in a project of the user's own (a `pyproject.toml` with `[tool.litforge]`, litforge.cli.project), the
+project's config folder comes first on the search path and its top config is the one composed, as if
+`--config-dir conf --config-name <top>` had been typed.
 
 Kept free of torch and Lightning imports at module level: composing a config (and `--cfg job`) must stay fast.
 """
@@ -28,9 +32,10 @@ from litforge.runtime.ranks import in_multirun, is_rank_zero
 
 log = logging.getLogger("litforge")
 
-CONF_DIR = (
-    Path(__file__).resolve().parents[3] / "conf"
-)  # the repository's conf/ (src/litforge/cli/main.py → ../../../conf)
+# litforge's configs: the package `litforge.conf` (in a clone, src/litforge/conf is a symlink to the top-level conf/;
+# a wheel carries the files). Hydra composes them through the search-path plugin (hydra_plugins.litforge_searchpath,
+# `pkg://litforge.conf`); this folder is what the fast `--help` and the checks before Hydra read.
+CONF_DIR = (Path(__file__).resolve().parents[1] / "conf").resolve()
 
 # job name (= conf/<name>.yaml and <name>.py) → (module, function); every job is a plain function of the config
 JOBS: dict[str, tuple[str, str]] = {
@@ -43,16 +48,24 @@ JOBS: dict[str, tuple[str, str]] = {
 }
 
 
-def main(job_name: str) -> None:
-    """Run job `job_name` from the command line in `sys.argv`."""
+def main(job_name: str, command: str | None = None) -> None:
+    """Run job `job_name` from the command line in `sys.argv`; `command`: how the user typed it (for `--help`)."""
     import hydra
 
     from litforge.cli.help import answer_help
     from litforge.cli.preflight import prepare_command_line
+    from litforge.cli.project import find_project
 
     if job_name not in JOBS:
         raise ValueError(f"unknown job {job_name!r}; known: {', '.join(JOBS)}")
-    answer_help(job_name, CONF_DIR)  # `--help` alone: fast, without starting Hydra
+    try:
+        project = find_project()
+    except LitforgeError as exc:
+        print(f"litforge: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    answer_help(job_name, CONF_DIR, command=command, project=project)  # `--help` alone: fast, without Hydra
+    if project is not None:
+        sys.argv[1:] = project.arguments(job_name, sys.argv[1:])
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 
     def task_function(cfg: DictConfig) -> float | None:
@@ -60,7 +73,8 @@ def main(job_name: str) -> None:
         print_summary(job_name, result)
         return (result.get("objective") or {}).get("value")  # what a sweeper (Optuna) optimises
 
-    hydra.main(config_path=str(CONF_DIR), config_name=job_name, version_base="1.3")(task_function)()
+    # config_path=None: litforge's configs come from the search-path plugin, as in any application that uses them
+    hydra.main(config_path=None, config_name=job_name, version_base="1.3")(task_function)()
 
 
 def job_function(job_name: str) -> Callable[[DictConfig], dict[str, Any]]:

@@ -21,6 +21,9 @@ from contextlib import contextmanager
 
 # Hydra options that choose the config itself and so must reach every rank (the overrides do not carry them)
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+# the words between the program and its overrides: `litforge train ...` starts its ranks as `litforge train ...`
+# (set by litforge.cli.command; empty for `python train.py`)
+ENTRY_ARGS: list[str] = []
 # what Lightning's launcher writes into os.environ of the launching process
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")  # what a launcher exports
 
@@ -47,9 +50,9 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
     hydra_cfg = HydraConfig.get()
     if __main__.__spec__ is None:
-        command = [sys.executable, to_absolute_path(sys.argv[0])]
+        command = [sys.executable, to_absolute_path(sys.argv[0]), *ENTRY_ARGS]
     else:
-        command = [sys.executable, "-m", __main__.__spec__.name]
+        command = [sys.executable, "-m", __main__.__spec__.name, *ENTRY_ARGS]
     command += config_flags(sys.argv[1:])
     command += list(hydra_cfg.overrides.task)
     if hydra_cfg.searchpath:  # a user's own conf folder (docs/extending.md): rank 0 composed from it, so must all
