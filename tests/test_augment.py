@@ -65,7 +65,7 @@ def test_datamodule_augments_training_batches_only_before_normalising():
     torch.manual_seed(3)
     trained = _hook(dm, images, training=True)
     torch.manual_seed(3)
-    assert torch.equal(trained, dm.normalize(dm._augment_fn(images))), "augment first, then normalise"
+    assert torch.equal(trained, dm.normalize(dm.augment_batch(images))), "augment first, then normalise"
     assert not torch.equal(trained, dm.normalize(images))
 
 
