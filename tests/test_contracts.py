@@ -417,3 +417,81 @@ def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
     else:
         with pytest.raises(ConfigError, match="tensor_parallel_plan"):
             tensor_parallel_plan(net)
+
+
+# ---- the predict contract, checked when the job starts --------------------------------------------------------------
+USER_TASK = '''\
+"""A user's own task, trained and checkpointed like litforge's, without a predict_step."""
+from torch import nn
+
+from litforge import LitforgeTask, build_loss, build_net
+
+
+class PlainTask(LitforgeTask):
+    data_kind = ("image",)
+
+    def __init__(self, net, optimizer, input_shape, num_classes, class_names=(), scheduler=None, loss=None,
+                 run_config=None, lr_scaling="none", init_from=None, mix="none", mix_alpha=0.2):
+        super().__init__(optimizer, scheduler, run_config, lr_scaling)
+        self.save_hyperparameters()
+        channels, height, width = input_shape
+        self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
+        self.loss = build_loss(loss, nn.CrossEntropyLoss)
+
+    def forward(self, images):
+        return self.net(images)
+
+    def step_loss(self, batch):
+        images, labels = batch
+        return self.loss(self(images), labels)
+'''
+
+
+@pytest.mark.slow
+def test_predict_on_a_user_task_without_the_contract_is_one_line_at_the_start(compose_cfg, tmp_path: Path) -> None:
+    """The real CLI, a user's task in a package of its own (trusted): exit 1, one `litforge: error:` line naming
+    the missing member, no traceback, no predictions written (it was a KeyError: 'predicted' after the work)."""
+    import sys
+
+    from conftest import run_cli
+    from litforge.testing.checks import trained_checkpoint
+
+    (tmp_path / "usertask").mkdir()
+    (tmp_path / "usertask" / "__init__.py").write_text(USER_TASK)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        cfg = compose_cfg("task._target_=usertask.PlainTask", "model.hidden_dims=[8]")
+        path, *_ = trained_checkpoint(cfg, tmp_path, "train")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("usertask", None)
+    logs = tmp_path / "logs"
+    result = run_cli(
+        "predict.py",
+        f"ckpt_path={path}",
+        "trusted_packages=[usertask]",
+        f"output={tmp_path / 'out.csv'}",
+        log_dir=logs,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    errors = [line for line in result.output.splitlines() if line.startswith("litforge: error:")]
+    assert result.returncode == 1, result.output[-3000:]
+    assert len(errors) == 1 and "task `PlainTask` lacks `predict_step`" in errors[0], result.output[-3000:]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out.csv").exists() and not list(logs.rglob("predictions.csv"))
+
+
+def test_predict_with_input_on_data_that_cannot_read_it_is_one_line() -> None:
+    """`input=<file>` on a datamodule with neither `read_inputs` nor image reading (it was an AttributeError on
+    `input_shape`)."""
+    from litforge.core.contracts import check_predictable
+    from litforge.tasks.classification import ClassificationTask
+
+    class Rows(pl.LightningDataModule):
+        kind = "features"
+
+    with pytest.raises(ConfigError) as refused:
+        check_predictable(ClassificationTask.__new__(ClassificationTask), Rows(), "rows.csv", "ckpt_path=x.ckpt")
+    message = str(refused.value)
+    assert message.startswith("input=rows.csv: data `Rows` lacks `read_inputs`") and "litforge.InputReader" in message
+    assert "\n" not in message
