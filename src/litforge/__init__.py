@@ -48,6 +48,14 @@ _EXPORTS: dict[str, str] = {
     "PipelineModel": "litforge.core.contracts",
     "Callback": "litforge.core.contracts",
     "SHAPE_FACTS": "litforge.core.contracts",
+    # ... what predict and export need (checked when those jobs start)
+    "PredictTask": "litforge.core.contracts",
+    "PREDICTION_KEYS": "litforge.core.contracts",
+    "InputReader": "litforge.core.contracts",
+    "ImageInputs": "litforge.core.contracts",
+    "ArraySplits": "litforge.core.contracts",
+    "ExportTask": "litforge.core.contracts",
+    "ImageExportData": "litforge.core.contracts",
     # data: loaders, splits and tables for a datamodule of one's own
     "InMemoryLoader": "litforge.data.loader",
     "split_indices": "litforge.data.base",

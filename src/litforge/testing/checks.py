@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ def one_line(what: str) -> Iterator[None]:
 def prepared(cfg: DictConfig, tmp_path: str | Path, name: str, **changes: Any) -> DictConfig:
     """A copy of `cfg` whose run writes under `tmp_path/name` (Hydra's run folder does not exist outside a run)."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    assert isinstance(out, DictConfig)
     folder = Path(tmp_path) / name
     with open_dict(out):
         out.paths.output_dir = str(folder)
@@ -70,7 +71,7 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
     return datamodule, task
 
 
-def quiet_trainer(root: str | Path, steps: int, callbacks: list[Any] = (), **overrides: Any) -> Any:
+def quiet_trainer(root: str | Path, steps: int, callbacks: Sequence[Any] = (), **overrides: Any) -> Any:
     """A CPU Trainer that trains `steps` optimizer steps and writes nothing of its own (no logger, progress bar,
     summary, validation or checkpoint callback): the checks compare exact weights, and anything else is noise."""
     import pytorch_lightning as pl

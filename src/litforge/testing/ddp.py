@@ -65,6 +65,7 @@ def run_rank(rank: int, port: int, cfg_yaml: str, steps: int, out: str) -> None:
         from pytorch_lightning.strategies import DDPStrategy
 
         cfg = OmegaConf.create(cfg_yaml)
+        assert isinstance(cfg, DictConfig)
         datamodule, task = build(cfg)
         trainer = quiet_trainer(
             cfg.paths.output_dir,
