@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "ArraySplits": "litforge.core.contracts",
     "ExportTask": "litforge.core.contracts",
     "ImageExportData": "litforge.core.contracts",
+    "GenerateTask": "litforge.core.contracts",
     # data: loaders, splits and tables for a datamodule of one's own
     "InMemoryLoader": "litforge.data.loader",
     "split_indices": "litforge.data.base",
@@ -64,6 +65,8 @@ _EXPORTS: dict[str, str] = {
     "InMemorySplits": "litforge.data.base",
     "ImageDataModule": "litforge.data.base",
     "read_table": "litforge.data.tables",
+    "Table": "litforge.data.tables",
+    "TabularDataModule": "litforge.data.tabular",
     # tasks and nets
     "LitforgeTask": "litforge.tasks.base",
     "ClassificationTask": "litforge.tasks.classification",

@@ -272,6 +272,22 @@ class ImageExportData(ArraySplits, Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
 
+@runtime_checkable
+class GenerateTask(Protocol):
+    """A task generate.py samples text from (task=language_model)."""
+
+    def generate_text(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int | None = None,
+    ) -> str:
+        """A continuation of `prompt`, sampled at `temperature` from the `top_k` likeliest tokens, seeded."""
+        ...
+
+
 def lacks(members: list[str]) -> str:
     return ", ".join(f"`{m}`" for m in members)
 
