@@ -495,3 +495,12 @@ def test_predict_with_input_on_data_that_cannot_read_it_is_one_line() -> None:
     message = str(refused.value)
     assert message.startswith("input=rows.csv: data `Rows` lacks `read_inputs`") and "litforge.InputReader" in message
     assert "\n" not in message
+
+
+def test_generate_refuses_a_task_without_generate_text_in_one_line(compose_cfg, tmp_path: Path) -> None:
+    from litforge.jobs.generate import generate
+    from litforge.testing.checks import job_config, trained_checkpoint
+
+    path, *_ = trained_checkpoint(compose_cfg("model.hidden_dims=[8]"), tmp_path, "train")
+    with pytest.raises(ConfigError, match="ClassificationTask checkpoint, which does not generate text"):
+        generate(job_config("generate", tmp_path, "generate", ckpt_path=str(path)))
