@@ -95,6 +95,14 @@ def test_the_contract_kit_is_the_public_testing_module():
     ]
 
 
+def test_a_renamed_public_name_still_resolves_with_a_warning_naming_the_new_one(monkeypatch):
+    import pytest
+
+    monkeypatch.setitem(litforge.MOVED_NAMES, "DataProblem", "DataError")
+    with pytest.warns(DeprecationWarning, match="litforge.DataProblem was renamed: use litforge.DataError"):
+        assert litforge.DataProblem is litforge.DataError
+
+
 def test_importing_litforge_imports_no_torch():
     result = fresh("import sys, litforge; print('torch' in sys.modules)")
     assert result.returncode == 0, result.stderr

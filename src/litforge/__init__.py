@@ -87,7 +87,17 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
+#: public names renamed since the last release: old name -> its new name, which `litforge.<old>` still returns for a
+#: release, with a DeprecationWarning (docs/api.md, "What public promises"). Empty: nothing has been renamed yet.
+MOVED_NAMES: dict[str, str] = {}
+
+
 def __getattr__(name: str) -> Any:
+    if name in MOVED_NAMES:
+        warnings.warn(
+            f"litforge.{name} was renamed: use litforge.{MOVED_NAMES[name]}", DeprecationWarning, stacklevel=2
+        )
+        return __getattr__(MOVED_NAMES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'litforge' has no attribute {name!r}")

@@ -4,7 +4,8 @@ Why it holds: the training loaders shard each global batch over the data-paralle
 gives rank r its contiguous part of the batch one process would take), and DDP averages the ranks' gradients, so N
 ranks at `data.batch_size` B take the steps of one process at N x B. What differs between ranks by construction is
 held still in both runs alike: dropout masks (each rank draws its own) and BatchNorm's batch statistics (each rank
-normalises its own part), by keeping those modules in eval mode while training (:class:`Comparable`). The ranks are
+normalises its own part), by keeping those modules in eval mode while training (:class:`Comparable`). Other
+per-rank randomness is the config's to turn off for this check (`data.augment=none`, `task.mix=none`). The ranks are
 two spawned processes, each building the datamodule and the task from the config as `litforge train` does and
 fitting under Lightning's DDPStrategy with gloo on the CPU.
 """
