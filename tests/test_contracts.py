@@ -504,3 +504,14 @@ def test_generate_refuses_a_task_without_generate_text_in_one_line(compose_cfg, 
     path, *_ = trained_checkpoint(compose_cfg("model.hidden_dims=[8]"), tmp_path, "train")
     with pytest.raises(ConfigError, match="ClassificationTask checkpoint, which does not generate text"):
         generate(job_config("generate", tmp_path, "generate", ckpt_path=str(path)))
+
+
+def test_the_predict_task_check_works_on_the_class_alone_before_anything_is_built() -> None:
+    """What a check before Hydra starts can call with the checkpoint's recorded class (no task built)."""
+    from litforge.core.contracts import check_predict_task
+    from litforge.tasks.classification import ClassificationTask
+    from litforge.tasks.language_model import LanguageModelTask
+
+    check_predict_task(ClassificationTask, "ckpt_path=a.ckpt")
+    with pytest.raises(ConfigError, match=r"^ckpt_path=b.ckpt: task `LanguageModelTask` lacks `predict_step`"):
+        check_predict_task(LanguageModelTask, "ckpt_path=b.ckpt")

@@ -293,23 +293,31 @@ def lacks(members: list[str]) -> str:
 
 
 def defines_own(obj: object, name: str) -> bool:
-    """Whether `obj`'s class (or a base outside Lightning) defines `name`: Lightning's base classes define defaults
-    (`predict_step`, `test_dataloader`) that do not fulfil litforge's contracts."""
-    owner = next((c for c in type(obj).__mro__ if name in vars(c)), None)
+    """Whether `obj` (a class, or an instance of it) or a base outside Lightning defines `name`: Lightning's base
+    classes define defaults (`predict_step`, `test_dataloader`) that do not fulfil litforge's contracts."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
     return owner is not None and not owner.__module__.startswith(("pytorch_lightning.", "lightning."))
+
+
+def check_predict_task(task: Any, where: str) -> None:
+    """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
+    (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
+    if not defines_own(task, "predict_step"):
+        name = task.__name__ if isinstance(task, type) else type(task).__name__
+        raise ConfigError(
+            f"{where}: task `{name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
+            "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
+            "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
+        )
 
 
 def check_predictable(task: Any, datamodule: Any, input_path: str | None, where: str) -> None:
     """Refuse in one line, before predict.py does any work, a task or datamodule without what it needs
     (:class:`PredictTask`; for `input=`, :class:`InputReader` or :class:`ImageInputs`; for the test split,
     :class:`ArraySplits` or a `test_dataloader` of its own). `where`: the `key=value` the line starts with."""
-    task_name, data_name = type(task).__name__, type(datamodule).__name__
-    if not defines_own(task, "predict_step"):
-        raise ConfigError(
-            f"{where}: task `{task_name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
-            "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
-            "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
-        )
+    data_name = type(datamodule).__name__
+    check_predict_task(task, where)
     if input_path:
         if isinstance(datamodule, InputReader) or isinstance(datamodule, ImageInputs):
             return
