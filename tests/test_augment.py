@@ -65,7 +65,7 @@ def test_datamodule_augments_training_batches_only_before_normalising():
     torch.manual_seed(3)
     trained = _hook(dm, images, training=True)
     torch.manual_seed(3)
-    assert torch.equal(trained, dm.normalize(dm._augment_fn(images))), "augment first, then normalise"
+    assert torch.equal(trained, dm.normalize(dm.augment_batch(images))), "augment first, then normalise"
     assert not torch.equal(trained, dm.normalize(images))
 
 
@@ -80,3 +80,17 @@ def test_streamed_image_folder_batches_are_augmented(tmp_path: Path):
     assert images.dtype == torch.uint8  # streamed raw, augmented and normalised in the hook like in-memory data
     torch.manual_seed(0)
     assert not torch.equal(_hook(dm, images, training=True), dm.normalize(images))
+
+
+def test_an_augmentation_of_ones_own_is_the_public_hook_augment_batch():
+    """A subclass overrides `augment_batch` (no private attribute): applied to training batches only, before
+    normalisation, and `super()` keeps the configured policy."""
+
+    class Inverted(DigitsDataModule):
+        def augment_batch(self, images):
+            return 1.0 - super().augment_batch(images)
+
+    dm = Inverted(augment="none", mean=[0.3], std=[0.4])
+    images = DigitsDataModule().split_arrays("train")[0][:8]
+    assert torch.equal(_hook(dm, images, training=True), dm.normalize(1.0 - images))
+    assert torch.equal(_hook(dm, images, training=False), dm.normalize(images))

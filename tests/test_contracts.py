@@ -1,7 +1,19 @@
-"""Every option of conf/data, conf/task and conf/model keeps its contract (litforge.core.contracts).
+"""Every option of conf/data, conf/task and conf/model keeps its contract (litforge.core.contracts), checked by the
+contract kit a user's project runs on its own options (litforge.testing): one kit, not two.
 
 Built cheaply: datamodules that read files get tiny ones in their native format (torchvision's IDX and pickle
 files, a class-per-folder image tree, a text file) and never download; nets are built at small shapes.
+
+Which kit check runs on which options (suite time: the kit's checks fit a few CPU steps each):
+- `check_describe_sizes_net`: every data option (with a cheap task and net of its kind) and every net option;
+- `check_one_step_trains`, `check_checkpoint_round_trip`: every task option, and every net option;
+- `check_predict_contract`, `check_export_contract`: the tasks predict and export serve (classification on images,
+  regression on a table); the other tasks are refused by predict's contract check in one line;
+- `check_resume_mid_epoch_exact`: one data option of each kind (digits, csv, python_docs, cartpole): every
+  in-memory option shares digits' loader (litforge.InMemoryLoader), and the streamed loaders have their own
+  resume tests (tests/test_data_resume.py);
+- `check_ddp_matches_single_process` (2 spawned gloo ranks, ~15 s) and `check_all`: on one project option set,
+  composed through `compose(config_dir=...)` as a user's tests compose theirs.
 """
 
 from __future__ import annotations
@@ -28,6 +40,16 @@ from litforge.core.contracts import (
     missing_members,
 )
 from litforge.core.errors import ConfigError
+from litforge.testing import (
+    check_all,
+    check_checkpoint_round_trip,
+    check_describe_sizes_net,
+    check_export_contract,
+    check_one_step_trains,
+    check_predict_contract,
+    check_resume_mid_epoch_exact,
+    compose,
+)
 
 # a cheap datamodule (and a net and loss that fit it) for each data kind a task in conf/task trains on
 PARTNERS = {
@@ -41,7 +63,15 @@ PARTNERS = {
         "model.depth=1",
         "model.heads=2",
     ],
-    "rl": ["data=cartpole", "data.buffer_size=256", "model=qnet", "model.hidden_dims=[16]", "loss=huber"],
+    "rl": [
+        "data=cartpole",
+        "data.buffer_size=256",
+        "data.batch_size=8",
+        "model=qnet",
+        "model.hidden_dims=[16]",
+        "loss=huber",
+        "task.warmup_steps=16",
+    ],
     "features": ["data=csv", "data.dataset=diabetes", "data.target_kind=value", "model=mlp", "model.hidden_dims=[16]"],
 }
 # the shape keywords each kind's tasks hand to `build_net`, and an input batch of that shape
@@ -52,6 +82,20 @@ NET_SHAPES: dict[str, tuple[dict[str, Any], Any]] = {
     "features": ({"num_features": 5, "num_classes": 3}, lambda: torch.zeros(2, 5)),
 }
 NET_OUTPUTS = {"image": (2, 3), "text": (2, 16, 11), "rl": (2, 2), "features": (2, 3)}
+# a cheap task and net for the kit's checks of a data option of each kind
+KIND_TASKS = {
+    "image": ["task=classification", "model=mlp", "model.hidden_dims=[16]"],
+    "features": ["task=classification", "model=mlp", "model.hidden_dims=[16]"],
+    "text": ["task=language_model", "model=gpt", "model.dim=16", "model.depth=1", "model.heads=2"],
+    "rl": [
+        "task=dqn",
+        "model=qnet",
+        "model.hidden_dims=[16]",
+        "loss=huber",
+        "task.warmup_steps=16",
+        "data.batch_size=8",
+    ],
+}
 # The tables above only make litforge's own kinds cheap to test. A kind they do not name (one a user adds inside the
 # clone, with its datamodule, task and an experiment= recipe) is tested through the first experiment that uses it.
 
@@ -154,7 +198,8 @@ def test_every_datamodule_keeps_the_data_contract(
     from litforge.core.instantiate import instantiate_group
 
     data_dir = tmp_path / "data"
-    cfg = compose_cfg(f"data={option}", *data_overrides(option, tmp_path, data_dir))
+    overrides = [f"data={option}", *data_overrides(option, tmp_path, data_dir)]
+    cfg = compose_cfg(*overrides)
     datamodule = instantiate_group("data", cfg.data)
 
     assert isinstance(datamodule, DataModule), missing_members(datamodule, DataModule)
@@ -162,7 +207,6 @@ def test_every_datamodule_keeps_the_data_contract(
     assert isinstance(datamodule.batch_size, int) and datamodule.batch_size >= 1
     facts = datamodule.describe()
     assert set(SHAPE_FACTS.get(datamodule.kind, ())) <= set(facts)
-    assert weights_only_roundtrip(facts) == facts  # plain data: the task saves them in every checkpoint
 
     datamodule.setup("fit")
     loader = datamodule.train_dataloader()
@@ -172,6 +216,9 @@ def test_every_datamodule_keeps_the_data_contract(
         state = loader.state_dict()
         done = state["num_samples_yielded"] // datamodule.batch_size if option == "streaming" else state["batches_done"]
         assert weights_only_roundtrip(state) == state and done == 1
+
+    # the kit: describe() is plain data, and sizes a net of a task of this kind that takes the loader's batches
+    check_describe_sizes_net(compose_cfg(*overrides, *KIND_TASKS[datamodule.kind]))
     assert no_network == [], "building and loading a datamodule must not download"
 
 
@@ -199,8 +246,6 @@ def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line(
 def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import restore_task
     from litforge.core.contracts import trains_on
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
@@ -222,14 +267,9 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
     assert weights_only_roundtrip(hparams) == hparams  # plain data, so checkpoints load with weights_only=True
     assert isinstance(task.net, Model) and not isinstance(task.net, pl.LightningModule)
 
-    # the checkpoint alone rebuilds the task, as eval/predict/export do
-    checkpoint = {"state_dict": task.state_dict(), "hyper_parameters": hparams}
-    task.on_save_checkpoint(checkpoint)
-    torch.save(checkpoint, tmp_path / "task.ckpt")
-    rebuilt = restore_task(load_checkpoint(tmp_path / "task.ckpt"), str(tmp_path / "task.ckpt"))
-    assert type(rebuilt) is type(task)
-    for name, tensor in task.state_dict().items():
-        assert torch.equal(rebuilt.state_dict()[name], tensor), name
+    # the kit: one step trains; a real checkpoint loads under weights_only and rebuilds the task alone
+    check_one_step_trains(cfg)
+    check_checkpoint_round_trip(cfg, tmp_path / "kit")
 
     if isinstance(task, SteppableTask):
         datamodule.setup("fit")
@@ -246,6 +286,62 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
         assert type(task).training_step is not LitforgeTask.training_step
         with pytest.raises(ConfigError, match="needs a task with a per-step loss"):
             steps_per_call.install(2, task, datamodule, {}, "auto", [])
+
+
+# the tasks predict.py and export.py serve, each on cheap data of its kind
+SERVED = {
+    "classification": ["model=mlp", "model.hidden_dims=[16]"],
+    "regression": ["task=regression", *PARTNERS["features"]],
+}
+
+
+@pytest.mark.parametrize("option", sorted(SERVED))
+def test_the_tasks_predict_and_export_serve_keep_their_contracts(option: str, compose_cfg, tmp_path: Path) -> None:
+    cfg = compose_cfg(*SERVED[option])
+    check_predict_contract(cfg, tmp_path / "predict")
+    check_export_contract(cfg, tmp_path / "export")
+
+
+@pytest.mark.parametrize("option", ["language_model", "dqn"])
+def test_predict_refuses_the_tasks_without_its_contract_in_one_line(option: str, compose_cfg, tmp_path: Path) -> None:
+    kind = "text" if option == "language_model" else "rl"
+    cfg = compose_cfg(*PARTNERS[kind], f"task={option}")
+    with pytest.raises(AssertionError) as refused:
+        check_predict_contract(cfg, tmp_path)
+    assert "lacks `predict_step`" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("kind", sorted(PARTNERS))
+def test_one_data_option_of_each_kind_resumes_mid_epoch_exactly(kind: str, compose_cfg, tmp_path: Path) -> None:
+    """The kit's resume check on digits, csv, python_docs and cartpole (with a task of their kind)."""
+    overrides = [*PARTNERS[kind], *KIND_TASKS[kind]] if kind != "features" else [*PARTNERS[kind], "task=regression"]
+    check_resume_mid_epoch_exact(compose_cfg(*overrides), tmp_path)
+
+
+PROJECT_NET = """\
+# a project's own option beside litforge's: a small MLP without dropout
+_target_: litforge.models.mlp.MLP
+_partial_: true
+hidden_dims: [12]
+dropout: 0.0
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.distributed  # the DDP check spawns 2 gloo ranks
+def test_the_whole_kit_on_a_project_option_composed_beside_litforges(tmp_path: Path) -> None:
+    """compose(config_dir=...) puts the project's conf/ first and litforge's after it, as `litforge train` does in a
+    project; check_all then runs every check on it, the DDP one included (the suite's only 2-rank kit run)."""
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    (conf / "model" / "tiny_mlp.yaml").write_text(PROJECT_NET)
+    cfg = compose(["model=tiny_mlp", "data.batch_size=16"], config_dir=conf)
+    assert cfg.model.hidden_dims == [12] and cfg.optimizer._target_ == "torch.optim.AdamW"  # litforge's underneath
+    check_all(cfg, tmp_path / "kit")
+    broken = compose(["model=tiny_mlp", "model.hidden_dims=[]", "model._target_=torch.nn.Identity"], config_dir=conf)
+    with pytest.raises(AssertionError) as refused:
+        check_describe_sizes_net(broken)
+    assert "\n" not in str(refused.value)
 
 
 # ---- Model ----------------------------------------------------------------------------------------------------------
@@ -296,6 +392,14 @@ def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
     for kind, net in built.items():
         assert net(NET_SHAPES[kind][1]()).shape == NET_OUTPUTS[kind]
     net = next(iter(built.values())) if built else net
+    if built:  # the kit: sized by cheap data of its first kind, through a task of that kind, it trains a step
+        kind = next(iter(built))
+        data = [o for o in PARTNERS[kind] if not o.startswith("model")]
+        task = [o for o in KIND_TASKS[kind] if not o.startswith("model")]
+        sizes = small if option in GPT_PRESETS else ["model.depth=1"] if option == "gpt" else []
+        kit_cfg = compose_cfg(*data, *task, f"model={option}", *sizes)
+        check_describe_sizes_net(kit_cfg)
+        check_one_step_trains(kit_cfg)
 
     assert isinstance(net, Model), missing_members(net, Model)
     assert isinstance(net, torch.nn.Module) and not isinstance(net, pl.LightningModule)
@@ -313,3 +417,101 @@ def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
     else:
         with pytest.raises(ConfigError, match="tensor_parallel_plan"):
             tensor_parallel_plan(net)
+
+
+# ---- the predict contract, checked when the job starts --------------------------------------------------------------
+USER_TASK = '''\
+"""A user's own task, trained and checkpointed like litforge's, without a predict_step."""
+from torch import nn
+
+from litforge import LitforgeTask, build_loss, build_net
+
+
+class PlainTask(LitforgeTask):
+    data_kind = ("image",)
+
+    def __init__(self, net, optimizer, input_shape, num_classes, class_names=(), scheduler=None, loss=None,
+                 run_config=None, lr_scaling="none", init_from=None, mix="none", mix_alpha=0.2):
+        super().__init__(optimizer, scheduler, run_config, lr_scaling)
+        self.save_hyperparameters()
+        channels, height, width = input_shape
+        self.net = build_net(net, in_channels=channels, image_size=(height, width), num_classes=num_classes)
+        self.loss = build_loss(loss, nn.CrossEntropyLoss)
+
+    def forward(self, images):
+        return self.net(images)
+
+    def step_loss(self, batch):
+        images, labels = batch
+        return self.loss(self(images), labels)
+'''
+
+
+@pytest.mark.slow
+def test_predict_on_a_user_task_without_the_contract_is_one_line_at_the_start(compose_cfg, tmp_path: Path) -> None:
+    """The real CLI, a user's task in a package of its own (trusted): exit 1, one `litforge: error:` line naming
+    the missing member, no traceback, no predictions written (it was a KeyError: 'predicted' after the work)."""
+    import sys
+
+    from conftest import run_cli
+    from litforge.testing.checks import trained_checkpoint
+
+    (tmp_path / "usertask").mkdir()
+    (tmp_path / "usertask" / "__init__.py").write_text(USER_TASK)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        cfg = compose_cfg("task._target_=usertask.PlainTask", "model.hidden_dims=[8]")
+        path, *_ = trained_checkpoint(cfg, tmp_path, "train")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("usertask", None)
+    logs = tmp_path / "logs"
+    result = run_cli(
+        "predict.py",
+        f"ckpt_path={path}",
+        "trusted_packages=[usertask]",
+        f"output={tmp_path / 'out.csv'}",
+        log_dir=logs,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    errors = [line for line in result.output.splitlines() if line.startswith("litforge: error:")]
+    assert result.returncode == 1, result.output[-3000:]
+    assert len(errors) == 1 and "task `PlainTask` lacks `predict_step`" in errors[0], result.output[-3000:]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out.csv").exists() and not list(logs.rglob("predictions.csv"))
+
+
+def test_predict_with_input_on_data_that_cannot_read_it_is_one_line() -> None:
+    """`input=<file>` on a datamodule with neither `read_inputs` nor image reading (it was an AttributeError on
+    `input_shape`)."""
+    from litforge.core.contracts import check_predictable
+    from litforge.tasks.classification import ClassificationTask
+
+    class Rows(pl.LightningDataModule):
+        kind = "features"
+
+    with pytest.raises(ConfigError) as refused:
+        check_predictable(ClassificationTask.__new__(ClassificationTask), Rows(), "rows.csv", "ckpt_path=x.ckpt")
+    message = str(refused.value)
+    assert message.startswith("input=rows.csv: data `Rows` lacks `read_inputs`") and "litforge.InputReader" in message
+    assert "\n" not in message
+
+
+def test_generate_refuses_a_task_without_generate_text_in_one_line(compose_cfg, tmp_path: Path) -> None:
+    from litforge.jobs.generate import generate
+    from litforge.testing.checks import job_config, trained_checkpoint
+
+    path, *_ = trained_checkpoint(compose_cfg("model.hidden_dims=[8]"), tmp_path, "train")
+    with pytest.raises(ConfigError, match="ClassificationTask checkpoint, which does not generate text"):
+        generate(job_config("generate", tmp_path, "generate", ckpt_path=str(path)))
+
+
+def test_the_predict_task_check_works_on_the_class_alone_before_anything_is_built() -> None:
+    """What a check before Hydra starts can call with the checkpoint's recorded class (no task built)."""
+    from litforge.core.contracts import check_predict_task
+    from litforge.tasks.classification import ClassificationTask
+    from litforge.tasks.language_model import LanguageModelTask
+
+    check_predict_task(ClassificationTask, "ckpt_path=a.ckpt")
+    with pytest.raises(ConfigError, match=r"^ckpt_path=b.ckpt: task `LanguageModelTask` lacks `predict_step`"):
+        check_predict_task(LanguageModelTask, "ckpt_path=b.ckpt")

@@ -12,6 +12,7 @@ import sys
 import litforge
 
 PUBLIC = [
+    "ArraySplits",
     "Callback",
     "CheckpointError",
     "ClassificationTask",
@@ -19,23 +20,32 @@ PUBLIC = [
     "Count",
     "DataError",
     "DataModule",
+    "ExportTask",
+    "GenerateTask",
     "HeldOut",
     "ImageDataModule",
+    "ImageExportData",
+    "ImageInputs",
     "InMemoryLoader",
     "InMemorySplits",
+    "InputReader",
     "LitforgeError",
     "LitforgeTask",
     "Model",
     "NonNegative",
     "NonNegativeInt",
+    "PREDICTION_KEYS",
     "PipelineModel",
     "Positive",
+    "PredictTask",
     "RegressionTask",
     "SHAPE_FACTS",
     "Seed",
     "SplitDataModule",
     "StatefulLoader",
     "SteppableTask",
+    "Table",
+    "TabularDataModule",
     "Task",
     "TensorParallelModel",
     "TrainingStopped",
@@ -66,6 +76,31 @@ def test_the_public_names_are_pinned_and_each_resolves():
     for name in PUBLIC:
         assert getattr(litforge, name) is not None, name
     assert set(PUBLIC) <= set(dir(litforge))
+
+
+def test_the_contract_kit_is_the_public_testing_module():
+    """litforge.testing is the other public module (docs/api.md): the functions a project's tests call."""
+    import litforge.testing
+
+    assert litforge.testing.__all__ == [
+        "check_all",
+        "check_checkpoint_round_trip",
+        "check_ddp_matches_single_process",
+        "check_describe_sizes_net",
+        "check_export_contract",
+        "check_one_step_trains",
+        "check_predict_contract",
+        "check_resume_mid_epoch_exact",
+        "compose",
+    ]
+
+
+def test_a_renamed_public_name_still_resolves_with_a_warning_naming_the_new_one(monkeypatch):
+    import pytest
+
+    monkeypatch.setitem(litforge.MOVED_NAMES, "DataProblem", "DataError")
+    with pytest.warns(DeprecationWarning, match="litforge.DataProblem was renamed: use litforge.DataError"):
+        assert litforge.DataProblem is litforge.DataError
 
 
 def test_importing_litforge_imports_no_torch():

@@ -48,6 +48,15 @@ _EXPORTS: dict[str, str] = {
     "PipelineModel": "litforge.core.contracts",
     "Callback": "litforge.core.contracts",
     "SHAPE_FACTS": "litforge.core.contracts",
+    # ... what predict and export need (checked when those jobs start)
+    "PredictTask": "litforge.core.contracts",
+    "PREDICTION_KEYS": "litforge.core.contracts",
+    "InputReader": "litforge.core.contracts",
+    "ImageInputs": "litforge.core.contracts",
+    "ArraySplits": "litforge.core.contracts",
+    "ExportTask": "litforge.core.contracts",
+    "ImageExportData": "litforge.core.contracts",
+    "GenerateTask": "litforge.core.contracts",
     # data: loaders, splits and tables for a datamodule of one's own
     "InMemoryLoader": "litforge.data.loader",
     "split_indices": "litforge.data.base",
@@ -56,6 +65,8 @@ _EXPORTS: dict[str, str] = {
     "InMemorySplits": "litforge.data.base",
     "ImageDataModule": "litforge.data.base",
     "read_table": "litforge.data.tables",
+    "Table": "litforge.data.tables",
+    "TabularDataModule": "litforge.data.tabular",
     # tasks and nets
     "LitforgeTask": "litforge.tasks.base",
     "ClassificationTask": "litforge.tasks.classification",
@@ -76,7 +87,17 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
+#: public names renamed since the last release: old name -> its new name, which `litforge.<old>` still returns for a
+#: release, with a DeprecationWarning (docs/api.md, "What public promises"). Empty: nothing has been renamed yet.
+MOVED_NAMES: dict[str, str] = {}
+
+
 def __getattr__(name: str) -> Any:
+    if name in MOVED_NAMES:
+        warnings.warn(
+            f"litforge.{name} was renamed: use litforge.{MOVED_NAMES[name]}", DeprecationWarning, stacklevel=2
+        )
+        return __getattr__(MOVED_NAMES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'litforge' has no attribute {name!r}")

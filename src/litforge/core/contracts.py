@@ -6,13 +6,16 @@ members fits. The runtime-checkable ones are what the jobs and loop helpers test
 on a member, so a missing one is refused in one line instead of failing deep inside a run;
 tests/test_contracts.py checks every option in conf/data, conf/task and conf/model against them.
 
-Kept free of imports (torch, Lightning) at run time: anything may import it, at no cost.
+Kept free of imports (torch, Lightning) at run time: anything may import it, at no cost. docs/api.md is the
+reference of every contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from litforge.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -190,6 +193,182 @@ class Callback(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+# ---- what predict and export need (checked when those jobs start: check_predictable, check_exportable) ------------
+#: The keys of what `predict_step` returns, as predict.py reads them: `predicted` (a class index per sample, or the
+#: values of a regression, shape (N, ...)), and for classes optionally `confidence` (shape (N,)).
+PREDICTION_KEYS: tuple[str, ...] = ("predicted", "confidence")
+
+
+@runtime_checkable
+class PredictTask(Protocol):
+    """A task predict.py runs: its own `predict_step` returns a mapping with `predicted` (and, for classes,
+    `confidence`), one entry per sample: the CSV's columns.
+
+    Lightning's default `predict_step` returns the bare forward output, so a task must define its own; litforge's
+    ClassificationTask and RegressionTask do. Optional attributes name the columns: `class_names` (a `class_name`
+    column beside `predicted`) and `target_names` (one column per predicted value).
+    """
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Mapping[str, Tensor]: ...
+
+
+@runtime_checkable
+class InputReader(Protocol):
+    """A datamodule that reads new inputs from a file for `predict.py input=<file>` (data=csv reads a table)."""
+
+    def read_inputs(self, path: str) -> tuple[list[str], Tensor]:
+        """(a name per row, the rows as the task's `predict_step` takes them before `normalize`) from `path`."""
+        ...
+
+
+@runtime_checkable
+class ImageInputs(Protocol):
+    """An image datamodule whose new inputs are image files (`predict.py input=<image or folder>`): the files are
+    decoded at `input_shape` (C, H, W), then normalised as in training. ImageDataModule has these members; an
+    optional `decoder` attribute names the decoder training used."""
+
+    input_shape: Sequence[int]
+
+    def ensure_stats(self) -> None:
+        """Make `normalize` usable: statistics from the config, the checkpoint, or else the training split."""
+        ...
+
+    def normalize(self, inputs: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class ArraySplits(Protocol):
+    """A datamodule that hands out a whole split as raw tensors: predict names the test rows by index (or by file,
+    with `split_samples`), export measures parity and accuracy on them. Without it, predict and export read the
+    datamodule's own `test_dataloader()` through its `on_after_batch_transfer`."""
+
+    def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
+        """(inputs before `normalize`, targets) of "train", "val" or "test"."""
+        ...
+
+    def normalize(self, inputs: Tensor) -> Tensor:
+        """Raw inputs as the task trains on them (e.g. standardised)."""
+        ...
+
+
+@runtime_checkable
+class ExportTask(Protocol):
+    """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output (or, where the
+    deployed module differs from the trained one, `deployable_net()`: regression adds its target scale). Only
+    tasks of a fixed input shape export (not `text`, `rl`)."""
+
+    net: nn.Module
+
+
+@runtime_checkable
+class ImageExportData(ArraySplits, Protocol):
+    """What export needs of an `image` datamodule: the splits as tensors, its `class_names` (the ONNX metadata) and
+    its normalisation statistics in `state_dict()` (`mean`, `std`), which the exported graph applies itself."""
+
+    class_names: Sequence[str]
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class GenerateTask(Protocol):
+    """A task generate.py samples text from (task=language_model)."""
+
+    def generate_text(
+        self,
+        prompt: str = "",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int | None = None,
+    ) -> str:
+        """A continuation of `prompt`, sampled at `temperature` from the `top_k` likeliest tokens, seeded."""
+        ...
+
+
+def lacks(members: list[str]) -> str:
+    return ", ".join(f"`{m}`" for m in members)
+
+
+def defines_own(obj: object, name: str) -> bool:
+    """Whether `obj` (a class, or an instance of it) or a base outside Lightning defines `name`: Lightning's base
+    classes define defaults (`predict_step`, `test_dataloader`) that do not fulfil litforge's contracts."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
+    return owner is not None and not owner.__module__.startswith(("pytorch_lightning.", "lightning."))
+
+
+def check_predict_task(task: Any, where: str) -> None:
+    """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
+    (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
+    if not defines_own(task, "predict_step"):
+        name = task.__name__ if isinstance(task, type) else type(task).__name__
+        raise ConfigError(
+            f"{where}: task `{name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
+            "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
+            "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
+        )
+
+
+def check_predictable(task: Any, datamodule: Any, input_path: str | None, where: str) -> None:
+    """Refuse in one line, before predict.py does any work, a task or datamodule without what it needs
+    (:class:`PredictTask`; for `input=`, :class:`InputReader` or :class:`ImageInputs`; for the test split,
+    :class:`ArraySplits` or a `test_dataloader` of its own). `where`: the `key=value` the line starts with."""
+    data_name = type(datamodule).__name__
+    check_predict_task(task, where)
+    if input_path:
+        if isinstance(datamodule, InputReader) or isinstance(datamodule, ImageInputs):
+            return
+        missing = missing_members(datamodule, ImageInputs)
+        raise ConfigError(
+            f"input={input_path}: data `{data_name}` lacks `read_inputs` (and {lacks(missing)} for image files): "
+            "give it `read_inputs(path) -> (names, inputs)` (litforge.InputReader), or predict its test split "
+            "without input="
+        )
+    if not isinstance(datamodule, ArraySplits) and not defines_own(datamodule, "test_dataloader"):
+        raise ConfigError(
+            f"{where}: data `{data_name}` lacks `test_dataloader` (and `split_arrays`): predict without input= reads "
+            "the test split; give the datamodule a `test_dataloader()` (litforge.SplitDataModule has one), or pass "
+            "input=<file>"
+        )
+
+
+def check_prediction(task: Any, out: Any, where: str) -> None:
+    """What `predict_step` returned for the first batch has the keys predict.py reads (:data:`PREDICTION_KEYS`)."""
+    if not isinstance(out, Mapping) or "predicted" not in out:
+        got = f"a mapping of {sorted(out)}" if isinstance(out, Mapping) else f"a {type(out).__name__}"
+        raise ConfigError(
+            f"{where}: `{type(task).__name__}.predict_step` returned {got}, without `predicted`: return "
+            "{'predicted': ..., 'confidence': ... (optional)}, one entry per sample (litforge.PredictTask)"
+        )
+
+
+def check_exportable(task: Any, datamodule: Any, where: str) -> None:
+    """Refuse in one line, before export.py does any work, a task or datamodule without what it needs
+    (:class:`ExportTask`; for image data :class:`ImageExportData`; for other data :class:`ArraySplits` or a
+    `test_dataloader` of its own, the parity check's inputs)."""
+    if not (isinstance(task, ExportTask) or callable(getattr(task, "deployable_net", None))):
+        raise ConfigError(
+            f"{where}: task `{type(task).__name__}` lacks `net`: export deploys the task's `net` (an nn.Module from "
+            "its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
+        )
+    kind = getattr(datamodule, "kind", None)
+    if kind == "image":
+        missing = missing_members(datamodule, ImageExportData)
+        if missing:
+            raise ConfigError(
+                f"{where}: image data `{type(datamodule).__name__}` lacks {lacks(missing)}: export measures parity "
+                "on the test split's images and writes their classes and normalisation into the model "
+                "(litforge.ImageExportData; ImageDataModule has them all)"
+            )
+    elif not isinstance(datamodule, ArraySplits) and not defines_own(datamodule, "test_dataloader"):
+        raise ConfigError(
+            f"{where}: data `{type(datamodule).__name__}` lacks `test_dataloader` (and `split_arrays`): export "
+            "checks the ONNX model against the task on the test split's inputs; give the datamodule a "
+            "`test_dataloader()` (litforge.SplitDataModule has one)"
+        )
 
 
 def trains_on(task: Any) -> tuple[str, ...]:

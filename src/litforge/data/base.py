@@ -3,8 +3,8 @@
 A datamodule states its shape (`input_shape`, `num_classes`, `class_names`) as soon as it is constructed, so the
 task can build the net before any data is read and a wrong `model=` × `data=` pair fails before training starts.
 Datasets that fit in memory keep uint8 (or float) tensors and are served by :class:`InMemoryLoader`;
-augmentation (training batches only, litforge.data.augment) then normalisation run per batch, on the device, in
-`on_after_batch_transfer`.
+augmentation (training batches only: the `augment_batch` hook, by default the `data.augment` policy of
+litforge.data.augment) then normalisation run per batch, on the device, in `on_after_batch_transfer`.
 """
 
 from __future__ import annotations
@@ -108,6 +108,28 @@ class InMemorySplits(SplitDataModule):
     def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
         """The tensors the loader of `split` serves (the image datamodules move them to the device first)."""
         return self._splits[split]
+
+    # ---- augmentation: the public hook -----------------------------------------------------------------------------
+    def augment_batch(self, inputs: Tensor) -> Tensor:
+        """Training-time augmentation of one batch of raw inputs (before normalisation), on the batch's device.
+
+        The hook for an augmentation of one's own: override it, and call `super().augment_batch(inputs)` to keep the
+        configured one (`data.augment` of the image datamodules). :meth:`on_after_batch_transfer` calls it on
+        training batches only; validation, test and predict inputs are never augmented. Draw random numbers from
+        torch's global generator: its state travels in checkpoints, so a resumed run augments as the uninterrupted
+        one would. The default returns the inputs unchanged.
+        """
+        return inputs
+
+    def is_training_batch(self) -> bool:
+        """Whether the batch in hand is a training one (an attached trainer, in its fit's training loop)."""
+        return self.trainer is not None and bool(self.trainer.training)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """`(inputs, targets)` with the inputs augmented on training batches (:meth:`augment_batch`)."""
+        if isinstance(batch, (tuple, list)) and self.is_training_batch():
+            return (self.augment_batch(batch[0]), *batch[1:])
+        return batch
 
     def loader(self, split: str, train: bool) -> InMemoryLoader:
         trainer = self.trainer
@@ -239,9 +261,14 @@ class ImageDataModule(InMemorySplits):
         if isinstance(batch, Tensor):  # images alone: the task's example input, which Lightning's model summary runs
             return self.normalize(batch)
         images, labels = batch
-        if self._augment_fn is not None and self.trainer is not None and self.trainer.training:
-            images = self._augment_fn(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on
+        if self.is_training_batch():
+            images = self.augment_batch(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on
         return self.normalize(images), labels
+
+    def augment_batch(self, images: Tensor) -> Tensor:
+        """The configured `data.augment` policy (litforge.data.augment) on a training batch of raw images (uint8
+        [0, 255] or float [0, 1], N x C x H x W); override for one's own (see InMemorySplits.augment_batch)."""
+        return images if self._augment_fn is None else self._augment_fn(images)
 
     # normalisation statistics travel in the checkpoint (Lightning saves a datamodule's state_dict), so predict and
     # export can preprocess new images exactly like training without reading the training data again

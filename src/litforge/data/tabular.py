@@ -217,6 +217,8 @@ class TabularDataModule(InMemorySplits):
         if isinstance(batch, Tensor):  # features alone: the task's example input
             return self.normalize(batch)
         features, target = batch
+        if self.is_training_batch():
+            features = self.augment_batch(features)  # the hook (none by default), on the encoded rows
         return self.normalize(features), target
 
     # ---- helpers for predict and export ---------------------------------------------------------------------------

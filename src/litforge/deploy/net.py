@@ -24,10 +24,12 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import load_for_inference
+    from litforge.core.contracts import check_exportable
 
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
+    check_exportable(task, datamodule, f"ckpt_path={path}")  # the export contract, before any work
     return task, datamodule, exportable_net(task, path), checkpoint
 
 

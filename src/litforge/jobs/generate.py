@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
+from litforge.core.contracts import GenerateTask
 from litforge.core.errors import ConfigError
 
 
@@ -21,17 +22,16 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
     task = restore_task(load_checkpoint(path), path, cfg.get("trusted_packages")).to(
         inference_device(str(cfg.get("device", "auto")))
     )
-    if not hasattr(task, "generate_text"):
+    if not isinstance(task, GenerateTask):
         raise ConfigError(
             f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
             "checkpoint of task=language_model (e.g. from `python train.py experiment=gpt_char`)"
         )
-    # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
     samples = [
         task.generate_text(
             str(cfg.prompt),
             int(cfg.max_new_tokens),
-            float(cfg.temperature),  # type: ignore[operator]
+            float(cfg.temperature),
             cfg.get("top_k"),
             seed=int(cfg.seed) + i,
         )

@@ -1,8 +1,10 @@
 """The prediction job: run a checkpoint on new inputs (an image, a folder of images, or a CSV/Parquet table for
 `data=csv`) or on its test split; write a CSV with one row per input: the class (and its confidence) or the values.
 
-Works on any litforge task whose `predict_step` returns `predicted` (and, for classes, `confidence`), and on a
-user's own datamodule: without `split_arrays` its test loader is read batch by batch.
+Works on any task whose `predict_step` returns `predicted` (and, for classes, `confidence`), and on a user's own
+datamodule: without `split_arrays` its test loader is read batch by batch. What the task and the datamodule need is
+the contract in litforge.core.contracts (PredictTask, InputReader, ImageInputs, ArraySplits), checked right after
+they are rebuilt from the checkpoint, so a missing member is one line naming it, not a KeyError after the work.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
+from litforge.core.contracts import ArraySplits, InputReader, check_predictable, check_prediction
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -25,12 +28,16 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
+    where = f"ckpt_path={cfg.ckpt_path}"
+    check_predictable(task, datamodule, str(cfg.input) if cfg.get("input") else None, where)
     device = inference_device(str(cfg.get("device", "auto")))
     task.to(device)
     rows: list[dict[str, Any]] = []
     with torch.inference_mode():
         for names, inputs, targets in batches(cfg, datamodule):
             out = task.predict_step(inputs.to(device), 0)
+            if not rows:
+                check_prediction(task, out, where)
             for i, row in enumerate(prediction_rows(task, out)):
                 if targets is not None:
                     row.update(true_values(task, targets[i]))
@@ -57,7 +64,7 @@ def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, 
     if cfg.get("input"):
         names, raw = read_inputs(str(cfg.input), datamodule)
         targets = None
-    elif hasattr(datamodule, "split_arrays"):
+    elif isinstance(datamodule, ArraySplits):
         raw, targets = datamodule.split_arrays("test")
         if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
             names = [path for path, _ in datamodule.split_samples("test")]
@@ -73,7 +80,7 @@ def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, 
 
 def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
     """The rows of a table (datamodules with `read_inputs`, e.g. data=csv) or the images of a file or folder."""
-    if hasattr(datamodule, "read_inputs"):
+    if isinstance(datamodule, InputReader):
         return datamodule.read_inputs(path)
 
     import torch

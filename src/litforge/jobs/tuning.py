@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from litforge.core.contracts import SteppableTask, missing_members
 from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def check_tuning(cfg: Any) -> None:
     if name == "none":
         return
     task_cls = task_class(cfg)
-    if not callable(getattr(task_cls, "step_loss", None)):
+    if "step_loss" in missing_members(task_cls, SteppableTask):  # the class, before any task is built
         raise ConfigError(
             f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
             f"task=language_model have); {task_cls.__name__} has none: use tune=none"
