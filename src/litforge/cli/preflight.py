@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run
+from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.validation import MOVED_KEYS, check_config, moved_key_message
@@ -106,6 +107,7 @@ def checked_overrides(
         if message:
             raise ConfigError(message)
         return overrides
+    check_checkpoint_early(cfg, job)  # eval/predict/export/generate's ckpt_path: before the config check imports torch
     check_config(cfg, JobSettings)
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
