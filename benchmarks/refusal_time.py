@@ -15,7 +15,11 @@ of the user's task. Then each mistake is run as the user types it, from that fol
 
 Each row: the median wall time from the command's start to its exit (the goal is <= 3 s on 2 cores), the exit code,
 whether the command imported torch (an extra, untimed run with `-X importtime`), whether it made a run folder, and
-the error line. Commands are interleaved across repeats so that load drifts hit every row alike.
+the error line. Commands are interleaved across repeats so that load drifts hit every row alike. `--entry litforge`
+runs the console script (`litforge train ...`) instead of the root scripts; `--baseline <checkout>` times another
+checkout's scripts in the same interleaved rounds (before/after a change, under the same load):
+
+    mkdir /tmp/base && git archive main | tar -x -C /tmp/base && python benchmarks/refusal_time.py --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -101,14 +105,20 @@ def write_package(folder: Path) -> None:
         path.write_text(textwrap.dedent(text).lstrip())
 
 
-def environment(folder: Path) -> dict[str, str]:
-    paths = [str(folder), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+def environment(folder: Path, root: Path = ROOT) -> dict[str, str]:
+    paths = [str(folder), str(root / "src"), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
 
 
-def command(folder: Path, script: str, *overrides: str, log_dir: Path) -> list[str]:
+def command(
+    folder: Path, script: str, *overrides: str, log_dir: Path, root: Path = ROOT, entry: str = "scripts"
+) -> list[str]:
+    """The command a user types from `folder`: `python <root>/<script> ...`, or `litforge <job> ...` (entry)."""
     searchpath = f"hydra.searchpath=[file://{folder}/userpkg/conf]"
-    return [sys.executable, str(ROOT / script), searchpath, f"paths.log_dir={log_dir}", *overrides]
+    start = [sys.executable, str(root / script)]
+    if entry == "litforge":
+        start = [str(Path(sys.executable).with_name("litforge")), script.removesuffix(".py")]
+    return [*start, searchpath, f"paths.log_dir={log_dir}", *overrides]
 
 
 def make_checkpoints(folder: Path) -> tuple[Path, Path]:
@@ -140,13 +150,38 @@ def cases(ckpt: Path, logits: Path) -> dict[str, tuple[str, list[str]]]:
     }
 
 
-def run_once(folder: Path, script: str, overrides: list[str], importtime: bool = False) -> dict[str, object]:
+HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "lightning")
+
+
+def heavy_import_seconds(importtime: str) -> float:
+    """Seconds spent importing torch and Lightning, from `-X importtime` lines (each import once: an import nested
+    in another of them is not counted twice). The report lists children before their parent, indented by depth."""
+    total, ancestors = 0.0, []  # (depth, inside a heavy import), walked from the parents down
+    for line in reversed(importtime.splitlines()):
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        _, cumulative, name = line.split("|")
+        depth = (len(name) - len(name.lstrip())) // 2
+        while ancestors and ancestors[-1][0] >= depth:
+            ancestors.pop()
+        inside = any(flag for _, flag in ancestors)
+        heavy = name.strip().split(".")[0] in HEAVY
+        if heavy and not inside:
+            total += int(cumulative) / 1e6
+        ancestors.append((depth, inside or heavy))
+    return total
+
+
+def run_once(
+    folder: Path, script: str, overrides: list[str], root: Path, entry: str, importtime: bool = False
+) -> dict[str, object]:
     log_dir = Path(tempfile.mkdtemp(prefix="logs-", dir=folder)) / "logs"
-    cmd = command(folder, script, *overrides, "print_config=false", log_dir=log_dir)
+    cmd = command(folder, script, *overrides, "print_config=false", log_dir=log_dir, root=root, entry=entry)
+    env = environment(folder, root)
     if importtime:
-        cmd.insert(1, "-Ximporttime")
+        env["PYTHONPROFILEIMPORTTIME"] = "1"  # -X importtime, for the console script too
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=folder, env=environment(folder), capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     errors = [line.replace(str(folder), "<tmp>") for line in done.stderr.splitlines() if "litforge: error:" in line]
     last = (done.stderr.strip().splitlines() or [""])[-1]
@@ -156,9 +191,8 @@ def run_once(folder: Path, script: str, overrides: list[str], importtime: bool =
         "error": errors[0] if errors else f"(no litforge error; last line: {last[:90]})",
         "traceback": "Traceback" in done.stderr,
         "run_folder": log_dir.exists() and any(log_dir.iterdir()),
-        "torch": any(line.rsplit("|", 1)[-1].strip() == "torch" for line in done.stderr.splitlines())
-        if importtime
-        else None,
+        "torch": any(line.rsplit("|", 1)[-1].strip() == "torch" for line in done.stderr.splitlines()),
+        "heavy": heavy_import_seconds(done.stderr),
     }
     shutil.rmtree(log_dir.parent, ignore_errors=True)
     return result
@@ -168,34 +202,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
+    parser.add_argument("--entry", choices=["scripts", "litforge"], default="scripts", help="root scripts, or litforge")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout (e.g. `git archive main`, unpacked): its rows too"
+    )
     args = parser.parse_args()
+    roots = {"": ROOT} if args.baseline is None else {"this checkout": ROOT, "baseline": args.baseline.resolve()}
     folder = Path(tempfile.mkdtemp(prefix="litforge-refusal-")).resolve()
     try:
         write_package(folder)
         ckpt, logits = make_checkpoints(folder)
-        rows = cases(ckpt, logits)
-        times: dict[str, list[float]] = {name: [] for name in rows}
-        last: dict[str, dict[str, object]] = {}
+        arms = {
+            (name, label): (script, overrides, root)
+            for name, (script, overrides) in cases(ckpt, logits).items()
+            for label, root in roots.items()
+        }
+        times: dict[tuple[str, str], list[float]] = {arm: [] for arm in arms}
+        last: dict[tuple[str, str], dict[str, object]] = {}
         for r in range(args.repeats):
-            for name in list(rows) if r % 2 == 0 else list(reversed(rows)):
-                last[name] = run_once(folder, *rows[name])
-                times[name].append(float(last[name]["seconds"]))  # type: ignore[arg-type]
-        imports = {name: run_once(folder, *rows[name], importtime=True)["torch"] for name in rows}
+            for arm in list(arms) if r % 2 == 0 else list(reversed(arms)):
+                last[arm] = run_once(folder, *arms[arm], entry=args.entry)
+                times[arm].append(float(last[arm]["seconds"]))  # type: ignore[arg-type]
+        probes = {arm: run_once(folder, *arms[arm], entry=args.entry, importtime=True) for arm in arms}
         load = os.getloadavg()[0]
         print(f"\n### Refusal time (median of {args.repeats} fresh interpreters; load average {load:.1f})\n")
-        print("| mistake | seconds | ≤ 3 s | exit | torch imported | run folder | traceback | error line |")
+        header = ["mistake", "seconds", "≤ 3 s", "exit", "torch imported (its and Lightning's imports, s)"]
+        print("| " + " | ".join([*header, "run folder", "traceback", "error line"]) + " |")
         print("|---|---|---|---|---|---|---|---|")
-        for name in rows:
-            median = statistics.median(times[name])
-            res = last[name]
+        for name, label in arms:
+            median = statistics.median(times[name, label])
+            res, probe = last[name, label], probes[name, label]
             error = str(res["error"]).replace("|", "\\|")
             error = error if len(error) <= 110 else error[:107] + "..."
-            print(
-                f"| {name} | {median:.2f} | {'yes' if median <= GOAL_S else 'no'} | {res['code']} | "
-                f"{'yes' if imports[name] else 'no'} | {'yes' if res['run_folder'] else 'no'} | "
-                f"{'yes' if res['traceback'] else 'no'} | {error} |"
-            )
-        print(f"\nrepeats (s): { ({k[:3]: [round(t, 2) for t in v] for k, v in times.items()}) }")
+            torch = f"yes ({float(probe['heavy']):.1f})" if probe["torch"] else "no"  # type: ignore[arg-type]
+            shown = f"{name}, {label}" if label else name
+            cells = [shown, f"{median:.2f}", "yes" if median <= GOAL_S else "no", res["code"], torch]
+            cells += ["yes" if res["run_folder"] else "no", "yes" if res["traceback"] else "no", error]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+        print("\nrepeats (s):")
+        for (name, label), values in times.items():
+            print(f"  {name[:3]} {label}: {[round(t, 2) for t in values]}")
     finally:
         if args.keep:
             print(f"kept {folder}")
