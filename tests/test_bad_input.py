@@ -266,3 +266,171 @@ def test_a_checkpoints_net_config_cannot_name_code_to_run(checkpoint: Path, tmp_
     with pytest.raises(CheckpointError, match="names 'os.system' to build"):
         restore_task(loaded, "crafted.ckpt")
     restore_task(torch.load(checkpoint, weights_only=True), str(checkpoint))  # a genuine one still loads
+
+
+# ---- checkpoint refusals before torch (litforge.checkpointing.metadata) --------------------------------------------
+def _relabelled(ckpt: Path, tmp: Path, task_class: str) -> Path:
+    """The checkpoint as a user's own task would have written it: its recorded task class is theirs."""
+    loaded = torch.load(ckpt, weights_only=True)
+    loaded["litforge"]["task_class"] = task_class
+    torch.save(loaded, tmp / "users.ckpt")
+    return tmp / "users.ckpt"
+
+
+# runs a root script in this fresh interpreter, then writes whether torch was ever imported (sys.modules keeps it)
+_RECORD_TORCH = """
+import runpy, sys
+marker, script, sys.argv = sys.argv[1], sys.argv[2], sys.argv[2:]
+try:
+    runpy.run_path(script, run_name="__main__")
+finally:
+    open(marker, "w").write(str("torch" in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("script", ["eval.py", "predict.py", "export.py", "generate.py"])
+def test_an_untrusted_checkpoint_is_refused_before_torch_is_imported(script: str, checkpoint: Path, tmp_path: Path):
+    """The trust refusal of a user's own checkpoint needs only its metadata: one line, exit 1, no run folder, and
+    torch never imported (a count, not a time: machine load cannot move it)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    users = _relabelled(checkpoint, tmp_path, "userpkg.tasks.UserTask")
+    marker, log_dir = tmp_path / "torch_imported", tmp_path / "logs"
+    argv = [str(ROOT / script), f"ckpt_path={users}", f"paths.log_dir={log_dir}"]
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORD_TORCH, str(marker), *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    errors = [line for line in done.stderr.splitlines() if "litforge: error:" in line]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "names task class 'userpkg.tasks.UserTask'" in errors[0] and "trusted_packages=[userpkg]" in errors[0]
+    assert marker.read_text() == "False", "torch was imported before the refusal"
+    assert not log_dir.exists(), sorted(log_dir.rglob("*"))
+
+
+def _crafted_checkpoints(ckpt: Path, tmp: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
+    """Files the full load refuses (and one it accepts), each with its `trusted_packages`."""
+    loaded = lambda: torch.load(ckpt, weights_only=True)  # noqa: E731
+    files: dict[str, tuple[Path, tuple[str, ...]]] = {}
+
+    def save(name: str, obj: object, trusted: tuple[str, ...] = ()) -> None:
+        torch.save(obj, tmp / f"{name}.ckpt")
+        files[name] = (tmp / f"{name}.ckpt", trusted)
+
+    files["missing"] = (tmp / "nope.ckpt", ())
+    (tmp / "empty.ckpt").write_bytes(b"")
+    files["empty"] = (tmp / "empty.ckpt", ())
+    (tmp / "folder.ckpt").mkdir()
+    files["folder"] = (tmp / "folder.ckpt", ())
+    _not_a_checkpoint(tmp, ckpt)
+    files["notes"] = (tmp / "notes.ckpt", ())
+    _truncated(tmp, ckpt)
+    files["truncated"] = (tmp / "half.ckpt", ())
+    _code_running_pickle(tmp, ckpt)
+    files["runs-code"] = (tmp / "evil.ckpt", ())
+    _checkpoint_naming_code(tmp, ckpt)
+    files["data-names-code"] = (tmp / "names_code.ckpt", ())
+    save("a-list", [1, 2])
+    save("no-litforge-entry", {k: v for k, v in loaded().items() if k != "litforge"})
+    net_names_code = loaded()
+    net_names_code["hyper_parameters"]["net"] = {"_target_": "os.system", "_partial_": True}
+    save("net-names-code", net_names_code)
+    no_data = loaded()
+    no_data["litforge"]["run_config"].pop("data")
+    save("no-data-config", no_data)
+    users = loaded()
+    users["litforge"]["task_class"] = "userpkg.tasks.UserTask"
+    save("untrusted-task", users)
+    users_data = loaded()
+    users_data["litforge"]["run_config"]["data"]["_target_"] = "userpkg.data.Mine"
+    save("untrusted-data", users_data)
+    save("trusted-data", users_data, ("userpkg",))
+    save("genuine", loaded())
+    return files
+
+
+def _refusal(check: Callable[..., object], *args: object) -> str | None:
+    from litforge.core.errors import LitforgeError
+
+    try:
+        check(*args)
+    except LitforgeError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _without_torchs_words(message: str | None) -> str | None:
+    """A refusal without the words it quotes from torch's own exception (torch's reader is not run early)."""
+    import re
+
+    return message and re.sub(r"(truncated or corrupt: |could run code \().*?\)\. ", "...). ", message)
+
+
+def test_the_early_check_refuses_exactly_what_the_full_load_refuses(checkpoint: Path, tmp_path: Path):
+    """On each file: the torch-free check (litforge.checkpointing.metadata) and eval's own load (load_checkpoint,
+    restore_task, the recorded data config) refuse alike, with the same line, and nothing in a file runs."""
+    from omegaconf import OmegaConf
+
+    from litforge.checkpointing.load import load_checkpoint, recorded_data_config
+    from litforge.checkpointing.metadata import check_checkpoint_early
+    from litforge.checkpointing.restore import restore_task
+
+    def full(path: Path, trusted: tuple[str, ...]) -> None:
+        loaded = load_checkpoint(path)
+        restore_task(loaded, str(path), trusted)
+        recorded_data_config(loaded, str(path), trusted)
+
+    differ = []
+    for name, (path, trusted) in _crafted_checkpoints(checkpoint, tmp_path).items():
+        cfg = OmegaConf.create({"ckpt_path": str(path), "trusted_packages": list(trusted), "data": None})
+        early, late = _refusal(check_checkpoint_early, cfg, "eval"), _refusal(full, path, trusted)
+        if _without_torchs_words(early) != _without_torchs_words(late):
+            differ.append(f"{name}:\n  early: {early}\n  full:  {late}")
+        assert (late is None) == (name in ("genuine", "trusted-data")), f"{name}: {late}"
+    assert not differ, "\n".join(differ)
+    assert not (tmp_path / "pwned").exists(), "reading a checkpoint ran code from it"
+
+
+class _Calls:
+    """Unpickling this calls `func(*args)`: what a malicious file would ask for."""
+
+    def __init__(self, func: Callable[..., object], *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def test_the_metadata_reader_runs_nothing_a_file_names(tmp_path: Path):
+    """Hand-made torch.save-style zips whose pickle asks for code, in every pickle protocol (GLOBAL, STACK_GLOBAL,
+    INST/OBJ in protocol 0): each is refused or left to torch, and no marker file appears."""
+    import os
+    import pickle
+    import zipfile
+
+    from litforge.checkpointing.metadata import read_checkpoint
+    from litforge.core.errors import CheckpointError
+
+    marker = tmp_path / "pwned"
+    payloads = {
+        "open": _Calls(builtins.open, str(marker), "w"),
+        "os.system": _Calls(os.system, f"touch {marker}"),
+        "exec": _Calls(builtins.exec, f"open({str(marker)!r}, 'w')"),
+        "eval-in-a-tensor-slot": _Calls(builtins.eval, f"open({str(marker)!r}, 'w')"),
+    }
+    for name, payload in payloads.items():
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            path = tmp_path / f"{name}-{protocol}.ckpt"
+            with zipfile.ZipFile(path, "w") as archive:
+                data = pickle.dumps({"state_dict": {}, "litforge": {"task_class": payload}}, protocol=protocol)
+                archive.writestr("archive/data.pkl", data)
+            try:
+                result = read_checkpoint(path)
+            except CheckpointError as exc:
+                assert "refusing to load" in str(exc), exc
+            else:
+                assert result is None, f"{name}, protocol {protocol}: read as {result}"
+            assert not marker.exists(), f"{name}, protocol {protocol}: reading the file ran code"

@@ -16,7 +16,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from litforge.core.errors import CheckpointError
+from litforge.core.errors import CheckpointError, ConfigError
+
+CHECKPOINT_KEY = "litforge"  # the entry a LitforgeTask writes into its checkpoints: task class, run config, RNG
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
@@ -26,6 +28,30 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     from litforge.checkpointing.io import wait_for_checkpoint_writes
 
     wait_for_checkpoint_writes()  # a checkpoint this process is still making durable (litforge.checkpointing.io)
+    file = checkpoint_file(path)
+    if file.is_dir():  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
+        from litforge.parallel.consolidate import consolidate, consolidated_path
+
+        merged = consolidated_path(file)
+        if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
+            consolidate(file, merged)
+        file = merged
+    try:
+        checkpoint = torch.load(file, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise needs_unpickling(file, first_line) from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        raise unreadable(file, str(exc).splitlines()[0]) from None
+    check_lightning_checkpoint(checkpoint, file)
+    return checkpoint
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The file `path` names, or a sharded checkpoint's folder, after what a path alone tells (no torch needed):
+    a CheckpointError for a missing file (naming the newest checkpoints nearby), another folder, an empty file."""
+    from litforge.parallel.consolidate import is_distributed_checkpoint
+
     file = Path(path).expanduser()
     if not file.exists():
         hint = ""
@@ -39,41 +65,72 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
             )
         raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
     if file.is_dir():
-        from litforge.parallel.consolidate import consolidate, consolidated_path, is_distributed_checkpoint
-
-        if is_distributed_checkpoint(file):  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
-            merged = consolidated_path(file)
-            if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
-                consolidate(file, merged)
-            file = merged
-        else:
-            raise CheckpointError(
-                f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt"
-            )
+        if is_distributed_checkpoint(file):
+            return file
+        raise CheckpointError(f"checkpoint {file} is a directory; pass the .ckpt file inside it, e.g. {file}/last.ckpt")
     if file.stat().st_size == 0:
         raise CheckpointError(
             f"checkpoint {file} is empty (0 bytes): the run that wrote it was probably killed; "
             "use an earlier checkpoint of that run"
         )
-    try:
-        checkpoint = torch.load(file, map_location=map_location, weights_only=True, mmap=True)
-    except pickle.UnpicklingError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"refusing to load {file}: it needs arbitrary unpickling, which could run code ({first_line}). "
-            "litforge only loads checkpoints that hold plain tensors and data (torch.load weights_only=True)"
-        ) from None
-    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        raise CheckpointError(
-            f"{file} is not a readable PyTorch checkpoint (truncated or corrupt: {str(exc).splitlines()[0]}). "
-            "Use another checkpoint of the run, e.g. last.ckpt or the best epoch*.ckpt"
-        ) from None
+    return file
+
+
+def needs_unpickling(file: Path, reason: str) -> CheckpointError:
+    return CheckpointError(
+        f"refusing to load {file}: it needs arbitrary unpickling, which could run code ({reason}). "
+        "litforge only loads checkpoints that hold plain tensors and data (torch.load weights_only=True)"
+    )
+
+
+def unreadable(file: Path, reason: str) -> CheckpointError:
+    return CheckpointError(
+        f"{file} is not a readable PyTorch checkpoint (truncated or corrupt: {reason}). "
+        "Use another checkpoint of the run, e.g. last.ckpt or the best epoch*.ckpt"
+    )
+
+
+def check_lightning_checkpoint(checkpoint: Any, file: Path) -> None:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
             "pass a .ckpt written by `python train.py`"
         )
-    return checkpoint
+
+
+def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
+    """The dotted name of the task class that wrote a litforge checkpoint (nothing is imported)."""
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict) or not isinstance(meta.get("task_class"), str):
+        raise CheckpointError(
+            f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
+            "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)"
+        )
+    return meta["task_class"]
+
+
+def check_trusted_task_class(recorded: str, path: str, trusted: tuple[str, ...] = ()) -> None:
+    """A checkpoint picks its task class only among litforge's tasks and the packages in `trusted`
+    (`trusted_packages`): a file is data, so it never picks other code to import."""
+    module_name = recorded.rpartition(".")[0]
+    allowed = ("litforge.tasks.", *(p for p in trusted if p not in TRUSTED_TARGET_PREFIXES))  # the user's packages
+    if not f"{module_name}.".startswith(allowed):
+        package = module_name.split(".")[0]
+        raise CheckpointError(
+            f"{path} names task class {recorded!r}, which is not a litforge task; if {package} is your own package "
+            f"and the file is yours, trust it: trusted_packages=[{package}]"
+        )
+
+
+def recorded_data_config(checkpoint: dict[str, Any], path: str, trusted_packages: Any = ()) -> Any:
+    """The data config a checkpoint's run was trained with, for eval/predict/export without `data=`: refused when
+    absent, or when it names a class outside the trusted packages."""
+    run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
+    data_cfg = run_config.get("data")
+    if not data_cfg:
+        raise ConfigError(f"{path} does not record its data config: pass data=<option> (see conf/data/)")
+    check_trusted_targets(data_cfg, path, "data", trusted_prefixes(trusted_packages))
+    return data_cfg
 
 
 # what a checkpoint's configs may name as `_target_`: litforge's own classes and the libraries its configs use; a

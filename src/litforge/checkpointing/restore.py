@@ -13,25 +13,16 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.checkpointing.load import (
-    TRUSTED_TARGET_PREFIXES,
     check_trusted_targets,
+    check_trusted_task_class,
     load_checkpoint,
+    recorded_data_config,
+    recorded_task_class,
     trusted_prefixes,
 )
 from litforge.core.errors import CheckpointError, ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain
-from litforge.tasks.base import CHECKPOINT_KEY, LitforgeTask
-
-
-def recorded_task_class(checkpoint: dict[str, Any], path: str) -> str:
-    """The dotted name of the task class that wrote a litforge checkpoint (nothing is imported)."""
-    meta = checkpoint.get(CHECKPOINT_KEY)
-    if not isinstance(meta, dict) or not isinstance(meta.get("task_class"), str):
-        raise CheckpointError(
-            f"{path} is a PyTorch file but not a litforge checkpoint (no '{CHECKPOINT_KEY}' entry): "
-            "pass a .ckpt written by `python train.py` (e.g. logs/train/runs/<run>/checkpoints/last.ckpt)"
-        )
-    return meta["task_class"]
+from litforge.tasks.base import LitforgeTask
 
 
 def task_class_from_checkpoint(
@@ -40,14 +31,8 @@ def task_class_from_checkpoint(
     """The task class recorded in a checkpoint: a LitforgeTask of litforge's tasks or of a package in `trusted`
     (`trusted_packages`); a file is data, so it never picks other code to import."""
     recorded = recorded_task_class(checkpoint, path)
+    check_trusted_task_class(recorded, path, trusted)
     module_name, _, class_name = recorded.rpartition(".")
-    allowed = ("litforge.tasks.", *(p for p in trusted if p not in TRUSTED_TARGET_PREFIXES))  # the user's packages
-    if not f"{module_name}.".startswith(allowed):
-        package = module_name.split(".")[0]
-        raise CheckpointError(
-            f"{path} names task class {recorded!r}, which is not a litforge task; if {package} is your own package "
-            f"and the file is yours, trust it: trusted_packages=[{package}]"
-        )
     cls = getattr(importlib.import_module(module_name), class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, LitforgeTask)):
         raise CheckpointError(f"{path} names task class {recorded!r}, which is not a LitforgeTask subclass")
@@ -96,12 +81,7 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
     trusted = cfg.get("trusted_packages") or ()
     task = restore_task(checkpoint, path, trusted)
-    run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
-    data_cfg = to_plain(cfg.data) if cfg.get("data") else run_config.get("data")
-    if not data_cfg:
-        raise ConfigError(f"{path} does not record its data config: pass data=<option> (see conf/data/)")
-    if not cfg.get("data"):
-        check_trusted_targets(data_cfg, path, "data", trusted_prefixes(trusted))
+    data_cfg = to_plain(cfg.data) if cfg.get("data") else recorded_data_config(checkpoint, path, trusted)
     datamodule = instantiate_group("data", data_cfg)
     state = checkpoint.get(type(datamodule).__qualname__)
     if state and not cfg.get("data"):

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run
+from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, values
 from litforge.cli.help import group_options, searchpath_folders
@@ -77,6 +78,7 @@ def checked_overrides(
         if message:
             raise ConfigError(message)
         return overrides
+    check_checkpoint_early(cfg, job)  # eval/predict/export/generate's ckpt_path: before the config check imports torch
     check_config(cfg)
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None

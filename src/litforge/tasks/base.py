@@ -15,14 +15,13 @@ import torch
 from hydra.utils import instantiate
 from torch import nn
 
+from litforge.checkpointing.load import CHECKPOINT_KEY  # the entry this task writes: task class, run config
 from litforge.core.contracts import steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.core.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_step_metrics
-
-CHECKPOINT_KEY = "litforge"  # extra checkpoint entry: which task class, and the full run config
 
 
 def build_loss(loss_cfg: dict[str, Any] | None, default: type[nn.Module]) -> nn.Module:

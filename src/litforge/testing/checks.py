@@ -58,7 +58,7 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
     """(datamodule, task) as the training job builds them, seeded as it seeds them."""
     import pytorch_lightning as pl
 
-    from litforge.config.instantiate import instantiate_group
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
 
