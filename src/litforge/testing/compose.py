@@ -26,7 +26,8 @@ def compose(
     overrides: Sequence[str] = (), config_name: str = "train", config_dir: str | Path | None = None
 ) -> DictConfig:
     """The composed config of `config_name` with `overrides`, as `litforge <job> overrides...` would compose it in
-    the project whose configs are in `config_dir` (None: litforge's own, as `python train.py` in a clone).
+    the project whose configs are in `config_dir` (None: the project the working folder is in, found by its
+    `[tool.litforge]` table as the command finds it; outside any, litforge's own, as `python train.py` in a clone).
 
     Nothing runs: no run folder, no Hydra job. `paths.output_dir` is left as Hydra's interpolation; the checks set it
     to the tmp_path they are given.
@@ -36,8 +37,14 @@ def compose(
     from hydra.core.global_hydra import GlobalHydra
 
     import litforge.runtime.ranks  # noqa: F401  (registers the resolvers the configs use, ${uid:})
+    from litforge.cli.project import find_project
 
     own = litforge_conf_dir()
+    # a project of the user's (`[tool.litforge]` in its pyproject.toml, found from config_dir or the working folder,
+    # as `litforge <job>` finds it): its conf/ and its top config for the job
+    found = find_project(Path(config_dir).resolve() if config_dir is not None else None)
+    if found is not None and (config_dir is None or Path(config_dir).resolve() == found.conf_dir.resolve()):
+        config_dir, config_name = found.conf_dir, found.top_config(config_name)
     project = Path(config_dir).resolve() if config_dir is not None else own
     if not project.is_dir():
         raise AssertionError(f"config_dir={config_dir}: no such folder (the project's conf/)")
