@@ -136,6 +136,41 @@ def run_cli(
     return _CliServer.get().run(argv, cwd=ROOT, env=full_env, timeout=timeout)
 
 
+HEAVY_MODULES = ("torch", "pytorch_lightning", "lightning_fabric", "torchvision", "torchmetrics")
+
+# `python <script> <args>` in a fresh interpreter, reporting afterwards which heavy modules the run had imported
+_IMPORT_PROBE = """
+import json, runpy, sys
+sys.argv = {argv!r}
+sys.path[0] = {script_dir!r}
+code = 0
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+print("LITFORGE-PROBE " + json.dumps({{"exit": code or 0, "imported": sorted(m for m in {heavy!r} if m in sys.modules)}}))
+"""
+
+
+def run_fresh_probe(
+    script: str, *overrides: str, log_dir: Path, hash_seed: int, timeout: float = 240
+) -> tuple[CliResult, list[str]]:
+    """`python <script> paths.log_dir=<log_dir> overrides...` in a new interpreter with `PYTHONHASHSEED=hash_seed`
+    (not the fork server, where torch is already imported and the hash seed is the server's): the result, and which
+    of `HEAVY_MODULES` the run had imported when it exited. For checks that a refusal comes before torch is imported."""
+    argv = [str(ROOT / script), f"paths.log_dir={log_dir}", *overrides]
+    code = _IMPORT_PROBE.format(argv=argv, script_dir=str(ROOT), heavy=HEAVY_MODULES)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": str(hash_seed)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    probe = [line for line in proc.stdout.splitlines() if line.startswith("LITFORGE-PROBE ")]
+    assert probe, f"the probe did not finish (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
+    report = json.loads(probe[-1].split(" ", 1)[1])
+    stdout = proc.stdout.replace(probe[-1] + "\n", "")
+    return CliResult(report["exit"], stdout, proc.stderr), report["imported"]
+
+
 class _CliServer:
     """Client of tests/cli_server.py: one warm server per test process, started on first use."""
 
