@@ -148,7 +148,8 @@ try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 except SystemExit as exc:
     code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
-print("LITFORGE-PROBE " + json.dumps({{"exit": code or 0, "imported": sorted(m for m in {heavy!r} if m in sys.modules)}}))
+imported = sorted(m for m in {heavy!r} if m in sys.modules)
+print("LITFORGE-PROBE " + json.dumps({{"exit": code or 0, "imported": imported}}))
 """
 
 
