@@ -235,6 +235,48 @@ def test_checkpoint_every_saves_mid_epoch_and_a_kill_9_resumes_exactly(uninterru
         assert got[name] == pytest.approx(expected[name], abs=1e-6), name
 
 
+@pytest.mark.parametrize(("when", "survives"), [("before_rename", 6), ("after_rename", 8)])
+def test_a_kill_9_inside_the_background_rename_leaves_a_whole_last_ckpt_and_resumes_exactly(
+    uninterrupted, tmp_path, when: str, survives: int
+):
+    """The window SignalAt waits out: SIGKILL of the real CLI run from inside litforge's background checkpoint thread
+    (on by default) while it fsyncs and renames the step-8 last.ckpt (checkpoint_every=4; the previous last.ckpt is
+    epoch 0's, step 6). Real: the process, the SIGKILL, the files on disk and the resumed CLI run; faked: only the
+    moment (faults.KillInBackgroundRename wraps the thread's rename step to fire there).
+
+    What survives: before the rename, the previous last.ckpt (step 6), whole, with the new one whole beside it as
+    `.last.ckpt.partial` (not used, replaced by the next save); after the rename, the new last.ckpt (step 8), whole.
+    Never a torn file; resume=auto ends bit-equal to an uninterrupted run either way."""
+    killed = run_cli(
+        "train.py",
+        *COMMON,
+        "checkpoint_every=4",
+        *fault("KillInBackgroundRename", step=8, when=when),
+        log_dir=tmp_path,
+        env=FAULTS_ENV,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.output[-3000:]
+    assert "FAULT kill -9 in the background thread" in killed.output, killed.output[-3000:]
+    run_dir = single_run(tmp_path)
+    for path in (run_dir / "checkpoints").glob("*.ckpt"):
+        torch.load(path, weights_only=True)  # every checkpoint file is whole
+    assert last_ckpt(run_dir)["global_step"] == survives
+    partial = run_dir / "checkpoints" / ".last.ckpt.partial"
+    if when == "before_rename":
+        assert torch.load(partial, weights_only=True)["global_step"] == 8, "the new file was written whole"
+    else:
+        assert not partial.exists()
+
+    resumed = run_cli("train.py", "resume=auto", "+callbacks.fault.step=-1", log_dir=tmp_path, env=FAULTS_ENV)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert f"Resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in resumed.output, resumed.output[-3000:]
+    assert_same_weights(last_ckpt(uninterrupted), last_ckpt(run_dir))
+    assert not partial.exists(), "the next save replaced the leftover partial file"
+    expected, got = read_metrics(uninterrupted)["metrics"], read_metrics(run_dir)["metrics"]
+    for name in ("test/acc", "test/loss", "val/acc", "val/loss"):
+        assert got[name] == pytest.approx(expected[name], abs=1e-6), name
+
+
 def test_time_limit_under_slurm_saves_and_exits_with_the_resume_command(tmp_path):
     """SLURM's job end time (a fake one: now) is earlier than time_limit=2h: the run stops after its first step."""
     from litforge.checkpointing.resume import resolve
