@@ -1,6 +1,9 @@
 """logger=mlflow against a real MLflow tracking server: runs, params, metrics, artifacts over its REST API, and
-resume=auto continuing the same MLflow run. One test: the server start is the expensive part, so it overlaps the
-resumed training run."""
+resume=auto continuing the same MLflow run.
+
+Two tests: the default offline store (SQLite in the log folder) read afterwards through a server started over it,
+its start overlapping the resumed run; and a team server written to over HTTP (`tracking_uri=http://...`, as
+docs/tracking.md shows it), started first, artifacts uploaded through it."""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +69,27 @@ def _wait_until_up(base: str, proc: subprocess.Popen, timeout: float = 240) -> N
     raise AssertionError(f"mlflow server did not answer within {timeout} s")
 
 
+def _start_server(port: int, store: str, artifacts: list[str]) -> subprocess.Popen:
+    """`mlflow server` on 127.0.0.1:<port> over the SQLite database `store`, in its own session (stopped with
+    :func:`_stop_server`). `python -m mlflow`: the interpreter's own package, whatever its bin/ holds."""
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    return subprocess.Popen(
+        [*command, "--backend-store-uri", f"sqlite:///{store}", *artifacts],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+
+
 def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_run(tmp_path):
     log_dir = tmp_path / "logs"
     common = ["logger=[tensorboard,mlflow]", *TINY, "callbacks.early_stopping=null"]
@@ -76,24 +99,8 @@ def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_
     (run_dir / "metrics.json").unlink()  # as if pre-empted after its first epoch: resume=auto picks it up
 
     port = _free_port()
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("mlflow")),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{log_dir / 'mlflow.db'}",
-            "--default-artifact-root",
-            (log_dir / "mlartifacts").as_uri(),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    server = _start_server(
+        port, str(log_dir / "mlflow.db"), ["--default-artifact-root", (log_dir / "mlartifacts").as_uri()]
     )
     try:
         second = run_cli("train.py", *common, "resume=auto", "trainer.max_epochs=2", log_dir=log_dir, timeout=420)
@@ -129,9 +136,63 @@ def test_mlflow_run_params_metrics_artifacts_over_rest_and_resume_continues_the_
         assert [p["status"] for p in provenance["previous"]] == ["finished"] and provenance["status"] == "finished"
         assert (run_dir / "tensorboard").is_dir()  # the list combined both loggers
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+        _stop_server(server)
+
+
+def test_a_run_logs_to_a_live_mlflow_server_over_http_and_resumes_into_the_same_run(tmp_path):
+    """Real: a live `mlflow server` on 127.0.0.1 (its own SQLite store, artifacts served by it: the client uploads
+    them over HTTP to `--artifacts-destination`), written to by two real CLI runs through
+    `logger.mlflow.tracking_uri=http://127.0.0.1:<port>`, the second a resume=auto of the first; read back through
+    the REST API with plain HTTP: one MLflow run, its params, metrics per step across both attempts, its artifacts
+    (listed and downloaded). Nothing is written to the offline store."""
+    log_dir, server_side = tmp_path / "logs", tmp_path / "server"
+    server_side.mkdir()
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = _start_server(port, str(server_side / "mlflow.db"), ["--artifacts-destination", str(server_side / "art")])
+    common = [
+        "logger=mlflow",
+        f"logger.mlflow.tracking_uri={base}",
+        *TINY,
+        "callbacks.early_stopping=null",
+        "trainer.log_every_n_steps=2",
+    ]
+    try:
+        _wait_until_up(base, server)
+        first = run_cli("train.py", *common, "trainer.max_epochs=1", log_dir=log_dir, timeout=420)
+        assert first.returncode == 0, first.output[-3000:]
+        run_dir = single_run(log_dir)
+        (run_dir / "metrics.json").unlink()  # as if pre-empted after its first epoch: resume=auto picks it up
+        second = run_cli("train.py", *common, "resume=auto", "trainer.max_epochs=2", log_dir=log_dir, timeout=420)
+        assert second.returncode == 0, second.output[-3000:]
+        assert not (log_dir / "mlflow.db").exists() and not (log_dir / "mlartifacts").exists(), "wrote offline"
+
+        experiment = _get(base, "experiments/get-by-name", experiment_name="train")["experiment"]
+        runs = _post(base, "runs/search", {"experiment_ids": [experiment["experiment_id"]]}).get("runs", [])
+        assert len(runs) == 1, "resume=auto started a second MLflow run instead of continuing the first"
+        run = runs[0]
+        run_id = run["info"]["run_id"]
+        assert run["info"]["status"] == "FINISHED" and run["info"]["run_name"] == run_dir.name
+        ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        assert ckpt["litforge_provenance"]["tracker_runs"] == {"mlflow": run_id}
+
+        params = {p["key"]: p["value"] for p in run["data"]["params"]}
+        assert params["data.batch_size"] == "64" and params["trainer.max_epochs"] == "1"  # the first attempt's
+        assert params["logger.mlflow.tracking_uri"] == base
+        # per step: 4 training batches per epoch, train/loss every 2nd step; val/loss once per epoch; both attempts
+        train_loss = _get(base, "metrics/get-history", run_id=run_id, metric_key="train/loss")["metrics"]
+        assert sorted(m["step"] for m in train_loss) == [1, 3, 5, 7], train_loss
+        val_loss = _get(base, "metrics/get-history", run_id=run_id, metric_key="val/loss")["metrics"]
+        assert sorted(m["step"] for m in val_loss) == [3, 7], val_loss
+        test_acc = next(m["value"] for m in run["data"]["metrics"] if m["key"] == "test/acc")
+        assert read_metrics(run_dir)["metrics"]["test/acc"] == pytest.approx(test_acc)
+
+        files = {f["path"] for f in _get(base, "artifacts/list", run_id=run_id).get("files", [])}
+        assert {"config.yaml", "provenance.json", "best_checkpoint.txt"} <= files, files
+        url = f"{base}/get-artifact?{urllib.parse.urlencode({'path': 'config.yaml', 'run_uuid': run_id})}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.read().decode() == (run_dir / ".hydra" / "config.yaml").read_text()
+        uploaded = {p.name for p in (server_side / "art").rglob("*") if p.is_file()}
+        assert {"config.yaml", "provenance.json"} <= uploaded, "the artifacts did not travel to the server"
+    finally:
+        _stop_server(server)
