@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -302,6 +303,15 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
     pool.close()
 
 
+def skip_unless_required(flag: str, reason: str) -> NoReturn:
+    """Skip the test for `reason`, or fail it when the environment variable `flag` is 1: CI sets the flags
+    (.ci/run: LITFORGE_REQUIRE_SLURM, LITFORGE_REQUIRE_NETNS) where these tests must run, so a missing tool or
+    permission there is a failure, not a silent skip."""
+    if os.environ.get(flag) == "1":
+        pytest.fail(f"{flag}=1 and {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> str:
     """A real single-node SLURM cluster on this machine (tests/slurm_cluster.py starts it, or reuses a running one);
@@ -311,7 +321,5 @@ def slurm_cluster() -> str:
 
     reason = ensure_cluster()
     if reason:
-        if os.environ.get("LITFORGE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"LITFORGE_REQUIRE_SLURM=1 and {reason}")
-        pytest.skip(f"no SLURM cluster: {reason}")
+        skip_unless_required("LITFORGE_REQUIRE_SLURM", f"no SLURM cluster: {reason}")
     return PARTITION
