@@ -385,3 +385,44 @@ def test_the_citation_check_finds_citations_and_catches_a_missing_test(tmp_path:
         "tests/test_gone.py: no such file",
     ]
     assert sum(len(cited_tests(p)) for p in doc_files()) > 100, "the real pages cite many tests"
+
+
+# ---- figures a test pins: the docs state the value the test reads ---------------------------------------------------
+def pinned_figures() -> list[tuple[Path, str]]:
+    """(page, sentence) pairs: each page must hold its sentence, written from tests/budgets.py's constants, so a
+    budget changed in the test is a docs test failure until the docs say it too."""
+    import budgets as b
+
+    performance, benchmarks = ROOT / "docs" / "performance.md", ROOT / "benchmarks" / "README.md"
+    return [
+        (
+            performance,
+            f"`tests/test_speed.py` fails if the default run exceeds {b.CALLS_PER_STEP_BUDGET:,} Python calls per "
+            f"step or `steps_per_call=8` exceeds {b.STEPS_PER_CALL_BUDGET}",
+        ),
+        (
+            performance,
+            f"makes {b.MEASURED_STEPS_PER_CALL_8:,} instead of {b.MEASURED_CALLS_PER_STEP:,} Python calls per "
+            "optimizer step",
+        ),
+        (
+            benchmarks,
+            f"the test suite pins the default run under {b.CALLS_PER_STEP_BUDGET:,} calls per step and "
+            f"`steps_per_call=8` under {b.STEPS_PER_CALL_BUDGET}",
+        ),
+        (benchmarks, f"{b.MEASURED_CALLS_PER_STEP:,} and {b.MEASURED_STEPS_PER_CALL_8:,})"),
+    ]
+
+
+def test_the_docs_state_the_figures_the_tests_pin():
+    import budgets
+
+    assert budgets.MEASURED_CALLS_PER_STEP < budgets.CALLS_PER_STEP_BUDGET < budgets.USUAL_DEFAULTS
+    assert budgets.MEASURED_STEPS_PER_CALL_8 < budgets.STEPS_PER_CALL_BUDGET
+    assert budgets.MEASURED_CALLS_PER_EPOCH_BOUNDARY < budgets.CALLS_PER_EPOCH_BOUNDARY_BUDGET
+    missing = [
+        f"{page.relative_to(ROOT)}: {sentence!r}"
+        for page, sentence in pinned_figures()
+        if sentence not in " ".join(page.read_text(encoding="utf-8").split())
+    ]
+    assert missing == [], "state the figures of tests/budgets.py: " + "; ".join(missing)
