@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -134,6 +135,42 @@ def run_cli(
         )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
     return _CliServer.get().run(argv, cwd=ROOT, env=full_env, timeout=timeout)
+
+
+HEAVY_MODULES = ("torch", "pytorch_lightning", "lightning_fabric", "torchvision", "torchmetrics")
+
+# `python <script> <args>` in a fresh interpreter, reporting afterwards which heavy modules the run had imported
+_IMPORT_PROBE = """
+import json, runpy, sys
+sys.argv = {argv!r}
+sys.path[0] = {script_dir!r}
+code = 0
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+imported = sorted(m for m in {heavy!r} if m in sys.modules)
+print("LITFORGE-PROBE " + json.dumps({{"exit": code or 0, "imported": imported}}))
+"""
+
+
+def run_fresh_probe(
+    script: str, *overrides: str, log_dir: Path, hash_seed: int, timeout: float = 240
+) -> tuple[CliResult, list[str]]:
+    """`python <script> paths.log_dir=<log_dir> overrides...` in a new interpreter with `PYTHONHASHSEED=hash_seed`
+    (not the fork server, where torch is already imported and the hash seed is the server's): the result, and which
+    of `HEAVY_MODULES` the run had imported when it exited. For checks that a refusal comes before torch is imported."""
+    argv = [str(ROOT / script), f"paths.log_dir={log_dir}", *overrides]
+    code = _IMPORT_PROBE.format(argv=argv, script_dir=str(ROOT), heavy=HEAVY_MODULES)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": str(hash_seed)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    probe = [line for line in proc.stdout.splitlines() if line.startswith("LITFORGE-PROBE ")]
+    assert probe, f"the probe did not finish (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}"
+    report = json.loads(probe[-1].split(" ", 1)[1])
+    stdout = proc.stdout.replace(probe[-1] + "\n", "")
+    return CliResult(report["exit"], stdout, proc.stderr), report["imported"]
 
 
 class _CliServer:
@@ -266,6 +303,15 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[object]:
     pool.close()
 
 
+def skip_unless_required(flag: str, reason: str) -> NoReturn:
+    """Skip the test for `reason`, or fail it when the environment variable `flag` is 1: CI sets the flags
+    (.ci/run: LITFORGE_REQUIRE_SLURM, LITFORGE_REQUIRE_NETNS) where these tests must run, so a missing tool or
+    permission there is a failure, not a silent skip."""
+    if os.environ.get(flag) == "1":
+        pytest.fail(f"{flag}=1 and {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> str:
     """A real single-node SLURM cluster on this machine (tests/slurm_cluster.py starts it, or reuses a running one);
@@ -275,7 +321,5 @@ def slurm_cluster() -> str:
 
     reason = ensure_cluster()
     if reason:
-        if os.environ.get("LITFORGE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"LITFORGE_REQUIRE_SLURM=1 and {reason}")
-        pytest.skip(f"no SLURM cluster: {reason}")
+        skip_unless_required("LITFORGE_REQUIRE_SLURM", f"no SLURM cluster: {reason}")
     return PARTITION

@@ -24,7 +24,8 @@ class SignalAt(Callback):
     It first waits for the checkpoint writes still in flight (litforge fsyncs and renames them in a background
     thread), so the test knows which `last.ckpt` the signal leaves: without the wait a kill one step after a save
     raced its rename (seen in CI). A kill in the middle of a write is tested on its own
-    (test_a_checkpoint_write_killed_halfway_leaves_the_previous_file_whole)."""
+    (test_a_checkpoint_write_killed_halfway_leaves_the_previous_file_whole), and one inside the background rename
+    with :class:`KillInBackgroundRename`."""
 
     def __init__(self, step: int, signal: str = "SIGTERM", rank: int | None = None, attempt: int | None = None) -> None:
         self.step, self.signal, self.rank, self.attempt = step, signal, rank, attempt
@@ -153,3 +154,59 @@ class KillJobDuringSave(Callback):
             return result
 
         dcp.save = save
+
+
+class KillInBackgroundRename(Callback):
+    """SIGKILL this process from inside litforge's background checkpoint thread (litforge.checkpointing.io, on by
+    default: `trainer.plugins` with `durable_in_background=true`) while it makes durable the `name` file saved at
+    optimizer step `step`: `when="before_rename"` after the file is fully written to `.<name>.partial` but before its
+    fsync and rename; `when="after_rename"` after the rename, before the folder's fsync.
+
+    This is the window tests/faults.py's SignalAt waits out. The kill is the real SIGKILL of the whole process; what
+    the fault adds is only the moment: it wraps the module's `_make_durable` / `fsync_directory`, which the background
+    thread looks up at each save, and fires only on that thread (`litforge-checkpoint-fsync`), so a save made in the
+    foreground never triggers it and the run then ends normally (the test fails on its exit code)."""
+
+    def __init__(self, step: int, when: str = "before_rename", name: str = "last.ckpt") -> None:
+        if when not in ("before_rename", "after_rename"):
+            raise ValueError(f"when={when!r}: before_rename or after_rename")
+        self.step, self.when, self.name = step, when, name
+        self.saving_step = -1
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.saving_step = trainer.global_step  # the training thread: which step the next write holds
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        from litforge.checkpointing import io
+
+        fault, in_background = self, io._in_background
+        make_durable, fsync_directory = io._make_durable, io.fsync_directory
+        local, armed = threading.local(), {}
+
+        def wrapped_in_background(work) -> None:  # the training thread, at the save: the step the write holds
+            step = fault.saving_step
+
+            def tagged() -> None:
+                local.step = step
+                work()
+
+            in_background(tagged)
+
+        def kill(where: str) -> None:
+            print(f"FAULT kill -9 {where} of {fault.name} (step {fault.step}) at {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def wrapped_make_durable(partial, target) -> None:
+            background = threading.current_thread().name == "litforge-checkpoint-fsync"
+            armed["now"] = background and target.name == fault.name and getattr(local, "step", -1) == fault.step
+            if armed["now"] and fault.when == "before_rename":
+                kill("in the background thread before the rename")
+            make_durable(partial, target)
+
+        def wrapped_fsync_directory(folder) -> None:
+            if armed.get("now") and fault.when == "after_rename":
+                kill("in the background thread after the rename, before the folder's fsync")
+            fsync_directory(folder)
+
+        io._in_background, io._make_durable = wrapped_in_background, wrapped_make_durable
+        io.fsync_directory = wrapped_fsync_directory

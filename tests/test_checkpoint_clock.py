@@ -205,23 +205,3 @@ def test_time_limit_keeps_its_margin_for_the_slowest_save_the_atomic_plugin_meas
     io.last_save_seconds = 2.0
     limit.note_save_time(trainer)
     assert limit.slowest_save == 7.0 and limit.margin(None) == limit.floor_s + 2 * 7.0
-
-
-def test_the_wall_clock_checkpoint_asks_the_ranks_only_when_hogwild_lets_them_meet(tmp_path):
-    """Lightning broadcasts its clock decision every step; under hogwild (decide_every=100) only steps 100, 200, ..."""
-    from litforge.checkpointing.clock import checkpoint_every
-
-    asked: list[int] = []
-    trainer = fake_trainer()
-    trainer.strategy = SimpleNamespace(
-        decide_every=100, broadcast=lambda v: (asked.append(trainer.global_step), True)[1]
-    )
-    trainer.fast_dev_run, trainer.sanity_checking = False, False
-    trainer.state = SimpleNamespace(fn="fit")
-    module = SimpleNamespace(automatic_optimization=True)
-    callback = checkpoint_every("1h", tmp_path)
-    callback.on_train_start(trainer, module)  # Lightning's: the clock starts
-    for step in range(1, 301):
-        trainer.global_step = step
-        callback.on_train_batch_end(trainer, module, None, None, 0)
-    assert asked == [100, 200, 300]

@@ -302,3 +302,127 @@ def test_the_history_and_path_patterns_catch_what_they_are_for():
     for line in ("Lightning issue 21487 (open)", "Lightning-AI/pytorch-lightning#17517", "sha 19f6269e..."):
         assert not HISTORY.search(line), line
     assert OUTSIDE.search("see ../shared/LESSONS.md") and not OUTSIDE.search("a shared/ folder")
+
+
+# ---- claims that cite a test: the file and the test exist -----------------------------------------------------------
+# `tests/test_x.py`, `test_x.py::test_name[params]`, `tests/faults.py`; a trailing `_` cites every test of that prefix
+CITED_FILE = re.compile(r"(?<![\w/.-])(?:tests/)?((?:test_\w+|\w+)\.py)((?:::\w+)*)")
+# a test cited by its name alone: in backticks, `test_` and at least three more words (shorter `test_x` names in the
+# docs are config keys and Lightning hooks: `test_after_training`, `test_step`)
+CITED_NAME = re.compile(r"`(test(?:_[a-z0-9]+){3,})(?:\[[^\]`]*\])?`")
+
+
+def functions_in_tests(root: Path = ROOT) -> dict[str, set[str]]:
+    """Each tests/*.py file's functions, methods and classes, by name (from the syntax tree: nothing imported)."""
+    found: dict[str, set[str]] = {}
+    for path in (root / "tests").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[path.name] = {
+            node.name
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+    return found
+
+
+def cited_tests(path: Path) -> list[tuple[str, str | None]]:
+    """(file or None, test name or None) for every citation of a test on the page: `test_x.py::test_y`,
+    `tests/test_x.py`, `tests/helper.py` (only under tests/), and `test_y` alone in backticks."""
+    text = path.read_text(encoding="utf-8")
+    cited: list[tuple[str, str | None]] = []
+    for match in CITED_FILE.finditer(text):
+        name, parts = match.group(1), [p for p in match.group(2).split("::") if p]
+        if not (name.startswith("test_") or match.group(0).startswith("tests/")):
+            continue  # train.py, benchmarks/x.py: the script checks cover them
+        cited.append((name, parts[0] if parts else None))
+    cited += [(None, name) for name in CITED_NAME.findall(text)]
+    return cited
+
+
+def uncited(path: Path, functions: dict[str, set[str]]) -> list[str]:
+    """The citations on `path` whose file or test does not exist."""
+    every = set().union(*functions.values())
+
+    def exists(name: str, where: set[str]) -> bool:
+        return name in where or (name.endswith("_") and any(f.startswith(name) for f in where))
+
+    problems = []
+    for file, test in cited_tests(path):
+        if file is not None and file not in functions:
+            problems.append(f"tests/{file}: no such file")
+        elif test is not None and not exists(test, functions[file] if file else every):
+            problems.append(f"{file + '::' if file else ''}{test}: no such test")
+    return sorted(set(problems))
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_test_a_page_cites_exists(path: Path, suite_functions: dict[str, set[str]]):
+    """A claim that names a test as its proof must name one that exists: a renamed or deleted test leaves the claim
+    standing with no proof behind it."""
+    assert uncited(path, suite_functions) == [], f"{path.name}: cited tests that do not exist"
+
+
+@pytest.fixture(scope="module")
+def suite_functions() -> dict[str, set[str]]:
+    return functions_in_tests()  # parsing every test file once, not once per page
+
+
+def test_the_citation_check_finds_citations_and_catches_a_missing_test(tmp_path: Path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "def test_one_two_three():\n    pass\ndef test_time_limit_x(): pass\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Proof: `tests/test_a.py::test_one_two_three[x,y]`, `test_a.py::test_time_limit_`, `test_one_two_three`,\n"
+        "`test_after_training` (a config key), python train.py, `tests/test_gone.py`, `test_a.py::test_gone`,\n"
+        "`test_no_such_test_here`, `tests/helper.py`.\n"
+    )
+    assert uncited(page, functions_in_tests(tmp_path)) == [
+        "test_a.py::test_gone: no such test",
+        "test_no_such_test_here: no such test",
+        "tests/helper.py: no such file",
+        "tests/test_gone.py: no such file",
+    ]
+    assert sum(len(cited_tests(p)) for p in doc_files()) > 100, "the real pages cite many tests"
+
+
+# ---- figures a test pins: the docs state the value the test reads ---------------------------------------------------
+def pinned_figures() -> list[tuple[Path, str]]:
+    """(page, sentence) pairs: each page must hold its sentence, written from tests/budgets.py's constants, so a
+    budget changed in the test is a docs test failure until the docs say it too."""
+    import budgets as b
+
+    performance, benchmarks = ROOT / "docs" / "performance.md", ROOT / "benchmarks" / "README.md"
+    return [
+        (
+            performance,
+            f"`tests/test_speed.py` fails if the default run exceeds {b.CALLS_PER_STEP_BUDGET:,} Python calls per "
+            f"step or `steps_per_call=8` exceeds {b.STEPS_PER_CALL_BUDGET}",
+        ),
+        (
+            performance,
+            f"makes {b.MEASURED_STEPS_PER_CALL_8:,} instead of {b.MEASURED_CALLS_PER_STEP:,} Python calls per "
+            "optimizer step",
+        ),
+        (
+            benchmarks,
+            f"the test suite pins the default run under {b.CALLS_PER_STEP_BUDGET:,} calls per step and "
+            f"`steps_per_call=8` under {b.STEPS_PER_CALL_BUDGET}",
+        ),
+        (benchmarks, f"{b.MEASURED_CALLS_PER_STEP:,} and {b.MEASURED_STEPS_PER_CALL_8:,})"),
+    ]
+
+
+def test_the_docs_state_the_figures_the_tests_pin():
+    import budgets
+
+    assert budgets.MEASURED_CALLS_PER_STEP < budgets.CALLS_PER_STEP_BUDGET < budgets.USUAL_DEFAULTS
+    assert budgets.MEASURED_STEPS_PER_CALL_8 < budgets.STEPS_PER_CALL_BUDGET
+    assert budgets.MEASURED_CALLS_PER_EPOCH_BOUNDARY < budgets.CALLS_PER_EPOCH_BOUNDARY_BUDGET
+    missing = [
+        f"{page.relative_to(ROOT)}: {sentence!r}"
+        for page, sentence in pinned_figures()
+        if sentence not in " ".join(page.read_text(encoding="utf-8").split())
+    ]
+    assert missing == [], "state the figures of tests/budgets.py: " + "; ".join(missing)

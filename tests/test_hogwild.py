@@ -2,7 +2,8 @@
 copy of the parameters by worker processes.
 
 The no-waiting test runs Lightning's real fit on 2 gloo ranks (tests/gloo.py, no CLI) with a slow rank 1, under
-hogwild and under DDP; the CLI test trains the digits MLP on 2 processes, checkpoints and resumes.
+hogwild and under DDP; the clock test runs the wall-clock checkpoint on 2 real hogwild ranks; the CLI test trains the
+digits MLP on 2 processes, checkpoints and resumes.
 """
 
 from __future__ import annotations
@@ -127,3 +128,48 @@ def test_hogwild_cli_trains_checkpoints_and_resumes(tmp_path: Path):
     metrics = read_metrics(run)["metrics"]
     assert metrics["val/acc"] > 0.8, metrics
     assert 0 <= metrics["hogwild/staleness_mean"] <= metrics["hogwild/staleness_max"], metrics
+
+
+def _clock_checkpoint_on_hogwild(rank: int, world_size: int, root: str) -> list[int]:
+    """One rank of a 2-rank hogwild fit (decide_every=4, 12 steps per rank) with the wall-clock `checkpoint_every=1h`
+    callback; the global steps at which that callback took a collective (`strategy.broadcast`) on this rank."""
+    from gloo import tiny_module
+    from litforge.checkpointing.clock import checkpoint_every
+    from litforge.parallel.hogwild import Hogwild
+
+    strategy = Hogwild(decide_every=4, process_group_backend="gloo")
+    clock = checkpoint_every("1h", Path(root) / "checkpoints")
+    asked: list[int] = []
+    inside = [False]
+    real_broadcast, real_batch_end = strategy.broadcast, clock.on_train_batch_end
+
+    def broadcast(obj: Any, src: int = 0) -> Any:
+        if inside[0]:
+            asked.append(trainer.global_step)
+        return real_broadcast(obj, src)
+
+    def on_train_batch_end(*args: Any) -> None:
+        inside[0] = True
+        try:
+            real_batch_end(*args)
+        finally:
+            inside[0] = False
+
+    strategy.broadcast, clock.on_train_batch_end = broadcast, on_train_batch_end
+    trainer = quiet_trainer(
+        root, world_size, strategy=strategy, limit_val_batches=0, enable_checkpointing=True, callbacks=[clock]
+    )
+    trainer.fit(tiny_module(rows=96))  # 48 rows per rank: 12 steps
+    return asked
+
+
+@pytest.mark.distributed
+def test_the_wall_clock_checkpoint_meets_only_every_decide_every_steps_on_real_hogwild_ranks(
+    ranks: GlooRanks, tmp_path: Path
+):
+    """Real: 2 gloo ranks in Lightning fits under litforge's Hogwild strategy, with the `checkpoint_every=1h` callback
+    (Lightning's ModelCheckpoint broadcasts rank 0's clock decision every step). Each rank's clock takes its
+    collective only at steps 4, 8 and 12 (decide_every=4), the same steps on both ranks; a mismatched collective
+    would hang and fail after the 120 s timeout."""
+    for rank, asked in enumerate(ranks.run(_clock_checkpoint_on_hogwild, str(tmp_path), timeout=120)):
+        assert asked == [4, 8, 12], f"rank {rank}: {asked}"

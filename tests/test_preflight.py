@@ -102,20 +102,16 @@ def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says:
     assert err.count("litforge: error:") == 1 and says in err, err
 
 
-def test_a_refused_command_line_costs_no_torch_import():
-    """The fast path: the mistake is reported before any job module (and so torch or Lightning) is imported."""
-    import subprocess
-    import sys
+@pytest.mark.parametrize("hash_seed", [1, 2])
+def test_a_refused_command_line_costs_no_torch_import(hash_seed: int, tmp_path: Path):
+    """The fast path: the mistake is reported before any job module (and so torch or Lightning) is imported.
 
-    from conftest import ROOT
+    Real: `python train.py` in a fresh interpreter (conftest.run_fresh_probe: not the fork server, where torch is
+    already imported), under two hash seeds (set and dict-of-str order differ between them), which reports the heavy
+    modules it had imported when it exited."""
+    from conftest import run_fresh_probe
 
-    probe = (
-        "import runpy, sys\n"
-        "sys.argv = ['train.py', 'trainer.max_epochs=0']\n"
-        "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
-        "except SystemExit as exc:\n    print('EXIT', exc.code)\n"
-        "print('IMPORTED', sorted(m for m in ('torch', 'pytorch_lightning') if m in sys.modules))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "EXIT 1" in proc.stdout and "IMPORTED []" in proc.stdout, proc.stdout + proc.stderr
-    assert proc.stderr.count("litforge: error: trainer.max_epochs=0") == 1, proc.stderr
+    result, imported = run_fresh_probe("train.py", "trainer.max_epochs=0", log_dir=tmp_path, hash_seed=hash_seed)
+    assert result.returncode == 1 and imported == [], (imported, result.output[-3000:])
+    assert result.stderr.count("litforge: error: trainer.max_epochs=0") == 1, result.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written"

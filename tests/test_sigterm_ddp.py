@@ -1,4 +1,5 @@
-"""SIGTERM under DDP without a per-step collective (issue 17 goal 4): 2 gloo ranks, real Lightning DDP fits.
+"""SIGTERM under DDP without a per-step collective (issue 17 goal 4), and the NaN stop decided by every rank together:
+2 gloo ranks, real Lightning DDP fits.
 
 Lightning broadcasts a SIGTERM flag before every DDP step; litforge's on-signal callback replaces that (and the handler
 that broadcast inside the signal handler) with an all-reduce every N batches. Collectives are counted by wrapping
@@ -139,3 +140,44 @@ def test_sigterm_to_one_rank_mid_validation_stops_every_rank_at_the_same_validat
     assert saved["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["total"]["completed"] == 0, (
         "the resumed run must validate again from the first batch"
     )
+
+
+def _nan_on_ranks(rank: int, world_size: int, root: str, nan_rank: int, nan_step: int) -> dict:
+    """One DDP fit of 10 batches per rank with litforge's NaN stop checking every step; `nan_rank`'s loss is NaN at
+    optimizer step `nan_step` (every other loss of both ranks is finite). Returns where and how each rank stopped."""
+    from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
+    from litforge.core.errors import TrainingStopped
+    from litforge.jobs.train import fit_or_stop
+
+    module = tiny_module(rows=80)  # 40 rows per rank: 10 batches
+    own_step = module.training_step
+
+    def training_step(batch, batch_idx):
+        loss = own_step(batch, batch_idx)
+        return loss * float("nan") if rank == nan_rank and module.trainer.global_step == nan_step else loss
+
+    module.training_step = training_step
+    trainer = quiet_trainer(
+        root, world_size, limit_val_batches=0, log_every_n_steps=1, callbacks=[StopOnNonFiniteLoss()]
+    )
+    message, exit_code = "", 0
+    try:
+        fit_or_stop(trainer, module, None, None, Path(root))
+    except TrainingStopped as stopped:
+        message, exit_code = str(stopped), stopped.exit_code
+    return {"step": trainer.global_step, "message": message, "exit_code": exit_code}
+
+
+@pytest.mark.parametrize("nan_rank", [0, 1])
+def test_a_nan_on_one_rank_stops_every_rank_at_the_same_step(ranks: GlooRanks, tmp_path, nan_rank: int):
+    """Real: 2 gloo ranks in a Lightning DDP fit and litforge's StopOnNonFiniteLoss, its decision a real all-reduce
+    (no mocked strategy). One rank's loss is NaN at step 5 while the other's is finite: the NaN rank names the step
+    (docs/reliability.md's message), the other says another rank's loss became NaN, and both stop after step 5
+    (global step 6), exit 1; neither blocks in the next gradient all-reduce (a hang fails after the 120 s timeout)."""
+    results = ranks.run(_nan_on_ranks, str(tmp_path), nan_rank, 5, timeout=120)
+    for rank, seen in enumerate(results):
+        assert (seen["step"], seen["exit_code"]) == (6, 1), f"rank {rank}: {seen}"
+        if rank == nan_rank:
+            assert "the loss became nan at step 5 (epoch 0, batch 5)" in seen["message"], seen["message"]
+        else:
+            assert "another rank's loss became NaN/inf" in seen["message"], seen["message"]

@@ -15,23 +15,12 @@ import pytest
 import torch
 from pytorch_lightning.callbacks import Callback
 
-# Measured (benchmarks/step_overhead.py, digits MLP, torch 2.14.1, Lightning 2.6.6): plain PyTorch loop ≈ 200
-# calls/step, Lightning barebones ≈ 1,180, litforge's default run (logger, progress bar, checkpointing, early
-# stopping, LR monitor) ≈ 1,830 (3,318 before logging train/loss only on logging steps and train/acc once per
-# epoch); the issue measured Lightning's "usual defaults" at 5,300. With the per-step NaN-loss check, the SIGTERM
-# checkpoint and the throughput callbacks in the default set, litforge's default run measured ≈ 2,420; the progress
-# bar's per-batch work only when it redraws and batched train/acc updates took it lower, and a module-wide patch of
-# Lightning's `_call_callback_hooks` (hooks only on the callbacks that override them) to ≈ 1,280. That patch is gone
-# (the project's rule: no process-wide replacement of a Lightning function): Lightning calls all six per-step hooks on
-# every callback, ~60 calls per callback per step. Merging the four TensorBoard extras into one callback and adding
-# the unmonitored `last_checkpoint` (Lightning's ModelCheckpoint) leaves 11 callbacks in this run (with the counter
-# and the provenance recorder): measured 2,138 (benchmarks/step_overhead.py: 2,146). In wall time the step ratio to
-# the plain loop moved within this loaded 2-core machine's noise (1.57 -> 1.56 and 1.61 -> 1.68 in two before/after
-# pairs of `OMP_NUM_THREADS=1 python benchmarks/step_overhead.py --cases digits_default`).
-# The budget leaves room for library patch releases, not for one more `self.log` per step (~+600) or a callback doing
-# work every batch.
-CALLS_PER_STEP_BUDGET = 2_350
-USUAL_DEFAULTS = 5_300
+from budgets import (  # the pinned figures, in one place (docs/performance.md states them; tests/test_docs.py checks)
+    CALLS_PER_EPOCH_BOUNDARY_BUDGET,
+    CALLS_PER_STEP_BUDGET,
+    STEPS_PER_CALL_BUDGET,
+    USUAL_DEFAULTS,
+)
 
 
 class CountCalls(Callback):
@@ -74,15 +63,6 @@ def test_default_run_python_calls_per_step_within_budget(compose_cfg, monkeypatc
     assert counter.per_step < CALLS_PER_STEP_BUDGET < USUAL_DEFAULTS, f"{counter.per_step:.0f} Python calls per step"
 
 
-# The epoch boundary of the same run (the epoch's last batch end to the next epoch's first batch: validation, the
-# best-checkpoint choice, last.ckpt, epoch-end logging) measures ≈ 21,900 calls on an improving epoch. It was
-# ≈ 14,600 while last.ckpt was a hard link to the best file written by litforge's own ModelCheckpoint subclass; with
-# Lightning's documented pair (a monitored ModelCheckpoint for the best, an unmonitored one for last.ckpt) an
-# improving epoch serialises last.ckpt a second time (≈ 5,500 calls; ~4 ms on the digits checkpoint, its fsync in the
-# background) and every epoch-end hook reaches every callback (no dispatch patch).
-CALLS_PER_EPOCH_BOUNDARY_BUDGET = 24_000
-
-
 class CountEpochBoundary(Callback):
     """Counts Python calls from the end of epoch 1's last training batch to the start of epoch 2's first one."""
 
@@ -120,10 +100,6 @@ def test_default_run_python_calls_per_epoch_boundary_within_budget(compose_cfg, 
     assert counter.total is not None, "the counting window was never reached"
     assert counter.best_then.startswith("epoch001-"), "epoch 1 improved: a best file and last.ckpt were due together"
     assert counter.total < CALLS_PER_EPOCH_BOUNDARY_BUDGET, f"{counter.total} Python calls at the epoch boundary"
-
-
-# steps_per_call=8 (8 optimizer steps per Lightning step) measures ≈ 315 calls per optimizer step on the same run
-STEPS_PER_CALL_BUDGET = 400
 
 
 def test_steps_per_call_cuts_python_calls_per_optimizer_step(compose_cfg, monkeypatch):

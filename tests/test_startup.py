@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -32,14 +33,16 @@ print("IMPORTED", sorted(m for m in {heavy!r} if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("args", [("--help",), ("--cfg", "job")], ids=["help", "cfg-job"])
-def test_help_and_config_do_not_import_torch(args: tuple[str, ...]):
+@pytest.mark.parametrize(("args", "hash_seed"), [(("--help",), 1), (("--cfg", "job"), 2)], ids=["help", "cfg-job"])
+def test_help_and_config_do_not_import_torch(args: tuple[str, ...], hash_seed: int):
+    """Real: a fresh interpreter (nothing imported beforehand), each with its own hash seed."""
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(args=list(args), heavy=HEAVY)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
     )
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout, proc.stdout[-2000:]
