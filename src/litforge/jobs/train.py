@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
@@ -37,6 +37,7 @@ from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
+from litforge.runtime.requeue import catch_early
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
+    catch_early(OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal"))  # SLURM's, while starting
     check_run(cfg, JobSettings)  # top-level keys and relations between groups; each group is checked where it is built
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
@@ -93,6 +95,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 cfg.paths.log_dir,
                 str(cfg.task_name),
                 in_multirun=in_multirun(),
+                run_dir=output_dir,
             )
         )
         tracker_runs = check_resumable_file(ckpt_path, type(task), cfg) if ckpt_path else {}
