@@ -3,8 +3,13 @@
 Lightning's SLURM requeue (`SLURMEnvironment(auto_requeue=True)`) saves a checkpoint inside its SIGUSR1 handler; under
 DDP that save's collectives met another rank inside a collective of its own and hung 5 of 15 deliveries. litforge's
 on-signal callback only notes the signal in the handler; the ranks agree on it at their next common point, save
-`last.ckpt` and global rank 0 runs `scontrol requeue` once. Outside a real cluster a fake `scontrol` first on PATH
-records its arguments and `SLURM_JOB_ID` makes the run take itself for a SLURM job.
+`last.ckpt` and global rank 0 runs `scontrol requeue` once.
+
+The fake here, and why it stays: these tests need the signal at a moment a real cluster cannot hit on demand (at
+step 3, at step 5 on rank 1 alone, at 20 seeded random moments, some inside validation), so they send it themselves
+to a process that takes itself for a SLURM job (`SLURM_JOB_ID`), and a fake `scontrol` first on PATH records what
+would be requeued. The same path with the real thing, nothing faked (slurmctld's signal at the time limit, the
+real `scontrol requeue`, the job back in its folder): tests/test_slurm_requeue.py.
 """
 
 from __future__ import annotations
@@ -342,6 +347,8 @@ def test_cli_ddp_job_preempted_on_one_rank_saves_requeues_and_exits(tmp_path):
     print(f"the job exited {ended - signalled:.2f} s after the signal")
     assert "stopped by SIGUSR1 at step 6 (epoch 1)" in result.output, result.output[-3000:]
     assert "requeued SLURM job 6060" in result.output and "Traceback" not in result.output
+    said = "litforge: stopped by SIGUSR1 at step 6 (epoch 1); saved "  # written before the requeue, flushed
+    assert said in result.output and "; requeueing SLURM job 6060 (scontrol requeue)" in result.output
     # requeued once, from global rank 0 (time_limit=auto may also ask `scontrol show job` for the job's end time)
     assert [line for line in log.read_text().splitlines() if "requeue" in line] == ["requeue 6060"]
     saved = torch.load(single_run(tmp_path / "logs") / "checkpoints" / "last.ckpt", weights_only=True)
