@@ -127,7 +127,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: str) -> Iterat
         started.ids["ref"] = sbatch(root / "ref", [*overrides, *pace(2.5, 0)], one_node, {})
         started.sweep = subprocess.Popen(
             [sys.executable, "train.py", "-m", "hydra/launcher=slurm", f"paths.log_dir={root / 'sweep'}", *RUN,
-             "hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=90", *pace(4.0, 2), "optimizer.lr=0.003"],
+             "hydra.launcher.timeout_min=3", "hydra.launcher.signal_delay_s=90", *pace(4.0, 2),
+             "hydra/sweeper=litforge_optuna", "hydra.sweeper.n_trials=1", "optimizer.lr=choice(0.003)"],
             cwd=ROOT, stdout=sweep_log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **TESTS_ON_PATH},
         )  # fmt: skip
@@ -242,8 +243,8 @@ def test_a_sweep_job_longer_than_two_time_limits_resumes_each_attempt_and_reache
     end within a limit (4 s per step, 48 steps); at each, slurmctld's SIGUSR1 stops it with `last.ckpt` and litforge
     requeues it. Each requeued attempt resumes from the previous one's `last.ckpt` in the job's sweep folder (its
     steps only grow, no `-v1` best-k copies), the third finishes with the weights and metrics of the same run
-    uninterrupted, and that result reaches the sweep: summary.md says COMPLETED with its metrics, and the multirun
-    exits 0."""
+    uninterrupted, and that result reaches the sweep (litforge's Optuna sweeper, one trial): summary.md says COMPLETED
+    with its metrics, the Optuna study's trial is COMPLETE with the job's objective, and the multirun exits 0."""
     assert jobs.sweep is not None
     code = jobs.sweep.wait(timeout=max(1.0, 600 - (time.monotonic() - jobs.started)))
     log = (jobs.root / "sweep.log").read_text(errors="replace")
@@ -262,6 +263,11 @@ def test_a_sweep_job_longer_than_two_time_limits_resumes_each_attempt_and_reache
     assert record["status"] == "COMPLETED" and record["metrics"]["test/acc"] > 0, record
     summary = (sweep / "summary.md").read_text()
     assert re.search(r"^\| 0 \| COMPLETED \|", summary, re.M) and "test/acc" in summary, summary
+    import optuna
+
+    (trial,) = optuna.load_study(study_name="litforge", storage=f"sqlite:///{sweep}/optuna.db").trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial
+    assert trial.value == record["objective"]["value"] == record["metrics"]["val/acc"], (trial.value, record)
     reference = next((jobs.folder("sweep_ref") / "train" / "runs").iterdir())
     assert_same_run(job_dir, reference)
     print(f"sweep: stopped at steps {stops}, completed {elapsed(jobs)}")
