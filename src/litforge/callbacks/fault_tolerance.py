@@ -186,6 +186,7 @@ class CheckpointOnSignal(Callback):
         self.requeue_signal = requeue_signal
         self.stopped_by = "SIGTERM"  # what ended the run: SIGTERM, or requeue_signal once the ranks agreed on it
         self.requeued: Requeue | None = None  # the requeue attempt of global rank 0 (None: none made)
+        self.requeue_agreed = False  # the ranks agreed to requeue (the pre-emption signal), on every rank
         self.watchdog: HangWatchdog | None = None
         self._agree: StopAgreement | None = None
         self._every = 1
@@ -247,6 +248,7 @@ class CheckpointOnSignal(Callback):
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         requeue = self._agree is not None and self._agree.requeue
+        self.requeue_agreed = requeue  # every rank knows; global rank 0 requeues
         if requeue:
             self.stopped_by = str(self.requeue_signal)
         if not (trainer.sanity_checking or trainer.global_step == 0):  # else keep the checkpoint it started from

@@ -37,7 +37,7 @@ from litforge.jobs.settings import JobSettings
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
-from litforge.runtime.requeue import catch_early
+from litforge.runtime.requeue import catch_early, ignore_from_now, slurm_job_id
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
-    catch_early(OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal"))  # SLURM's, while starting
+    requeue_signal = OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal")
+    catch_early(requeue_signal)  # SLURM's pre-emption signal while the job starts: noted, not fatal
     check_run(cfg, JobSettings)  # top-level keys and relations between groups; each group is checked where it is built
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
@@ -127,6 +128,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
 
         fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
+        ignore_from_now(requeue_signal)  # trained: a late pre-emption signal must not kill the finished job
         result = test_best_checkpoint(trainer, task, datamodule, run=bool(cfg.get("test_after_training", True)))
         result = write_metrics(output_dir, result, cfg.objective, write=trainer.is_global_zero)
     except BaseException as exc:
@@ -232,6 +234,8 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
         resume_hint = f"Continue with: python train.py resume={output_dir}"
         if requeued is not None and requeued.done:
             then = f"requeued SLURM job {requeued.job_id} (scontrol requeue): it continues from that checkpoint"
+        elif getattr(on_signal, "requeue_agreed", False) and slurm_job_id() and not trainer.is_global_zero:
+            then = f"global rank 0 requeues SLURM job {slurm_job_id()}: it continues from that checkpoint"
         elif requeued is not None and requeued.job_id is not None:
             then = f"requeueing SLURM job {requeued.job_id} failed ({requeued.problem}). {resume_hint}"
         else:

@@ -77,6 +77,18 @@ def catch_early(signal_name: str | None) -> None:
     signal.signal(getattr(signal, signal_name), lambda signum, _frame: _early.append(signum))
 
 
+def ignore_from_now(signal_name: str | None) -> None:
+    """Inside a SLURM job, ignore the pre-emption signal once training has ended (tests, summaries, exit follow).
+
+    Nothing is left to save, and a Python handler would not survive the interpreter's shutdown: CPython puts the
+    default action back for every signal with a Python handler as it exits (`_PySignal_Fini`), so a `--signal=USR1`
+    landing in those last moments killed a job that had finished (seen: `tasks 0-1: User defined signal 1`, job
+    FAILED). An ignored signal stays ignored to the end."""
+    if not signal_name or slurm_job_id() is None or threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(getattr(signal, signal_name), signal.SIG_IGN)
+
+
 def take_early_signal() -> bool:
     """Whether the pre-emption signal came before training started (and forget it)."""
     came = bool(_early)
