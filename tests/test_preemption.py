@@ -153,6 +153,30 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
     assert not log.exists(), "scontrol ran outside a SLURM job"
 
 
+def test_inside_slurm_the_preemption_signal_is_noted_while_starting_and_ignored_once_trained():
+    """A fresh interpreter taking itself for a SLURM job: SIGUSR1 before training (its default action would end the
+    process) is noted for the on-signal callback; after training it is ignored, also through the interpreter's exit
+    (a Python handler is reset to the default action there)."""
+    import subprocess
+
+    code = (
+        "import os, signal\n"
+        "from litforge.runtime.requeue import catch_early, ignore_from_now, take_early_signal\n"
+        "catch_early('SIGUSR1'); os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "assert take_early_signal() and not take_early_signal()\n"
+        "ignore_from_now('SIGUSR1'); os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN\n"
+        "print('alive')\n"
+    )
+    env = {**os.environ, "SLURM_JOB_ID": "31"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "alive"), done.stderr
+    env.pop("SLURM_JOB_ID")
+    outside = code.replace("assert take_early_signal() and not take_early_signal()\n", "")
+    done = subprocess.run([sys.executable, "-c", outside], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == -signal.SIGUSR1, "outside SLURM nothing is changed: the default action"
+
+
 def test_slurm_job_id_names_the_array_task():
     from litforge.runtime.requeue import slurm_job_id
 
