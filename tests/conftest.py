@@ -279,18 +279,3 @@ def slurm_cluster() -> str:
             pytest.fail(f"LITFORGE_REQUIRE_SLURM=1 and {reason}")
         pytest.skip(f"no SLURM cluster: {reason}")
     return PARTITION
-
-
-@pytest.fixture(scope="session")
-def slurm_two_nodes() -> dict[str, str]:
-    """A real two-node SLURM cluster on this machine (tests/slurm_two_nodes.py: nodes n1 and n2, each slurmd in its
-    own network and UTS namespace); the environment its clients need (`SLURM_CONF`). Skips where it cannot start,
-    or fails under `LITFORGE_REQUIRE_SLURM=1`, as `slurm_cluster` does."""
-    from slurm_two_nodes import client_env, ensure_two_nodes
-
-    reason = ensure_two_nodes()
-    if reason:
-        if os.environ.get("LITFORGE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"LITFORGE_REQUIRE_SLURM=1 and {reason}")
-        pytest.skip(f"no two-node SLURM cluster: {reason}")
-    return client_env()

@@ -18,7 +18,7 @@ about 10-20 s, and a running job with `--requeue` on it is requeued (NODE_FAIL).
 helper: a cluster that already answers is reused; two callers at once serialise on a lock file.
 
 `ensure_two_nodes()` returns None when both nodes are up, else the reason (not root, no `ip`/`unshare`, a daemon
-that died): the `slurm_two_nodes` fixture in tests/conftest.py skips with it, or fails under
+that died): tests/test_slurm_requeue.py skips its two-node check with it, or fails under
 `LITFORGE_REQUIRE_SLURM=1`. :func:`freeze_node`, :func:`kill_node` and :func:`start_node` are what a test does to
 lose a node and bring it back.
 """
