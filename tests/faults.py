@@ -57,6 +57,23 @@ class PaceFirstAttempt(Callback):
             time.sleep(self.sleep)
 
 
+class PaceAttempts(Callback):
+    """Inside a SLURM job, sleep `sleep` s after every training step of its first `attempts` attempts
+    (`SLURM_RESTART_COUNT` below `attempts`); a later attempt, and any run outside SLURM, runs at full speed.
+
+    Why: a test of the pre-emption at the time limit needs a job longer than its limit (so slurmctld's signal finds
+    it training) that still finishes within a test's minutes once requeued. A sleep changes no number the run
+    computes, so the paced job ends with the metrics of the same run unpaced (its reference, run outside SLURM).
+    """
+
+    def __init__(self, sleep: float = 1.0, attempts: int = 1) -> None:
+        self.sleep, self.attempts = sleep, attempts
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if os.environ.get("SLURM_JOB_ID") and int(os.environ.get("SLURM_RESTART_COUNT") or 0) < self.attempts:
+            time.sleep(self.sleep)
+
+
 class PoisonAt(Callback):
     """Make the weights NaN just before the batch of step `step`, so that step's loss is NaN."""
 

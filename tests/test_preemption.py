@@ -3,8 +3,13 @@
 Lightning's SLURM requeue (`SLURMEnvironment(auto_requeue=True)`) saves a checkpoint inside its SIGUSR1 handler; under
 DDP that save's collectives met another rank inside a collective of its own and hung 5 of 15 deliveries. litforge's
 on-signal callback only notes the signal in the handler; the ranks agree on it at their next common point, save
-`last.ckpt` and global rank 0 runs `scontrol requeue` once. Outside a real cluster a fake `scontrol` first on PATH
-records its arguments and `SLURM_JOB_ID` makes the run take itself for a SLURM job.
+`last.ckpt` and global rank 0 runs `scontrol requeue` once.
+
+The fake here, and why it stays: these tests need the signal at a moment a real cluster cannot hit on demand (at
+step 3, at step 5 on rank 1 alone, at 20 seeded random moments, some inside validation), so they send it themselves
+to a process that takes itself for a SLURM job (`SLURM_JOB_ID`), and a fake `scontrol` first on PATH records what
+would be requeued. The same path with the real thing, nothing faked (slurmctld's signal at the time limit, the
+real `scontrol requeue`, the job back in its folder): tests/test_slurm_requeue.py.
 """
 
 from __future__ import annotations
@@ -146,6 +151,30 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
     assert str(stopped.value).endswith(f"Continue with: python train.py resume={tmp_path}"), str(stopped.value)
     assert "stopped by SIGUSR1 at step 2" in str(stopped.value)
     assert not log.exists(), "scontrol ran outside a SLURM job"
+
+
+def test_inside_slurm_the_preemption_signal_is_noted_while_starting_and_ignored_once_trained():
+    """A fresh interpreter taking itself for a SLURM job: SIGUSR1 before training (its default action would end the
+    process) is noted for the on-signal callback; after training it is ignored, also through the interpreter's exit
+    (a Python handler is reset to the default action there)."""
+    import subprocess
+
+    code = (
+        "import os, signal\n"
+        "from litforge.runtime.requeue import catch_early, ignore_from_now, take_early_signal\n"
+        "catch_early('SIGUSR1'); os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "assert take_early_signal() and not take_early_signal()\n"
+        "ignore_from_now('SIGUSR1'); os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN\n"
+        "print('alive')\n"
+    )
+    env = {**os.environ, "SLURM_JOB_ID": "31"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "alive"), done.stderr
+    env.pop("SLURM_JOB_ID")
+    outside = code.replace("assert take_early_signal() and not take_early_signal()\n", "")
+    done = subprocess.run([sys.executable, "-c", outside], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == -signal.SIGUSR1, "outside SLURM nothing is changed: the default action"
 
 
 def test_slurm_job_id_names_the_array_task():
@@ -342,6 +371,8 @@ def test_cli_ddp_job_preempted_on_one_rank_saves_requeues_and_exits(tmp_path):
     print(f"the job exited {ended - signalled:.2f} s after the signal")
     assert "stopped by SIGUSR1 at step 6 (epoch 1)" in result.output, result.output[-3000:]
     assert "requeued SLURM job 6060" in result.output and "Traceback" not in result.output
+    said = "litforge: stopped by SIGUSR1 at step 6 (epoch 1); saved "  # written before the requeue, flushed
+    assert said in result.output and "; requeueing SLURM job 6060 (scontrol requeue)" in result.output
     # requeued once, from global rank 0 (time_limit=auto may also ask `scontrol show job` for the job's end time)
     assert [line for line in log.read_text().splitlines() if "requeue" in line] == ["requeue 6060"]
     saved = torch.load(single_run(tmp_path / "logs") / "checkpoints" / "last.ckpt", weights_only=True)

@@ -104,6 +104,11 @@ def test_a_requeued_job_resumes_its_own_folder_with_or_without_resume_auto(tmp_p
     assert decide(None, None, tmp_path, "train").checkpoint == expected, "a requeued attempt: not from step 0"
     assert decide("auto", None, tmp_path, "train").checkpoint == expected
     assert decide(None, None, tmp_path, "train", in_multirun=True).checkpoint is None, "a sweep's job: its own folder"
+    # a sweep job's folder under hydra/launcher=slurm: resumed only by a requeued attempt (SLURM_RESTART_COUNT > 0)
+    assert decide(None, None, tmp_path, "train", in_multirun=True, run_dir=own).checkpoint is None, "first attempt"
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert decide(None, None, tmp_path, "train", in_multirun=True, run_dir=own).checkpoint == expected
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
     # the folder fixed by hand, as older recipes did (hydra.run.dir=.../slurm-$SLURM_JOB_ID): not "another run's"
     line = [f"paths.log_dir={tmp_path}", f"hydra.run.dir={own}"]
     assert checked_overrides(CONF, "train", line) == line

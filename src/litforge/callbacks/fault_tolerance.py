@@ -33,7 +33,7 @@ from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
 from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
 from litforge.runtime.ranks import meets_now
-from litforge.runtime.requeue import Requeue, requeue_slurm_job
+from litforge.runtime.requeue import Requeue, requeue_slurm_job, take_early_signal
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
 
@@ -161,11 +161,14 @@ class CheckpointOnSignal(Callback):
     before it ends the job (SLURM's `--signal=USR1@90`, the submitit launcher's `signal_delay_s`). Its handler only
     notes it, like SIGTERM's: no save, no collective and no `scontrol` inside a signal handler (Lightning's SLURM
     handler saves there, and under DDP hung when another rank sat in a collective). The ranks agree on it at the
-    same points as on SIGTERM, all stop at the same batch and save `last.ckpt`; then global rank 0 runs
-    `scontrol requeue <job id>` once (litforge.runtime.requeue), only inside a SLURM job. Outside SLURM the run ends
+    same points as on SIGTERM, all stop at the same batch and save `last.ckpt`; then global rank 0 writes (and
+    flushes) the line that says so, with the step, the checkpoint and the job id, and runs `scontrol requeue <job id>`
+    once (litforge.runtime.requeue), only inside a SLURM job: Slurm ends the step as soon as the requeue lands, so the
+    line comes first. Outside SLURM the run ends
     as after SIGTERM, exit 143 with the resume command. The handler is installed when training starts (after
     Lightning registered its own, so it replaces Lightning's SLURM requeue handler if that one is on) and Lightning
-    puts the earlier handler back when `fit` ends.
+    puts the earlier handler back when `fit` ends; a signal that came earlier, while the job was starting, was noted
+    by litforge.runtime.requeue.catch_early and is acted on at the first agreed step.
     """
 
     def __init__(
@@ -183,6 +186,7 @@ class CheckpointOnSignal(Callback):
         self.requeue_signal = requeue_signal
         self.stopped_by = "SIGTERM"  # what ended the run: SIGTERM, or requeue_signal once the ranks agreed on it
         self.requeued: Requeue | None = None  # the requeue attempt of global rank 0 (None: none made)
+        self.requeue_agreed = False  # the ranks agreed to requeue (the pre-emption signal), on every rank
         self.watchdog: HangWatchdog | None = None
         self._agree: StopAgreement | None = None
         self._every = 1
@@ -208,6 +212,8 @@ class CheckpointOnSignal(Callback):
         # after Lightning's register_signal_handlers (which restores the handler found before fit when fit ends)
         if self.requeue_signal and self._agree is not None and threading.current_thread() is threading.main_thread():
             signal.signal(getattr(signal, self.requeue_signal), self._on_requeue_signal)
+            if take_early_signal():  # it came while the job was starting (litforge.runtime.requeue.catch_early)
+                self._agree.note(getattr(signal, self.requeue_signal), requeue=True)
 
     def _on_requeue_signal(self, signum: int, _frame: Any) -> None:
         """The pre-emption signal's handler: flags only (see the class docstring)."""
@@ -242,12 +248,19 @@ class CheckpointOnSignal(Callback):
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         requeue = self._agree is not None and self._agree.requeue
+        self.requeue_agreed = requeue  # every rank knows; global rank 0 requeues
         if requeue:
             self.stopped_by = str(self.requeue_signal)
         if not (trainer.sanity_checking or trainer.global_step == 0):  # else keep the checkpoint it started from
             self._save(trainer)
         if requeue and trainer.is_global_zero and self.requeued is None:
-            self.requeued = requeue_slurm_job()  # every rank has saved: the save ends with a barrier
+            saved = (
+                f"saved {self.saved_path}"
+                if self.saved_path
+                else "nothing saved before the first step (the checkpoint it started from, if any, stays)"
+            )
+            why = f"stopped by {self.stopped_by} at step {trainer.global_step} (epoch {trainer.current_epoch}); {saved}"
+            self.requeued = requeue_slurm_job(say=why)  # every rank has saved: the save ends with a barrier
 
     def _save(self, trainer: pl.Trainer) -> None:
         if self._validating:  # stopped mid-validation: the resumed run validates again, from the first batch

@@ -14,6 +14,10 @@ another live run still holds (its `run.lock`, litforge.checkpointing.folders) is
 Inside a SLURM job the run folder is `slurm-<job id>` (conf/hydra/default.yaml). When that folder already holds an
 interrupted run, the job is a requeued (or restarted) attempt of itself: it continues from that checkpoint, with or
 without `resume=auto`, instead of starting again at step 0 over it; every task of the job decides the same.
+A sweep's job under `hydra/launcher=slurm` writes in its sweep folder (`multiruns/<sweep>/<job number>`), which its
+requeued attempt gets again (submitit runs the same pickled call): when SLURM says the job was restarted
+(`SLURM_RESTART_COUNT` > 0) and that folder holds an interrupted run, the attempt continues from it too
+(:func:`slurm_sweep_job_run`), so neither `last.ckpt` nor the best-k files of the earlier attempt are written over.
 
 The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
 the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Under strategy=fsdp/tp `last.ckpt` is a
@@ -25,7 +29,9 @@ Torch-free: used before Hydra starts.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +98,17 @@ def slurm_job_run(log_dir: str | Path, task_name: str) -> Path | None:
     return run if run_checkpoint(run) is not None and not (run / FINISHED_MARKER).exists() else None
 
 
+def slurm_sweep_job_run(run_dir: str | Path | None, env: Mapping[str, str] = os.environ) -> Path | None:
+    """A sweep job's own folder `run_dir` when this is a requeued attempt of its SLURM job (`SLURM_RESTART_COUNT` >
+    0: the scheduler's count of this job's restarts) and the folder holds an interrupted run, else None. The first
+    attempt never resumes: a folder of an earlier sweep under a fixed `hydra.sweep.dir` is not this job's."""
+    restarts = env.get("SLURM_RESTART_COUNT", "").strip()
+    if run_dir is None or job_id(env) is None or not (restarts.isdigit() and int(restarts) > 0):
+        return None
+    run = Path(run_dir)
+    return run if run_checkpoint(run) is not None and not (run / FINISHED_MARKER).exists() else None
+
+
 def refuse_live(run_dir: Path, value: str) -> None:
     """`resume=<a folder another live run writes in>`: refused, both would write one last.ckpt."""
     holder = live_holder(run_dir) if is_rank_zero() else None
@@ -140,18 +157,30 @@ class Resume:
     asked: str | None = None
 
 
-def decide(resume: Any, ckpt_path: Any, log_dir: str | Path, task_name: str, *, in_multirun: bool = False) -> Resume:
+def decide(
+    resume: Any,
+    ckpt_path: Any,
+    log_dir: str | Path,
+    task_name: str,
+    *,
+    in_multirun: bool = False,
+    run_dir: str | Path | None = None,
+) -> Resume:
     """What `resume=` and `ckpt_path=` continue; raises ConfigError for a pair that contradicts itself.
 
     `ckpt_path=last` is Lightning's word for "the latest checkpoint"; here it means `resume=auto`. `resume=auto` with
     no interrupted run starts a new run (`asked` set, nothing found), so one command line serves every restart.
+    `run_dir`: the job's own folder in a multirun (a requeued SLURM sweep job continues there).
     """
     if ckpt_path == "last":
         if resume:
             raise ConfigError("pass either resume=... or ckpt_path=last, not both")
         resume, ckpt_path = "auto", None
     if not resume:
-        own = slurm_job_run(log_dir, task_name) if ckpt_path is None and not in_multirun else None
+        if ckpt_path is not None:
+            own = None
+        else:
+            own = slurm_sweep_job_run(run_dir) if in_multirun else slurm_job_run(log_dir, task_name)
         if own is not None:  # a requeued SLURM job: its own folder, its own checkpoint
             return Resume(checkpoint=str(own_checkpoint(own)), run_dir=own.resolve())
         return Resume(checkpoint=str(ckpt_path) if ckpt_path else None)

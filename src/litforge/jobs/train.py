@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
@@ -36,6 +36,7 @@ from litforge.jobs.build import (
 from litforge.jobs.tuning import check_tuning, tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
+from litforge.runtime.requeue import catch_early, ignore_from_now, slurm_job_id
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from litforge.records import provenance
     from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 
+    requeue_signal = OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal")
+    catch_early(requeue_signal)  # SLURM's pre-emption signal while the job starts: noted, not fatal
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
@@ -92,6 +95,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 cfg.paths.log_dir,
                 str(cfg.task_name),
                 in_multirun=in_multirun(),
+                run_dir=output_dir,
             )
         )
         tracker_runs = check_resumable_file(ckpt_path, type(task), cfg) if ckpt_path else {}
@@ -123,6 +127,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         )
 
         fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
+        ignore_from_now(requeue_signal)  # trained: a late pre-emption signal must not kill the finished job
         result = test_best_checkpoint(trainer, task, datamodule, run=bool(cfg.get("test_after_training", True)))
         result = write_metrics(output_dir, result, cfg.objective, write=trainer.is_global_zero)
     except BaseException as exc:
@@ -228,6 +233,8 @@ def fit_or_stop(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None,
         resume_hint = f"Continue with: python train.py resume={output_dir}"
         if requeued is not None and requeued.done:
             then = f"requeued SLURM job {requeued.job_id} (scontrol requeue): it continues from that checkpoint"
+        elif getattr(on_signal, "requeue_agreed", False) and slurm_job_id() and not trainer.is_global_zero:
+            then = f"global rank 0 requeues SLURM job {slurm_job_id()}: it continues from that checkpoint"
         elif requeued is not None and requeued.job_id is not None:
             then = f"requeueing SLURM job {requeued.job_id} failed ({requeued.problem}). {resume_hint}"
         else:

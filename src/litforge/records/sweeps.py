@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 RESULT_FILE = "result.json"
 PRUNED = "PRUNED"  # a job the Optuna sweeper's pruner stopped early: kept, listed after the completed ones
+REQUEUED = "REQUEUED"  # a SLURM job saved and requeued at its time limit; its next attempt's record replaces this
 # overrides the summary leaves out: plumbing the sweeper adds to each trial (still in each job's overrides.yaml)
 PLUMBING_OVERRIDES = ("++callbacks.optuna_pruning=",)
 
@@ -33,11 +34,18 @@ class SweepSummary(Callback):
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode != RunMode.MULTIRUN:
             return
+        from litforge.runtime.ranks import is_rank_zero
+        from litforge.runtime.requeue import requeued_job
+
+        if not is_rank_zero():  # one record per job: the other tasks of a multi-task SLURM job run this too
+            return
         job_dir = Path(hydra_cfg.runtime.output_dir)
-        record = job_record(job_dir, list(job_return.overrides or []), job_return.status.name, _error_text(job_return))
+        # an attempt that saved and requeued its SLURM job: not its end (the requeued attempt writes that)
+        status = REQUEUED if requeued_job() is not None else job_return.status.name
+        record = job_record(job_dir, list(job_return.overrides or []), status, _error_text(job_return))
         atomic_write(job_dir / RESULT_FILE, json.dumps(record, indent=2))
         records = write_summary(Path(hydra_cfg.sweep.dir))
-        if record["status"] != "COMPLETED":
+        if record["status"] not in ("COMPLETED", REQUEUED):
             report_failure(record, records, Path(hydra_cfg.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -141,7 +149,7 @@ def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_
     failure's traceback) once every job of the batch has run; the others' results are already recorded."""
     import sys
 
-    failed = sum(r.get("status") not in ("COMPLETED", PRUNED) for r in records)
+    failed = sum(r.get("status") not in ("COMPLETED", PRUNED, REQUEUED) for r in records)
     print(
         f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"
         f"litforge: {failed} of {len(records)} jobs failed so far; the other jobs go on. Results of every job: "
