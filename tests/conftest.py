@@ -323,3 +323,14 @@ def slurm_cluster() -> str:
     if reason:
         skip_unless_required("LITFORGE_REQUIRE_SLURM", f"no SLURM cluster: {reason}")
     return PARTITION
+
+
+def stub_checkpoint(folder: Path) -> Path:
+    """The entries of a litforge checkpoint that eval/predict/export/generate judge before they start."""
+    import torch
+
+    path = folder / "last.ckpt"
+    data = {"_target_": "litforge.data.digits.DigitsDataModule"}
+    meta = {"task_class": "litforge.tasks.classification.ClassificationTask", "run_config": {"data": data}}
+    torch.save({"state_dict": {"net.weight": torch.zeros(2)}, "hyper_parameters": {}, "litforge": meta}, path)
+    return path

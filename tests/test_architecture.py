@@ -17,13 +17,19 @@ JOBS = {
     "litforge.jobs.generate",
     "litforge.jobs.prepare",
 }
-# above the jobs: only they may import one (cli.command: the `litforge` command, which hands its job to cli.main)
+# above the jobs: only they may import one (cli.command: the `litforge` command, which hands its job to cli.main;
+# litforge.testing: the contract kit, which runs the jobs as a user's own tests do)
 ENTRY = {
     "litforge.cli.main",
     "litforge.cli.preflight",
     "litforge.cli.help",
     "litforge.cli.command",
     "litforge.__main__",
+    # the contract kit drives what `litforge train` builds and the predict/export jobs, as a user's tests would
+    "litforge.testing",
+    "litforge.testing.checks",
+    "litforge.testing.compose",
+    "litforge.testing.ddp",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, make_image_folder, run_cli
+from conftest import TINY, make_image_folder, run_cli, stub_checkpoint
 
 
 def _refused(result, log_dir: Path, says: str) -> str:
@@ -118,13 +118,13 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
             ["data=streaming", "data.input_dir={tmp}", "output={tmp}/shards"],
             "prepare needs a source datamodule",
         ),
-        ("export.py", ["ckpt_path={tmp}/run.ckpt", "formats=[tflite]"], "unknown export format ['tflite']"),
+        ("export.py", ["ckpt_path={tmp}/last.ckpt", "formats=[tflite]"], "unknown export format ['tflite']"),
     ],
     ids=["pipeline", "hsdp", "streaming", "lr_find", "batch_size_finder", "prepare", "export"],
 )
 def test_refusals_of_the_jobs_come_before_hydra_starts(script: str, args: list[str], says: str, tmp_path: Path):
     log_dir = tmp_path / "logs"
-    (tmp_path / "run.ckpt").write_bytes(b"")  # export: the options are refused before the checkpoint is read
+    stub_checkpoint(tmp_path)  # export: a checkpoint that passes the checks of its file; then its options are judged
     result = run_cli(
         script, *(TINY if script == "train.py" else []), *(a.format(tmp=tmp_path) for a in args), log_dir=log_dir
     )

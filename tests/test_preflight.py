@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONF, make_image_folder
+from conftest import CONF, make_image_folder, stub_checkpoint
 from litforge.core.errors import CheckpointError, ConfigError
 
 PREFLIGHT = [
@@ -46,17 +46,6 @@ def test_the_command_line_is_refused_before_hydra_starts(overrides: list[str], s
     assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
-def _litforge_checkpoint(folder: Path) -> Path:
-    """The entries of a litforge checkpoint that eval/predict/export/generate judge before they start."""
-    import torch
-
-    path = folder / "last.ckpt"
-    data = {"_target_": "litforge.data.digits.DigitsDataModule"}
-    meta = {"task_class": "litforge.tasks.classification.ClassificationTask", "run_config": {"data": data}}
-    torch.save({"state_dict": {"net.weight": torch.zeros(2)}, "hyper_parameters": {}, "litforge": meta}, path)
-    return path
-
-
 def test_good_command_lines_pass_unchanged(tmp_path: Path):
     from litforge.cli.preflight import checked_overrides
 
@@ -68,7 +57,7 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
     ):
         args = [f"paths.log_dir={tmp_path}", *overrides]
         assert checked_overrides(CONF, "train", args) == args
-    ckpt = _litforge_checkpoint(tmp_path)
+    ckpt = stub_checkpoint(tmp_path)
     for job in ("eval", "predict", "export", "generate"):
         args = [f"paths.log_dir={tmp_path}", f"ckpt_path={ckpt}"]
         assert checked_overrides(CONF, job, args) == args

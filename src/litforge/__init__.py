@@ -22,8 +22,9 @@ from typing import Any
 
 __version__ = "0.2.0"
 
-# name -> the module that defines it; grouped as docs/api.md lists them
-_EXPORTS: dict[str, str] = {
+#: public name -> the module that defines it (its home), grouped as docs/api.md lists them; read by the config
+#: check to follow a user's `from litforge import X` to X's source without importing it
+HOMES: dict[str, str] = {
     # errors: a user mistake raises one of these, and the command line prints its message as one line
     "LitforgeError": "litforge.core.errors",
     "ConfigError": "litforge.core.errors",
@@ -84,7 +85,7 @@ _EXPORTS: dict[str, str] = {
     "load_for_inference": "litforge.checkpointing.restore",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(HOMES)
 
 
 #: public names renamed since the last release: old name -> its new name, which `litforge.<old>` still returns for a
@@ -98,7 +99,7 @@ def __getattr__(name: str) -> Any:
             f"litforge.{name} was renamed: use litforge.{MOVED_NAMES[name]}", DeprecationWarning, stacklevel=2
         )
         return __getattr__(MOVED_NAMES[name])
-    module = _EXPORTS.get(name)
+    module = HOMES.get(name)
     if module is None:
         raise AttributeError(f"module 'litforge' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

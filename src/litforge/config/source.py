@@ -65,7 +65,7 @@ def _module(module: str, follow: bool = True) -> tuple[dict[str, Any], dict[str,
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                origin = litforge._EXPORTS.get(alias.name, "") if node.module == "litforge" else node.module
+                origin = litforge.HOMES.get(alias.name, "") if node.module == "litforge" else node.module
                 refs[alias.asname or alias.name] = f"{origin}.{alias.name}"
                 if origin in _READABLE:
                     space[alias.asname or alias.name] = getattr(importlib.import_module(origin), alias.name, None)

@@ -13,8 +13,11 @@ run this same kit over every shipped option (tests/test_contracts.py). docs/api.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from omegaconf import DictConfig
+
 from litforge.testing.checks import (
-    check_all,
     check_checkpoint_round_trip,
     check_describe_sizes_net,
     check_export_contract,
@@ -36,3 +39,15 @@ __all__ = [
     "check_resume_mid_epoch_exact",
     "compose",
 ]
+
+
+def check_all(cfg: DictConfig, tmp_path: str | Path) -> None:
+    """Every check of the kit, cheapest first; the first that fails raises."""
+    tmp = Path(tmp_path)
+    check_describe_sizes_net(cfg)
+    check_one_step_trains(cfg)
+    check_checkpoint_round_trip(cfg, tmp / "round_trip")
+    check_predict_contract(cfg, tmp / "predict")
+    check_export_contract(cfg, tmp / "export")
+    check_resume_mid_epoch_exact(cfg, tmp / "resume")
+    check_ddp_matches_single_process(cfg, tmp / "ddp")

@@ -382,20 +382,6 @@ def check_export_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
     assert onnx.is_file() and onnx.stat().st_size > 0, "export wrote no ONNX model"
 
 
-def check_all(cfg: DictConfig, tmp_path: str | Path) -> None:
-    """Every check of the kit, cheapest first; the first that fails raises."""
-    from litforge.testing.ddp import check_ddp_matches_single_process
-
-    tmp = Path(tmp_path)
-    check_describe_sizes_net(cfg)
-    check_one_step_trains(cfg)
-    check_checkpoint_round_trip(cfg, tmp / "round_trip")
-    check_predict_contract(cfg, tmp / "predict")
-    check_export_contract(cfg, tmp / "export")
-    check_resume_mid_epoch_exact(cfg, tmp / "resume")
-    check_ddp_matches_single_process(cfg, tmp / "ddp")
-
-
 # ---- small helpers ---------------------------------------------------------------------------------------------------
 def round_trip(value: Any) -> Any:
     """`value` saved and loaded back as checkpoints are (torch.load with weights_only=True)."""

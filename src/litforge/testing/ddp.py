@@ -32,10 +32,20 @@ def comparable() -> Any:
     import pytorch_lightning as pl
     from torch import nn
 
+    # torch's public dropout and batch-norm classes (their common bases are private)
+    dropout = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    STOCHASTIC: tuple[type[nn.Module], ...] = (
+        *dropout,
+        nn.BatchNorm1d,
+        nn.BatchNorm2d,
+        nn.BatchNorm3d,
+        nn.SyncBatchNorm,
+    )
+
     class Comparable(pl.Callback):
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
             for module in pl_module.modules():
-                if isinstance(module, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)):
+                if isinstance(module, STOCHASTIC):
                     module.eval()
 
     return Comparable()
