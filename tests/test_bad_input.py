@@ -311,6 +311,57 @@ def test_an_untrusted_checkpoint_is_refused_before_torch_is_imported(script: str
     assert not log_dir.exists(), sorted(log_dir.rglob("*"))
 
 
+# a user's own tasks, beside litforge: one without predict_step, one whose prediction lacks `predicted`
+_USER_TASKS = """
+from typing import Any
+
+from litforge import ClassificationTask, LitforgeTask
+
+
+class PlainTask(LitforgeTask):
+    data_kind = ("image",)
+
+
+class LogitsTask(ClassificationTask):
+    def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        return {"logits": self(batch)}
+"""
+
+
+@pytest.mark.parametrize(
+    ("task", "says"),
+    [
+        ("PlainTask", "task `PlainTask` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)`"),
+        ("LogitsTask", "`LogitsTask.predict_step` returned a mapping of ['logits'], without `predicted`: return"),
+    ],
+)
+def test_predict_on_a_task_without_its_contract_is_refused_before_torch_is_imported(
+    task: str, says: str, checkpoint: Path, tmp_path: Path
+):
+    """predict's task contract (litforge.PredictTask) is judged on the recorded class's source, with the job's own
+    line: exit 1, no run folder, torch never imported (it was refused after torch, Lightning and a run folder)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "userpkg").mkdir()
+    (tmp_path / "userpkg" / "__init__.py").write_text(_USER_TASKS)
+    users = _relabelled(checkpoint, tmp_path, f"userpkg.{task}")
+    marker, log_dir = tmp_path / "torch_imported", tmp_path / "logs"
+    argv = [str(ROOT / "predict.py"), f"ckpt_path={users}", "trusted_packages=[userpkg]", f"paths.log_dir={log_dir}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORD_TORCH, str(marker), *argv], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    errors = [line for line in done.stderr.splitlines() if "litforge: error:" in line]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and f"litforge: error: ckpt_path={users}: {says}" in errors[0], done.stderr[-3000:]
+    assert marker.read_text() == "False", "torch was imported before the refusal"
+    assert not log_dir.exists(), sorted(log_dir.rglob("*"))
+
+
 def _crafted_checkpoints(ckpt: Path, tmp: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
     """Files the full load refuses (and one it accepts), each with its `trusted_packages`."""
     loaded = lambda: torch.load(ckpt, weights_only=True)  # noqa: E731

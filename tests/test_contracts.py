@@ -478,7 +478,7 @@ def test_predict_on_a_user_task_without_the_contract_is_one_line_at_the_start(co
     assert result.returncode == 1, result.output[-3000:]
     assert len(errors) == 1 and "task `PlainTask` lacks `predict_step`" in errors[0], result.output[-3000:]
     assert "Traceback" not in result.output
-    assert not (tmp_path / "out.csv").exists() and not list(logs.rglob("predictions.csv"))
+    assert not (tmp_path / "out.csv").exists() and not logs.exists()  # judged before Hydra made a run folder
 
 
 def test_predict_with_input_on_data_that_cannot_read_it_is_one_line() -> None:

@@ -31,6 +31,7 @@ both a trusted task class that no longer builds and an untrusted data config is 
 
 from __future__ import annotations
 
+import ast
 import codecs
 import pickle
 import zipfile
@@ -50,6 +51,7 @@ from litforge.checkpointing.load import (
     trusted_prefixes,
     unreadable,
 )
+from litforge.core.contracts import no_predict_step, no_predicted
 from litforge.core.errors import CheckpointError
 
 # jobs that rebuild a checkpoint's task (and, but for generate, its data) from the checkpoint alone
@@ -182,7 +184,9 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
     checkpoint = read_checkpoint(path, trusted)
     if checkpoint is None:
         return
-    check_trusted_task_class(recorded_task_class(checkpoint, path), path, trusted_prefixes(trusted))
+    check_trusted_task_class(task_class := recorded_task_class(checkpoint, path), path, trusted_prefixes(trusted))
+    if job == "predict":
+        check_predict_source(task_class, f"ckpt_path={path}")
     hparams = checkpoint.get("hyper_parameters", {})
     if not isinstance(hparams, dict):
         return
@@ -190,3 +194,20 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config")
     if job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict)):
         recorded_data_config(checkpoint, path, trusted)
+
+
+def check_predict_source(task_class: str, where: str) -> None:
+    """predict's task contract (litforge.core.contracts.PredictTask) judged on the recorded class's source, before
+    torch is imported, with the job's own lines: no `predict_step` of its own, or one whose every `return` is a
+    mapping written out without `predicted`. What the source cannot tell, the job judges on the first batch."""
+    from litforge.config.source import find_method
+
+    name = task_class.rpartition(".")[2]
+    if (method := find_method(task_class, "predict_step")) is False:
+        raise no_predict_step(name, where)
+    returns = [n.value for n in ast.walk(method) if isinstance(n, ast.Return)] if method else []
+    keys = [
+        [k.value if isinstance(k, ast.Constant) else None for k in r.keys] for r in returns if isinstance(r, ast.Dict)
+    ]
+    if returns and len(keys) == len(returns) and all(None not in k and "predicted" not in k for k in keys):
+        raise no_predicted(name, f"a mapping of {sorted(map(str, keys[0]))}", where)

@@ -15,7 +15,7 @@ import importlib.util
 import typing
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # modules whose names an annotation may use: imported here for real (cheap, torch-free)
 _READABLE = ("typing", "typing_extensions", "collections.abc", "pydantic", "annotated_types", "litforge.core.bounds")
@@ -63,7 +63,11 @@ def _module(module: str, follow: bool = True) -> tuple[dict[str, Any], dict[str,
     refs: dict[str, str] = {}
     classes: dict[str, ast.ClassDef] = {}
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        if isinstance(node, ast.Import):  # `import pytorch_lightning as pl`: a base written `pl.LightningModule`
+            refs |= {
+                alias.asname or alias.name: alias.name for alias in node.names if alias.asname or "." not in alias.name
+            }
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 origin = litforge.HOMES.get(alias.name, "") if node.module == "litforge" else node.module
                 refs[alias.asname or alias.name] = f"{origin}.{alias.name}"
@@ -119,3 +123,23 @@ def read_signature(target: str) -> tuple[dict[str, tuple[Any, Any]], bool] | Non
             return found, False
     assert base is not None
     return {**found, **{k: v for k, v in base[0].items() if k not in found}}, base[1]
+
+
+def find_method(target: str, name: str) -> ast.FunctionDef | Literal[False] | None:
+    """The `def <name>` the class `target` runs, read from its source and its bases' (one from Lightning or torch
+    does not count: its default is not the user's); False when none defines it, None when a base cannot be read."""
+    module, _, cls = target.rpartition(".")
+    read = _module(module) if module else None
+    node = read[2].get(cls) if read else None
+    if read is None or node is None:
+        return None
+    found: ast.FunctionDef | Literal[False] | None = next(
+        (f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == name), None
+    )
+    for base in [ast.unparse(b) for b in node.bases] if found is None else []:
+        head, _, rest = base.partition(".")
+        full = ".".join(filter(None, [read[1].get(head, head), rest]))
+        if full.split(".")[0] not in ("pytorch_lightning", "lightning", "torch", "object", "Generic", "Protocol"):
+            if (found := find_method(full, name)) is None or found is not False:
+                return found
+    return found or False

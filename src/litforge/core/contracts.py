@@ -304,12 +304,17 @@ def check_predict_task(task: Any, where: str) -> None:
     """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
     (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
     if not defines_own(task, "predict_step"):
-        name = task.__name__ if isinstance(task, type) else type(task).__name__
-        raise ConfigError(
-            f"{where}: task `{name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
-            "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
-            "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
-        )
+        raise no_predict_step(task.__name__ if isinstance(task, type) else type(task).__name__, where)
+
+
+def no_predict_step(name: str, where: str) -> ConfigError:
+    """The refusal of task class `name` without a `predict_step` of its own (also judged from its source, before
+    the job starts: litforge.checkpointing.metadata.check_predict_source)."""
+    return ConfigError(
+        f"{where}: task `{name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
+        "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
+        "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
+    )
 
 
 def check_predictable(task: Any, datamodule: Any, input_path: str | None, where: str) -> None:
@@ -339,10 +344,14 @@ def check_prediction(task: Any, out: Any, where: str) -> None:
     """What `predict_step` returned for the first batch has the keys predict.py reads (:data:`PREDICTION_KEYS`)."""
     if not isinstance(out, Mapping) or "predicted" not in out:
         got = f"a mapping of {sorted(out)}" if isinstance(out, Mapping) else f"a {type(out).__name__}"
-        raise ConfigError(
-            f"{where}: `{type(task).__name__}.predict_step` returned {got}, without `predicted`: return "
-            "{'predicted': ..., 'confidence': ... (optional)}, one entry per sample (litforge.PredictTask)"
-        )
+        raise no_predicted(type(task).__name__, got, where)
+
+
+def no_predicted(name: str, got: str, where: str) -> ConfigError:
+    return ConfigError(
+        f"{where}: `{name}.predict_step` returned {got}, without `predicted`: return "
+        "{'predicted': ..., 'confidence': ... (optional)}, one entry per sample (litforge.PredictTask)"
+    )
 
 
 def check_exportable(task: Any, datamodule: Any, where: str) -> None:
