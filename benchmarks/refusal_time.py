@@ -11,7 +11,7 @@ of the user's task. Then each mistake is run as the user types it, from that fol
 - (b) `train.py task=user_task +task.temperature=2`: a key the user's task does not take;
 - (c) `eval.py ckpt_path=<the user's checkpoint>` without `trusted_packages=[userpkg]`: the trust refusal;
 - (d) `predict.py ckpt_path=<ckpt> trusted_packages=[userpkg]` whose task (`LogitsTask`) returns no `predicted`:
-  the predict contract (a one-line refusal once branch `api` checks it at the start; a traceback before).
+  the predict contract (judged on the recorded class's source before Hydra starts; a traceback before branch `api`).
 
 Each row: the median wall time from the command's start to its exit (the goal is <= 3 s on 2 cores), the exit code,
 whether the command imported torch (an extra, untimed run with `-X importtime`), whether it made a run folder, and
