@@ -1,14 +1,10 @@
 """The one config check: pydantic judges a composed config against the typed signatures of what it builds.
 
-Every value is typed where it is used: a constructor's annotation (pydantic / annotated-types, or litforge.core.bounds'
-aliases), a library class's row in litforge.config.library, the jobs' own keys in litforge.jobs.settings.JobSettings;
-keys read together are litforge.config.relations. pydantic judges each value in strict mode (no `"abc"` or `1.5` for an
-int, no `"true"` for a bool; an int is a float); a refusal is one line: key, value, what it takes, a passing example.
-
-Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra makes
-a run folder); :func:`check_at_start` in each job skips a config checked already. Builders take checked values. A class
-is read from its source first (litforge.config.source), so a mistake in a user's class is refused before torch loads;
-library classes and what the source cannot tell are judged after, with the class imported.
+Types sit where values are used (docs/checks.md): a constructor's annotation, a library class's row in
+litforge.config.library, the jobs' own keys in litforge.jobs.settings; keys read together in litforge.config.relations.
+Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra
+makes a run folder), :func:`check_at_start` in each job (skipped for a config checked already). A class is read from
+its source first (litforge.config.source), so a mistake in a user's class is refused before torch loads.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from litforge.config.library import STAND_INS
-from litforge.config.relations import MOVED_KEYS, RELATIONS, Relation, moved_key_message
+from litforge.config.relations import MOVED_KEYS, RELATIONS, moved_key_message
 from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
 from litforge.core.instantiate import import_failure
@@ -63,23 +59,23 @@ def check_group(scope: str, node: Any) -> None:
     """One group (`data`, `callbacks.<name>`, ...) and its own relations, e.g. for a group composed in code."""
     nested = OmegaConf.create({})
     OmegaConf.update(nested, scope, node, force_add=True)
-    own = [r for r in RELATIONS if all(k.startswith(scope + ".") for k in r.keys)]
+    own = [r for r in RELATIONS if all(k.startswith(scope + ".") for k in r[0])]
     _check(nested, [(scope, OmegaConf.select(nested, scope))], own)
 
 
-def _check(cfg: Any, scopes: list[tuple[str, Any]], relations: typing.Sequence[Relation]) -> None:
+def _check(cfg: Any, scopes: list[tuple[str, Any]], relations: typing.Sequence[Any]) -> None:
     pending = []
     for scope, node in [(s, n) for s, n in scopes if n is not None]:
         check_package(scope, node)
         pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False)]
-    for relation in relations:
-        values = [_lookup(cfg, key) for key in relation.keys]
+    for keys, holds, message in relations:
+        values = [_lookup(cfg, key) for key in keys]
         try:
-            holds = _MISSING in values or relation.holds(*values)
+            fails = _MISSING not in values and not holds(*values)
         except TypeError:  # a value of the wrong type: its own check (below) says so
-            holds = True
-        if not holds:
-            raise ConfigError(relation.message.format(*(shown(v, quote=False) for v in values)))
+            fails = False
+        if fails:
+            raise ConfigError(message.format(*(shown(v, quote=False) for v in values)))
     for key, sub in pending:
         _bind_target(key, sub, True)
 
@@ -142,13 +138,11 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str) -> 
 def adapter(kind: Any) -> TypeAdapter[Any] | None:
     """pydantic's validator for an annotation (None for one it cannot build: a forward reference, ...)."""
     if (entry := _ADAPTERS.get(id(kind))) is None or entry[0] is not kind:
-        entry = _ADAPTERS[id(kind)] = (kind, None)
-        for config in (ConfigDict(arbitrary_types_allowed=True), None):  # a model's own config stands alone
-            try:
-                entry = _ADAPTERS[id(kind)] = (kind, TypeAdapter(kind, config=config))
-                break
-            except Exception:
-                continue
+        try:  # (a model's own config stands alone)
+            judge = TypeAdapter(kind, config=None if _is_model(kind) else ConfigDict(arbitrary_types_allowed=True))
+        except Exception:
+            judge = None
+        entry = _ADAPTERS[id(kind)] = (kind, judge)
     return entry[1]
 
 
@@ -207,10 +201,8 @@ def _sample(schema: Mapping[str, Any]) -> Any:
         return next((s for s in map(_sample, schema["anyOf"]) if s is not None), None)
     if "const" in schema or "enum" in schema:
         return schema.get("const", schema.get("enum", [None])[0])
-    lo, hi = (
-        schema.get("minimum", schema.get("exclusiveMinimum")),
-        schema.get("maximum", schema.get("exclusiveMaximum")),
-    )
+    lo = schema.get("minimum", schema.get("exclusiveMinimum"))
+    hi = schema.get("maximum", schema.get("exclusiveMaximum"))
     if schema.get("type") in ("integer", "number"):
         value = (lo + hi) / 2 if None not in (lo, hi) else lo + 1 if lo is not None else hi - 1 if hi is not None else 1
         return int(value) if schema["type"] == "integer" else float(value)
@@ -221,10 +213,9 @@ def _sample(schema: Mapping[str, Any]) -> Any:
 
 def _walk(schema: Any, key: str) -> Iterator[Any]:
     """Every value listed under `key` anywhere in a JSON Schema."""
-    if isinstance(schema, (Mapping, list)):
-        yield from schema.get(key, []) if isinstance(schema, Mapping) else []
-        for value in schema.values() if isinstance(schema, Mapping) else schema:
-            yield from _walk(value, key)
+    yield from schema.get(key, []) if isinstance(schema, Mapping) else []
+    for value in schema.values() if isinstance(schema, Mapping) else schema if isinstance(schema, list) else []:
+        yield from _walk(value, key)
 
 
 def shown(value: Any, quote: bool = True) -> str:
@@ -252,8 +243,7 @@ def fields(model: type[BaseModel]) -> Params:
 def signature(target: Any) -> tuple[Params, bool]:
     """The arguments of an imported class or function, following `**kwargs` up the base classes, and whether it still
     takes any keyword at the end (then an unknown key cannot be judged)."""
-    classes = target.__mro__ if inspect.isclass(target) else []
-    found: Params = {}
+    classes, found = target.__mro__ if inspect.isclass(target) else [], Params()
     for function in [vars(c)["__init__"] for c in classes if "__init__" in vars(c)] or [target]:
         try:
             params = list(inspect.signature(function).parameters.values())
@@ -266,7 +256,7 @@ def signature(target: Any) -> tuple[Params, bool]:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return found, False
         if str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN:  # DDP's **kwargs go to torch
-            return found, True
+            break
     return found, True
 
 

@@ -1,26 +1,17 @@
 """Typed bounds for the library classes litforge's configs build, which cannot be annotated here.
 
-Torch's and Lightning's signatures give types at most (`lr: float`), never ranges (a `step_size=0` ends in a
-ZeroDivisionError deep inside fit). One row per library target (by `_target_`, or by the group for one built without
-a `_target_`): its arguments' annotations bound the target's, whose own signature still judges every other argument and
-the unknown keys. Torch-free, so these are judged before torch is imported. Only arguments litforge's configs set.
+Torch's and Lightning's signatures give types at most (`lr: float`), never ranges (`step_size=0` ends in a
+ZeroDivisionError inside fit). One row per library target (by `_target_`, or by the group built without one), for
+the arguments litforge's configs set, torch-free; the target's own signature still judges the rest and unknown keys.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from litforge.core.bounds import Count, NonNegative, NonNegativeInt, Positive
-
-
-def _device_ids(text: str) -> str:
-    if not re.fullmatch(r"-?\d+(,\d+)*,?|auto", text):
-        raise ValueError("not a device list")
-    return text
-
 
 # Lightning's `limit_*_batches`: a float is a fraction of the batches, an int a count of them
 Batches = Annotated[
@@ -34,7 +25,7 @@ BatchesOrNone = Annotated[
 Devices = Annotated[
     Count
     | Literal[-1]
-    | Annotated[str, AfterValidator(_device_ids)]
+    | Annotated[str, Field(pattern=r"^(-?\d+(,\d+)*,?|auto)$")]
     | Annotated[list[NonNegativeInt], Field(min_length=1)],
     Field(description="a count >= 1, -1 (all), auto, or a list of device ids", examples=[1]),
 ]

@@ -1,9 +1,5 @@
-"""Bounds of an argument, written where the argument is declared, in the field's standard (pydantic / annotated-types):
-`dropout: Annotated[float, Field(ge=0, lt=1)]`, `Literal[...]`, unions, or one of the aliases below.
-
-Why in core: every layer annotates its constructors with these (models import nothing of config); the config check
-(litforge.config.check) has pydantic judge a composed config against them before a run starts. `Field(examples=[...])`
-gives the example a refusal shows; `Field(description=...)` the words for a condition no type says (an AfterValidator).
+"""Bounds of an argument, written where it is declared, in pydantic / annotated-types (docs/checks.md): the common
+kinds by name. Core, so every layer may annotate with them; `Field(examples=[...])` gives a refusal's example.
 """
 
 from __future__ import annotations

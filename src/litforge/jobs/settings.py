@@ -1,31 +1,18 @@
 """What the jobs read from the top of their config (not a group's `_target_`): one pydantic model, beside them.
 
-One model for every job's own keys (train's `seed`, `resume`, `time_limit`; predict's `input`; export's `parity`;
-...): a key has one meaning in every job that reads it. The config check (litforge.config.check) judges the composed
-config's top level against :class:`JobSettings` as it judges a group against its class's signature, before anything
-is built. Torch-free, so a mistake here is refused before torch is imported.
+A key has one meaning in every job that reads it; the config check (litforge.config.check) judges the top level
+against :class:`JobSettings` as it judges a group against its class's signature. Torch-free.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from annotated_types import Predicate
+from pydantic import BaseModel, ConfigDict, Field
 
 from litforge.core.bounds import Count, NonNegative, Positive, Seed
 from litforge.runtime.durations import is_time_limit, parse_every
-
-
-def _holds(test: Any) -> AfterValidator:
-    """A condition as pydantic's AfterValidator: the value passes `test` or is refused."""
-
-    def judge(value: Any) -> Any:
-        if not test(value):
-            raise ValueError("does not hold")
-        return value
-
-    return AfterValidator(judge)
-
 
 Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto, cpu, cuda or cuda:<index>")]
 Compile = Annotated[
@@ -34,15 +21,14 @@ Compile = Annotated[
 ]
 Every = Annotated[
     Count | str | None,
-    _holds(lambda v: v is None or parse_every(v) is not None),
+    Predicate(lambda v: not isinstance(v, str) or parse_every(v) is not None),
     Field(description="a step count >= 1 or a duration (30min, 2h, 90s)", examples=[500]),
 ]
 TimeLimit = Annotated[
     str | None,
-    _holds(lambda v: v is None or is_time_limit(v)),
+    Predicate(lambda v: v is None or is_time_limit(v)),
     Field(description="auto or a duration (3h55min, 30min, 04:00:00)", examples=["3h55min"]),
 ]
-Size = Annotated[str | Count, Field(description="a size like 64MB", examples=["64MB"])]
 
 
 class Section(BaseModel):
@@ -63,9 +49,7 @@ class Paths(Section):
     output_dir: str | None = None
 
 
-class Tune(Section):
-    """Lightning's finders before training (litforge.jobs.tuning); which keys apply depends on `finder`."""
-
+class Tune(Section):  # Lightning's finders before training (litforge.jobs.tuning); which keys apply depends on finder
     finder: Literal["none", "lr_find", "batch_size"] = "none"
     apply: bool = True
     min_lr: Positive = 1e-6
@@ -141,7 +125,7 @@ class JobSettings(Section):
     report: Report | None = None
     # prepare (LitData shards)
     overwrite: bool = False
-    chunk_bytes: Size = "64MB"
+    chunk_bytes: Annotated[str | Count, Field(description="a size like 64MB", examples=["64MB"])] = "64MB"
     num_workers: Count = 1
     start_method: Literal["fork", "spawn", "forkserver"] | None = None
     storage_options: dict[str, Any] = {}
