@@ -1,11 +1,16 @@
-"""Every mistake a user can make on the command line ends with exit code != 0 and one clear message, no traceback.
+"""Every mistake a user can make on the command line ends with exit code != 0 and one clear message, no traceback,
+and writes nothing: no run folder, not a byte in the folders of earlier runs.
 
-One table: each row is (script, overrides built in a temporary folder, text the message must contain).
+One table: each row is (script, overrides built in a temporary folder, text the message must contain, id). Every row
+runs against one log folder that already holds runs (a finished one and an interrupted one, `earlier_runs`): its
+sha256 manifest (every file's path and hash, every folder) is the same after each row and after the whole table.
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,10 +24,19 @@ pytestmark = pytest.mark.slow
 Args = Callable[[Path, Path], list[str]]  # (tmp folder, a real checkpoint) -> overrides
 
 
+def manifest(folder: Path) -> dict[str, str]:
+    """Every file under `folder` with its sha256, and every folder: what a refused command must leave as it was."""
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A real, small MLP checkpoint to truncate, or to resume with another model."""
-    log_dir = tmp_path_factory.mktemp("ckpt")
+def earlier_runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A log folder holding earlier runs, and its manifest: a finished run (a real, small MLP checkpoint to truncate,
+    or to resume with another model) and `interrupted`, its copy without metrics.json (what resume= continues)."""
+    log_dir = tmp_path_factory.mktemp("earlier")
     result = run_cli(
         "train.py",
         *TINY,
@@ -32,7 +46,21 @@ def checkpoint(tmp_path_factory) -> Path:
         log_dir=log_dir,
     )
     assert result.returncode == 0, result.output[-3000:]
-    return single_run(log_dir) / "checkpoints" / "last.ckpt"
+    finished = single_run(log_dir)
+    shutil.copytree(finished, finished.with_name("interrupted"))
+    (finished.with_name("interrupted") / "metrics.json").unlink()
+    return log_dir, manifest(log_dir)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(earlier_runs) -> Path:
+    """The finished run's last checkpoint (its folder: `ckpt.parents[1]`; the interrupted run: `_interrupted(ckpt)`)."""
+    log_dir, _ = earlier_runs
+    return next(p for p in (log_dir / "train" / "runs").glob("*/checkpoints/last.ckpt") if "interrupted" not in str(p))
+
+
+def _interrupted(ckpt: Path) -> Path:
+    return ckpt.parents[2] / "interrupted"
 
 
 def _truncated(tmp: Path, ckpt: Path) -> list[str]:
@@ -195,22 +223,55 @@ CASES = [
         ["litforge: error", "corpus.txt is not UTF-8"],
         "text-file-not-utf8",
     ),
+    # ---- #39 a refused command writes nothing ----
+    (
+        "train.py",
+        lambda tmp, ckpt: [f"resume={_interrupted(ckpt)}", "task=regression"],
+        ["litforge: error", "was written by task ClassificationTask", "resume with the same task="],
+        "resume-with-another-task",
+    ),
+    (
+        "train.py",
+        lambda tmp, ckpt: [f"resume={ckpt.parents[1] / 'train.log'}"],
+        ["litforge: error", "train.log is not a readable PyTorch checkpoint"],
+        "resume-a-file-of-a-finished-run-that-is-no-checkpoint",
+    ),
+    (  # refused inside the job (Hydra had written .hydra/ and the log into the run's folder): put back as it was
+        "train.py",
+        lambda tmp, ckpt: [f"resume={_interrupted(ckpt)}", *_mixed_images("sizes")(tmp, ckpt)],
+        ["litforge: error", "images have different sizes", "run folder:"],
+        "resume-refused-inside-the-job",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("script", "args", "needles"), [c[:3] for c in CASES], ids=[c[3] for c in CASES])
 def test_bad_input_fails_with_one_clear_message(
-    script: str, args: Args, needles: list[str], tmp_path: Path, checkpoint: Path
+    script: str, args: Args, needles: list[str], tmp_path: Path, checkpoint: Path, earlier_runs
 ):
+    log_dir, _ = earlier_runs
     overrides = args(tmp_path, checkpoint)
-    result = run_cli(script, *overrides, "print_config=false", log_dir=tmp_path / "logs")
+    before = manifest(log_dir)
+    result = run_cli(script, *overrides, "print_config=false", log_dir=log_dir)
     assert result.returncode != 0, result.output[-2000:]
     assert "Traceback" not in result.output, result.output[-4000:]
-    assert result.output.count("litforge: error") <= 1, result.output[-4000:]
+    assert len([line for line in result.output.splitlines() if "litforge: error:" in line]) == 1, result.output[-4000:]
     for needle in needles:
         assert needle in result.output, f"{needle!r} not in:\n{result.output[-2000:]}"
     assert "Epoch 0" not in result.output, "the mistake must be caught before training starts"
     assert not (tmp_path / "pwned").exists(), "loading a checkpoint ran code from it"
+    after = manifest(log_dir)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"the refused command wrote (or removed) in the log folder: {changed}"
+
+
+def test_the_whole_table_left_the_earlier_runs_as_they_were(earlier_runs):
+    """After every row above (run before this test in the same worker, in file order): the earlier runs' manifest is
+    the one taken when they were made, and no run folder was added beside them."""
+    log_dir, at_start = earlier_runs
+    now = manifest(log_dir)
+    assert now == at_start, sorted(k for k in now.keys() | at_start.keys() if now.get(k) != at_start.get(k))
+    assert len(list((log_dir / "train" / "runs").iterdir())) == 2, "a run folder was added"
 
 
 # out-of-range values and runs that would do nothing, through the real CLI (the full table of such mistakes is judged

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF
+from conftest import CONF, TINY, run_cli, single_run, stub_checkpoint
 from litforge.checkpointing.resume import Resume, decide
 from litforge.core.errors import CheckpointError, ConfigError
 
@@ -125,6 +125,7 @@ def test_the_cli_writes_the_resumed_run_in_its_own_folder_with_its_own_overrides
     from litforge.cli.preflight import prepare_command_line
 
     run = make_run(tmp_path, "r", mtime=1_000)
+    stub_checkpoint(run / "checkpoints")  # a litforge checkpoint: the resume is checked before Hydra starts
     (run / ".hydra").mkdir()
     OmegaConf.save(OmegaConf.create(["trainer.max_epochs=3", "seed=7"]), run / ".hydra" / "overrides.yaml")
     argv = ["train.py", f"paths.log_dir={tmp_path}", "resume=auto", "seed=8"]
@@ -157,3 +158,121 @@ def test_the_cli_refuses_resume_with_a_ckpt_path_in_one_line(tmp_path, capsys):
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("litforge: error: pass either resume=auto") == 1 and "Traceback" not in err, err
+
+
+# ---- a refused command writes nothing (litforge.checkpointing.resume.check_early, checkpointing.folders) ------------
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _model_run(tmp_path: Path, model: str) -> Path:
+    """An interrupted run trained with `model=<model>`: its checkpoint records that net, its overrides that option."""
+    import torch
+
+    from litforge.cli.command_line import compose
+    from litforge.core.instantiate import to_plain
+
+    run = make_run(tmp_path, "r", mtime=1_000)
+    net = to_plain(compose(CONF, "train", [f"model={model}"]).model)
+    meta = {"task_class": "litforge.tasks.classification.ClassificationTask", "run_config": {}}
+    checkpoint = {"state_dict": {}, "hyper_parameters": {"net": net}, "litforge": meta}
+    torch.save(checkpoint, run / "checkpoints" / "last.ckpt")
+    (run / ".hydra").mkdir()
+    OmegaConf.save(OmegaConf.create([f"model={model}"]), run / ".hydra" / "overrides.yaml")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["task=regression"], "was written by task ClassificationTask, but this run configures RegressionTask"),
+        (["model=mlp"], "holds a different model than this run configures (checkpoint: CNN("),
+        ([], None),  # the run's own model=cnn, from its recorded overrides: continues
+    ],
+    ids=["another-task", "another-model", "its-own-overrides"],
+)
+def test_a_resume_that_cannot_fit_the_checkpoint_is_refused_before_hydra_writes_in_the_run(
+    extra, says, tmp_path, capsys
+):
+    """`resume=<a run> task=<another task>` was refused only inside the job, after Hydra had written the refused
+    overrides into the run's .hydra/: then `resume=<that run>` failed too. Now the checkpoint is judged on the merged
+    overrides (the run's own, then yours) before Hydra starts, and the run's folder is not touched."""
+    from litforge.cli.preflight import prepare_command_line
+
+    run = _model_run(tmp_path, "cnn")
+    before = _files(run)
+    argv = ["train.py", f"paths.log_dir={tmp_path}", f"resume={run}", *extra]
+    if says is None:
+        prepare_command_line(CONF, "train", argv)
+        assert "model=cnn" in argv and f"hydra.run.dir='{run.resolve()}'" in argv, argv
+    else:
+        with pytest.raises(SystemExit):
+            prepare_command_line(CONF, "train", argv)
+        errors = [line for line in capsys.readouterr().err.splitlines() if "litforge: error:" in line]
+        assert len(errors) == 1 and says in errors[0], errors
+    assert _files(run) == before
+
+
+def _as_hydra_and_the_job_write(run: Path) -> None:
+    """What a refused attempt wrote before the refusal: Hydra's .hydra/ and log, the job's provenance and lock."""
+    (run / ".hydra").mkdir(exist_ok=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- task=regression\n")
+    (run / ".hydra" / "config.yaml").write_text("task: regression\n")
+    with (run / "train.log").open("a") as log:
+        log.write("[ERROR] - could not build the task\n")
+    (run / "provenance.json").write_text('{"status": "failed"}')
+    (run / "tensorboard").mkdir(exist_ok=True)
+    (run / "tensorboard" / "events.out.tfevents.1").write_bytes(b"hparams")
+
+
+def test_a_refusal_inside_the_job_leaves_an_earlier_run_as_it_was_and_no_new_folder(tmp_path):
+    """`resume=<a file inside a finished run>` rewrote that run's .hydra/*.yaml and train.log and turned its
+    provenance from finished to failed; a refusal in a new run left its folder behind. What Hydra's callback noted
+    before (note_folder) is put back after a refusal (undo_refused), unless the job wrote a checkpoint or metrics."""
+    from litforge.checkpointing.folders import note_folder, undo_refused
+
+    run = make_run(tmp_path, "earlier", mtime=1_000, finished=True)
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=7\n")
+    (run / "train.log").write_text("trained\n")
+    (run / "provenance.json").write_text('{"status": "finished"}')
+    before = _files(run)
+    noted = note_folder(run)
+    _as_hydra_and_the_job_write(run)
+    assert undo_refused(noted) and _files(run) == before and not (run / "tensorboard").exists()
+
+    new = tmp_path / "train" / "runs" / "new"  # `train/runs` exists: only the run's own folder goes
+    noted = note_folder(new)
+    new.mkdir()
+    _as_hydra_and_the_job_write(new)
+    assert undo_refused(noted) and not new.exists() and new.parent.is_dir()
+    fresh = tmp_path / "fresh" / "train" / "runs" / "new"  # folders above it that the command made go too
+    noted = note_folder(fresh)
+    fresh.mkdir(parents=True)
+    _as_hydra_and_the_job_write(fresh)
+    assert undo_refused(noted) and not (tmp_path / "fresh").exists()
+
+    noted = note_folder(run)  # a run that wrote a checkpoint ran: its folder is left as it is
+    _as_hydra_and_the_job_write(run)
+    (run / "checkpoints" / "epoch=0.ckpt").write_bytes(b"weights")
+    assert not undo_refused(noted) and (run / "tensorboard").exists()
+
+
+@pytest.mark.slow
+def test_after_a_refused_resume_the_documented_resume_continues_the_run(tmp_path):
+    """The case of issue #39: refused `resume=<run> task=regression`, then `resume=<run>` continues that run with
+    its own overrides (and the one given), and its record of them changes only then."""
+    log_dir = tmp_path / "logs"
+    first = run_cli("train.py", *TINY, "trainer.max_epochs=1", "test_after_training=false", log_dir=log_dir)
+    assert first.returncode == 0, first.output[-3000:]
+    run = single_run(log_dir)
+    (run / "metrics.json").unlink()  # interrupted after its first epoch
+    before = _files(run)
+    refused = run_cli("train.py", f"resume={run}", "task=regression", log_dir=log_dir)
+    assert refused.returncode == 1 and "resume with the same task=" in refused.output, refused.output[-3000:]
+    assert _files(run) == before
+    resumed = run_cli("train.py", f"resume={run}", "trainer.max_epochs=2", log_dir=log_dir)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    overrides = (run / ".hydra" / "overrides.yaml").read_text()
+    assert "trainer.max_epochs=2" in overrides and "task=" not in overrides, overrides
+    assert single_run(log_dir) == run

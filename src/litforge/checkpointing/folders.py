@@ -9,6 +9,15 @@ exception). A lock left by a kill -9 or a lost node is *stale*: its process is g
 no longer running (another host, asked through `squeue`). `resume=auto` skips a folder whose lock is live and
 `resume=<that folder>` refuses it (litforge.checkpointing.resume), so a second job never writes into a running one's
 folder. A lock of this very job (a requeued attempt, another task of the same `srun`) is not another run's.
+
+A refused command writes nothing (docs/reliability.md). Most refusals come before Hydra makes or opens a run folder
+(litforge.cli.preflight); one that only the job can make comes after Hydra wrote `.hydra/` and the log there, and after
+the job wrote `provenance.json`. :class:`NoteRunFolder` (a Hydra callback, conf/hydra/default.yaml) notes the run
+folder just before Hydra touches it, and the entry (litforge.cli.main) puts it back on a refusal with
+:func:`undo_refused`: a folder the command made is removed, a folder that was there (a resumed run) gets its
+`.hydra/`, log and provenance back byte for byte, and loses what else the attempt added (a logger's first event
+file). Only while the job wrote no checkpoint and no metrics.json: those mean the run really ran, and its folder is
+left as it is.
 """
 
 from __future__ import annotations
@@ -19,9 +28,14 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
 
 from litforge.core.errors import ConfigError
+from litforge.runtime.ranks import is_rank_zero
 from litforge.runtime.slurm import job_id, job_is_running
 
 LOCK_NAME = "run.lock"
@@ -122,3 +136,116 @@ def _read_lock(lock: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+# ---- a refused command writes nothing ------------------------------------------------------------------------------
+KEPT_BYTES = 2**20  # a bookkeeping file up to this size is kept whole; a longer one (a long run's log) by its size
+
+
+def is_bookkeeping(relative: str) -> bool:
+    """What Hydra and a job's start write into a run folder and change in place: `.hydra/`, `<job>.log`,
+    `provenance.*` and the `run.lock` mark."""
+    if relative.startswith(".hydra/"):
+        return True
+    top_level = "/" not in relative
+    return top_level and (relative.endswith(".log") or relative.startswith(("provenance.", LOCK_NAME, f".{LOCK_NAME}")))
+
+
+def is_of_value(relative: str) -> bool:
+    """What makes a run a run: a checkpoint (a file, or a sharded folder's part) or its final metrics."""
+    return relative.startswith("checkpoints/") or relative.endswith(".ckpt") or relative == "metrics.json"
+
+
+@dataclass
+class FolderBefore:
+    """A folder as it was before a command: whether it existed, its files' (size, mtime), its bookkeeping files'
+    bytes, its sub-folders, and the nearest folder above it that existed."""
+
+    folder: Path
+    existed: bool
+    above: Path
+    files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    kept: dict[str, bytes] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+
+
+def _scan(folder: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
+    files: dict[str, tuple[int, int]] = {}
+    dirs: set[str] = set()
+    for root, subdirs, names in os.walk(folder):
+        where = Path(root).relative_to(folder)
+        dirs.update((where / d).as_posix() for d in subdirs)
+        for name in names:
+            stat = (Path(root) / name).stat(follow_symlinks=False)
+            files[(where / name).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+    return files, dirs
+
+
+def note_folder(folder: Path) -> FolderBefore:
+    """`folder` as it is now, to be put back by :func:`undo_refused`."""
+    folder = folder.absolute()
+    above = next(p for p in folder.parents if p.exists())
+    if not folder.is_dir():
+        return FolderBefore(folder, existed=False, above=above)
+    files, dirs = _scan(folder)
+    kept = {r: (folder / r).read_bytes() for r, (size, _) in files.items() if is_bookkeeping(r) and size <= KEPT_BYTES}
+    return FolderBefore(folder, existed=True, above=above, files=files, kept=kept, dirs=dirs)
+
+
+def undo_refused(before: FolderBefore) -> bool:
+    """Put `before.folder` back as it was before a refused command: the files it added are removed (the folder
+    itself when the command made it), the bookkeeping it changed is restored. False, with nothing done, where the
+    command wrote something of value (:func:`is_of_value`) or changed a file that cannot be put back: that run ran."""
+    folder = before.folder
+    if not folder.is_dir():
+        return True
+    files, dirs = _scan(folder)
+    changed = {r for r in files.keys() | before.files.keys() if files.get(r) != before.files.get(r)}
+    if any(is_of_value(r) or (r in before.files and not is_bookkeeping(r)) for r in changed):
+        return False
+    if not before.existed:
+        shutil.rmtree(folder)
+        for parent in folder.parents:  # the folders above it this command made, while empty
+            if parent == before.above or not parent.is_relative_to(before.above) or any(parent.iterdir()):
+                break
+            parent.rmdir()
+        return True
+    for relative in files.keys() - before.files.keys():
+        (folder / relative).unlink()
+    for relative in sorted(changed & before.files.keys()):
+        path, (size, mtime) = folder / relative, before.files[relative]
+        if relative in before.kept:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(before.kept[relative])
+        elif path.is_file() and path.stat().st_size > size:
+            os.truncate(path, size)  # a long log: the lines this command appended
+        if path.is_file():
+            os.utime(path, ns=(mtime, mtime))
+    for relative in sorted(dirs - before.dirs, key=len, reverse=True):
+        if not any((folder / relative).iterdir()):
+            (folder / relative).rmdir()
+    return True
+
+
+_noted: list[FolderBefore] = []  # the run folder of this process's single run, noted before Hydra touched it
+
+
+class NoteRunFolder(Callback):
+    """Hydra callback: note the run folder before Hydra makes it or writes into it (`hydra.run.dir` resolves to the
+    same folder here as in Hydra's run_job: its resolvers `now`, `uid` and `run_name` cache their value)."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        _noted.clear()
+        folder = Path(str(config.hydra.run.dir))
+        if not is_rank_zero() or config.hydra.output_subdir is None:  # other ranks, a dry run: they write nothing there
+            return
+        if not folder.exists() or (folder / ".hydra").is_dir():  # not a folder of the user's own (it is not undone)
+            _noted.append(note_folder(folder))
+
+
+def undo_noted_folder() -> bool:
+    """After a refusal in a single run's job: :func:`undo_refused` on the folder :class:`NoteRunFolder` noted."""
+    try:
+        return bool(_noted) and undo_refused(_noted.pop())
+    except OSError:  # a folder that changed under it: left as it is, the refusal's own line still comes
+        return False

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,13 +205,67 @@ def own_checkpoint(run_dir: Path) -> Path:
     return ckpt.resolve()
 
 
-def resume_command_line(cfg: Any, parsed: list[Any], overrides: list[str]) -> list[str]:
+def check_continues(path: str, recorded_task: str, configured_task: str, saved_net: Any, current_net: Any) -> None:
+    """A run continued from checkpoint `path` must train the task and the net that wrote it, or the weights cannot
+    fit: the job's check (litforge.jobs.train.check_resumable) and the command line's (:func:`check_early`)."""
+    if recorded_task != configured_task:
+        raise ConfigError(
+            f"{path} was written by task {recorded_task.rpartition('.')[2]}, but this run configures "
+            f"{configured_task.rpartition('.')[2]}: resume with the same task= (and model=) as the original run"
+        )
+    if saved_net is not None and saved_net != current_net:
+        raise ConfigError(
+            f"{path} holds a different model than this run configures (checkpoint: {_describe(saved_net)}, "
+            f"now: {_describe(current_net)}): pass the same model= and model.* overrides as the original run"
+        )
+
+
+def _describe(net_cfg: dict[str, Any]) -> str:
+    target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
+    knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
+    return f"{target}({knobs})"
+
+
+def check_early(cfg: Any, checkpoint: str | Path) -> None:
+    """Before Hydra writes into a run folder: the checkpoint a training run continues or starts from is a readable
+    litforge checkpoint of this run's task and net (:func:`check_continues`, read without torch:
+    litforge.checkpointing.metadata). Where only the full load can tell (a sharded folder, a task named through
+    another module), the job decides, and a refusal there leaves the folder as it was (litforge.checkpointing.folders).
+    """
+    from litforge.checkpointing.load import recorded_task_class
+    from litforge.checkpointing.metadata import read_checkpoint
+    from litforge.core.instantiate import to_plain
+
+    trusted = cfg.get("trusted_packages") or ()
+    loaded = read_checkpoint(checkpoint, tuple(str(p) for p in trusted) if OmegaConf.is_list(trusted) else ())
+    if loaded is None:
+        return
+    path = str(checkpoint)
+    recorded, target = recorded_task_class(loaded, path), str(OmegaConf.select(cfg, "task._target_", default=""))
+    if recorded.rpartition(".")[2] == target.rpartition(".")[2]:
+        target = recorded  # the same class name: whether both name one class, the job's import tells
+    hparams = loaded.get("hyper_parameters")
+    saved_net = hparams.get("net") if isinstance(hparams, dict) else None
+    try:
+        current_net = to_plain(cfg.model)
+    except Exception:  # a model config that does not resolve here: the job says what is wrong with it
+        return
+    check_continues(path, recorded, target, saved_net if isinstance(saved_net, dict) else None, current_net)
+
+
+def resume_command_line(
+    cfg: Any, parsed: list[Any], overrides: list[str], compose: Callable[[list[str]], Any] | None = None
+) -> list[str]:
     """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`, so
     Hydra reuses that folder with that run's overrides (yours win): its logs, events and checkpoints stay in one
-    place. Called by litforge.cli.preflight before Hydra starts; `parsed` are Hydra's parsed `overrides`."""
+    place. Called by litforge.cli.preflight before Hydra starts; `parsed` are Hydra's parsed `overrides`. The
+    checkpoint is checked first (:func:`check_early`, on the config of the merged overrides that `compose` returns):
+    a refused resume never reaches the run's folder, so its recorded overrides change only when it continues."""
     log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
     decided = decide(cfg.get("resume"), cfg.get("ckpt_path"), log_dir, task_name)
     if decided.asked is None:
+        if decided.checkpoint is not None and cfg.get("ckpt_path") is not None:  # a new run from that file
+            check_early(cfg, decided.checkpoint)
         return overrides
     mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
     if decided.run_dir is None or decided.checkpoint is None:
@@ -222,12 +276,15 @@ def resume_command_line(cfg: Any, parsed: list[Any], overrides: list[str]) -> li
         )
         return [o.input_line for o in mine]
     run_dir, ckpt = decided.run_dir, Path(decided.checkpoint)
-    print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)
     merged: dict[str, str] = {}
     for line in [*_saved_overrides(run_dir), *(o.input_line for o in mine)]:
         key = line.split("=", 1)[0].lstrip("+~")
         if key not in ("resume", "ckpt_path", "hydra.run.dir"):
             merged[key] = line  # later (yours) wins over the run's own
+    continued = compose(list(merged.values())) if compose is not None else None
+    if continued is not None:  # else Hydra names what does not compose, before the job runs
+        check_early(continued, ckpt)
+    print(f"litforge: resuming {run_dir} from {ckpt.name}", file=sys.stderr)
     return [*merged.values(), f"hydra.run.dir={_quote(run_dir)}", f"resume={_quote(ckpt)}"]
 
 

@@ -92,7 +92,8 @@ def checked_overrides(
         check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
     if dry_run:
         return [*overrides, *DRY_RUN_HYDRA]
-    return resume_command_line(cfg, parsed, overrides) if job == "train" else overrides
+    recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
+    return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" else overrides
 
 
 # dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file

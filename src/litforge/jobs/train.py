@@ -293,29 +293,18 @@ def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: 
     """A resumed run must train the same task and the same net as the checkpoint, or the weights cannot fit.
 
     Compared by name: this run builds the class its config names (maybe a user's own, outside litforge), and
-    Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here.
+    Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here. The
+    command line's check asked the same of the checkpoint's metadata (litforge.checkpointing.resume.check_early).
     """
     from litforge.checkpointing.restore import recorded_task_class
 
-    recorded = recorded_task_class(checkpoint, path)
-    if recorded != f"{task_cls.__module__}.{task_cls.__qualname__}":
-        raise ConfigError(
-            f"{path} was written by task {recorded.rpartition('.')[2]}, but this run configures "
-            f"{task_cls.__name__}: resume with the same task= (and model=) as the original run"
-        )
-    saved_net = checkpoint.get("hyper_parameters", {}).get("net")
-    current_net = to_plain(cfg.model)
-    if saved_net is not None and saved_net != current_net:
-        raise ConfigError(
-            f"{path} holds a different model than this run configures (checkpoint: {_describe(saved_net)}, "
-            f"now: {_describe(current_net)}): pass the same model= and model.* overrides as the original run"
-        )
-
-
-def _describe(net_cfg: dict[str, Any]) -> str:
-    target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
-    knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
-    return f"{target}({knobs})"
+    resume.check_continues(
+        path,
+        recorded_task_class(checkpoint, path),
+        f"{task_cls.__module__}.{task_cls.__qualname__}",
+        checkpoint.get("hyper_parameters", {}).get("net"),
+        to_plain(cfg.model),
+    )
 
 
 def run_notes(cfg: Any) -> list[str]:
