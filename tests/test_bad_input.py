@@ -195,6 +195,13 @@ CASES = [
         ["litforge: error", "corpus.txt is not UTF-8"],
         "text-file-not-utf8",
     ),
+    # ---- #39 sweeps ----
+    (
+        "train.py",
+        _fixed("-m", "trainer.max_epochs=abc,2"),  # job 0 trained, then job 1 ended in a traceback
+        ["litforge: error: trainer.max_epochs='abc': expected an integer"],
+        "sweep-value-checked-before-its-first-job",
+    ),
 ]
 
 
