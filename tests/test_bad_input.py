@@ -242,6 +242,13 @@ CASES = [
         ["litforge: error", "images have different sizes", "run folder:"],
         "resume-refused-inside-the-job",
     ),
+    # ---- #39 sweeps ----
+    (
+        "train.py",
+        _fixed("-m", "trainer.max_epochs=abc,2"),  # job 0 trained, then job 1 ended in a traceback
+        ["litforge: error: trainer.max_epochs='abc': expected an integer"],
+        "sweep-value-checked-before-its-first-job",
+    ),
 ]
 
 

@@ -34,6 +34,8 @@ PREFLIGHT = [
     (["strategy=local_sgd", "strategy.period=0"], "strategy.period=0: expected an integer >= 1"),
     (["logger.tensorboard.default_hp_metric=3"], "logger.tensorboard.default_hp_metric=3: expected true or false"),
     (["trainer.plugins=3"], "trainer.plugins=3: expected a list"),
+    # a launcher without -m trained here without a word (issue #39)
+    (["hydra/launcher=slurm"], "hydra/launcher=slurm is used only by a multirun: add -m (python train.py -m"),
 ]
 
 
@@ -67,20 +69,34 @@ def test_good_command_lines_pass_unchanged(tmp_path: Path):
         checked_overrides(CONF, "eval", [f"paths.log_dir={tmp_path}"])
 
 
+SEARCH = "hparams_search=digits_optuna"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
         (["-m", "resume=auto", "seed=1,2"], "resume= continues one run"),
         (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
-        # values are each job's to check: the sweep records the failed job and runs the others (tests/test_sweeps.py)
-        (["-m", "model.dropout=choice(0.1,1.5)", "optimizer.lr=interval(0.0,0.1)"], None),
+        # issue #39: every value of a sweep is checked before its first job (job 0 ran, job 1 ended in a traceback)
+        (["-m", "model.dropout=choice(0.1,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),
+        (["-m", "seed=range(-3,5)"], "seed=-3: expected an integer in [0, 4294967295]"),  # a range: its two ends
+        (["-m", "trainer.max_epoch=1,2"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs?"),
+        (["-m", "optimizer.lr=interval(0.0,0.1)"], "optimizer.lr=interval(0.0,0.1): an interval is sampled by a"),
+        # Optuna's space: each value its interval can give, from the command line or the search config
+        (["-m", SEARCH, "model.dropout=interval(0.0,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),
+        (["-m", SEARCH, "data.batch_size=tag(int,interval(0,64))"], "data.batch_size=0: expected an integer >= 1"),
+        (["-m", SEARCH, "data.batch_size=interval(16,64)"], "data.batch_size=16.0: expected an integer >= 1"),
+        (["-m", SEARCH, "optimizer.lr=tag(log,interval(0,0.1))"], "optimizer.lr=tag(log,interval(0,0.1)): `low > 0`"),
+        (["-m", SEARCH], None),  # the shipped search: every searched key exists and takes every value it can get
     ],
 )
-def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says: str | None, tmp_path: Path, capsys):
+def test_every_value_of_a_sweep_is_checked_before_its_first_job(
+    args: list[str], says: str | None, tmp_path: Path, capsys
+):
     from litforge.cli.preflight import prepare_command_line
 
-    argv = ["train.py", f"paths.log_dir={tmp_path}", *args]
+    argv = ["train.py", f"paths.log_dir={tmp_path / 'logs'}", *args]
     if says is None:
         prepare_command_line(CONF, "train", argv)
         return
@@ -89,6 +105,37 @@ def test_a_sweep_is_refused_only_for_what_fails_every_job(args: list[str], says:
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("litforge: error:") == 1 and says in err, err
+    assert not (tmp_path / "logs").exists(), "the check writes nothing, not even the log folder"
+
+
+def test_a_search_configs_space_is_checked_like_the_command_lines(tmp_path: Path, capsys):
+    """conf/hparams_search/<name>.yaml's `hydra.sweeper.params`, here a user's own (a searchpath folder) whose
+    dropout interval reaches 1.5: refused in one line before the study starts."""
+    from litforge.cli.preflight import prepare_command_line
+
+    shipped = (CONF / "hparams_search" / "digits_optuna.yaml").read_text()
+    assert "model.dropout: interval(0.0, 0.5)" in shipped
+    (tmp_path / "hparams_search").mkdir()
+    (tmp_path / "hparams_search" / "wide.yaml").write_text(shipped.replace("interval(0.0, 0.5)", "interval(0.0, 1.5)"))
+    argv = ["train.py", "-m", f"paths.log_dir={tmp_path / 'logs'}", f"hydra.searchpath=[file://{tmp_path}]"]
+    with pytest.raises(SystemExit):
+        prepare_command_line(CONF, "train", [*argv, "hparams_search=wide"])
+    err = capsys.readouterr().err
+    assert err.count("litforge: error:") == 1 and "model.dropout=1.5: expected a number in [0, 1)" in err, err
+
+
+def test_a_sweeps_jobs_to_check_grow_with_what_was_typed_not_with_the_grid():
+    """Every combination up to the limit (relations between swept keys are judged too), then each value once with
+    the other keys at their first value; a range gives its two ends, however long it is."""
+    from litforge.cli.command_line import parse, sweep_jobs
+
+    grid = sweep_jobs(parse(["a=1,2", "b=x,y", "c=3"]))
+    assert sorted(grid) == sorted([[f"a={a}", f"b={b}", "c=3"] for a in (1, 2) for b in "xy"])
+    assert sweep_jobs(parse(["a=1,2,3", "b=x,y"]), limit=4) == [
+        ["a=1", "b=x"], ["a=2", "b=x"], ["a=3", "b=x"], ["a=1", "b=y"],
+    ]  # fmt: skip
+    assert sweep_jobs(parse(["seed=range(0,1000000)"])) == [["seed=0"], ["seed=999999"]]
+    assert sweep_jobs(parse(["x=tag(int,interval(1,8))", "+y=1"])) == [["x=1", "+y=1"], ["x=8", "+y=1"]]
 
 
 @pytest.mark.parametrize("hash_seed", [1, 2])

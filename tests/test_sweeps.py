@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -61,12 +62,53 @@ def test_search_config_composes_with_the_litforge_sweeper_and_parallel_launchers
     assert cfg.trainer.max_epochs == 10  # the search config's shorter trials
 
 
+def _without_slurm() -> dict[str, str]:
+    """PATH without the folders that hold `sbatch` or `srun`: the refusal is about a machine without SLURM, and CI's
+    machine has SLURM installed (tests/test_slurm.py runs real jobs on it), so the test hides it instead of depending
+    on where it runs."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    return {"PATH": os.pathsep.join(d for d in folders if not any((Path(d) / t).exists() for t in ("sbatch", "srun")))}
+
+
+# issue #39, "sweeps skip the checks": each was a traceback (after job 0 ran, or after Hydra made the sweep folder)
+SWEEP_REFUSALS = [
+    (["trainer.max_epochs=abc,2"], "trainer.max_epochs='abc': expected an integer >= 1, -1 or null", None),
+    (["hydra/launcher=slurm", "seed=1,2"], "hydra/launcher=slurm: sbatch and srun are not on PATH", _without_slurm),
+    ([SEARCH, "model.dropout=interval(0.0,1.5)"], "model.dropout=1.5: expected a number in [0, 1)", None),
+]
+
+
+@pytest.mark.parametrize(("args", "says", "env"), SWEEP_REFUSALS, ids=["value", "no-slurm", "optuna-space"])
+def test_a_sweep_that_would_fail_is_refused_before_its_first_job(args, says, env, tmp_path: Path):
+    """Through the real CLI: exit 1, one `litforge: error:` line, no traceback, and nothing under the log folder (no
+    sweep folder: the log folder itself is not made)."""
+    log_dir = tmp_path / "logs"
+    result = run_cli("train.py", *args, log_dir=log_dir, extra_args=("-m",), env=env() if env else None)
+    errors = [line for line in result.output.splitlines() if "litforge: error:" in line]
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    assert len(errors) == 1 and says in errors[0], result.output[-3000:]
+    assert not log_dir.exists(), sorted(log_dir.rglob("*"))
+
+
+def test_a_sweep_gets_the_single_runs_line_for_an_unknown_key(tmp_path: Path):
+    """`-m` with a key the config lacks gave Hydra's raw "not in struct" (issue #39 names `tags`, which is becoming
+    a real key: another one here)."""
+    single = run_cli("train.py", "trainer.max_epoch=1", log_dir=tmp_path / "one")
+    sweep = run_cli("train.py", "trainer.max_epoch=1,2", log_dir=tmp_path / "many", extra_args=("-m",))
+    lines = [[line for line in r.output.splitlines() if "litforge: error:" in line] for r in (single, sweep)]
+    assert sweep.returncode == 1 and "Traceback" not in sweep.output, sweep.output[-3000:]
+    assert len(lines[1]) == 1 and lines[1] == lines[0] and "did you mean trainer.max_epochs?" in lines[1][0], lines
+    assert not (tmp_path / "many").exists()
+
+
 @pytest.mark.slow
 def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp_path: Path):
     """One interrupted study, resumed with 2 trials in parallel (joblib), one of which fails.
 
     The study is prepared as an interrupted sweep leaves it: one trial still RUNNING. Two trials are enqueued so the
-    outcome does not depend on the sampler: dropout 1.5 (nn.Dropout rejects it: the trial must FAIL) and 0.1.
+    outcome does not depend on the sampler: dropout 0.1, and 1.5 from outside the searched interval (as a study
+    shared with another tool may hold; the space itself passed the sweep's check, which refuses a space reaching
+    1.5), which the trial's own check refuses: the trial must FAIL.
     """
     import optuna
     from optuna.trial import TrialState
@@ -76,14 +118,14 @@ def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp
     storage = f"sqlite:///{sweep_dir}/optuna.db"
     study = optuna.create_study(study_name="digits_optuna", storage=storage, direction="maximize")
     study.ask()  # left RUNNING, as by a killed sweep
-    study.enqueue_trial({"model.dropout": "1.5"})
-    study.enqueue_trial({"model.dropout": "0.1"})
+    study.enqueue_trial({"model.dropout": 1.5})
+    study.enqueue_trial({"model.dropout": 0.1})
 
     result = run_cli(
         "train.py",
         *TINY,
         SEARCH,
-        "model.dropout=choice(0.1,1.5)",
+        "model.dropout=interval(0.0,0.5)",
         "hydra.sweeper.n_trials=3",
         "hydra.sweeper.n_jobs=2",
         "hydra/launcher=joblib",
@@ -97,7 +139,7 @@ def test_optuna_sweep_resumes_records_failures_runs_parallel_and_writes_best(tmp
 
     trials = optuna.load_study(study_name="digits_optuna", storage=storage).get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
-    assert trials[1].params["model.dropout"] == "1.5" and "dropout" in trials[1].user_attrs["error"]
+    assert trials[1].params["model.dropout"] == 1.5 and "dropout" in trials[1].user_attrs["error"]
     assert 0.0 < trials[2].value <= 1.0
     # job folder N is trial N; the completed trial's value is its run's objective
     metrics = yaml.safe_load((sweep_dir / "2" / "metrics.json").read_text())

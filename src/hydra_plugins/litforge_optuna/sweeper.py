@@ -45,6 +45,12 @@ class SearchSpaceError(ValueError):
     """A search-space entry Optuna cannot sample: the message names the parameter and the accepted forms."""
 
 
+EMPTY_SPACE = (
+    "hydra.sweeper.params: the search space is empty; set hydra.sweeper.params (see "
+    "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as optimizer.lr='interval(1e-4,1e-1)'"
+)
+
+
 class LitforgeOptunaSweeper(Sweeper):
     def __init__(
         self,
@@ -99,11 +105,7 @@ class LitforgeOptunaSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         space, fixed = search_space(self.params, arguments)
         if not space:
-            raise SearchSpaceError(
-                "the search space is empty: set hydra.sweeper.params (see "
-                "conf/hparams_search/digits_optuna.yaml) or pass a sweep such as "
-                "optimizer.lr='interval(1e-4,1e-1)'"
-            )
+            raise SearchSpaceError(EMPTY_SPACE)
         from litforge.records.optuna_study import build_pruner, study_storage
 
         url = self._storage_url()
@@ -231,7 +233,35 @@ def search_space(params: Mapping[str, str], arguments: Sequence[str]) -> tuple[d
     return space, list(fixed.values())
 
 
+def check_search_space(sweeper: Any, arguments: Sequence[str]) -> None:
+    """`sweeper` (the composed `hydra.sweeper`), if it is this one: its search space as `sweep` will read it, asked
+    before Hydra starts (by litforge.cli.preflight.check_sweep, which then checks the values each searched key can
+    get with the single run's checks): a form Optuna cannot sample, bounds it refuses, or no space at all, in one line
+    and no sweep folder."""
+    from litforge.core.errors import ConfigError
+
+    if sweeper.get("_target_") != f"{__name__}.{LitforgeOptunaSweeper.__name__}":
+        return
+    try:
+        space, _ = search_space({str(k): str(v) for k, v in (sweeper.get("params") or {}).items()}, arguments)
+    except SearchSpaceError as exc:
+        raise ConfigError(str(exc)) from None
+    if not space:
+        raise ConfigError(EMPTY_SPACE)
+
+
 def distribution(key: str, override: Override) -> Any:
+    try:
+        return _distribution(key, override)
+    except SearchSpaceError:
+        raise
+    except ValueError as exc:  # Optuna's own bounds: low above high, a log scale from 0
+        raise SearchSpaceError(
+            f"{override.input_line}: {exc}; give the low end first (above 0 for tag(log, ...))"
+        ) from None
+
+
+def _distribution(key: str, override: Override) -> Any:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     sweep = override.value()

@@ -22,6 +22,7 @@ left as it is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -45,7 +46,8 @@ def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -
     """`folder` exists or can be created, accepts a file, and has `min_free_mb` free; else a ConfigError saying so.
 
     A real write is the only reliable test: permission bits do not stop root, and a read-only or full filesystem
-    only shows itself on write.
+    only shows itself on write. The folders the test made are removed again: a check writes nothing (a refusal that
+    comes after it, e.g. in another job of a sweep, leaves no empty log folder behind).
     """
     fix = f"pass {key}=<a writable folder>"
     for parent in [folder, *folder.parents]:
@@ -53,21 +55,25 @@ def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -
             if not parent.is_dir():
                 raise ConfigError(f"{key}={folder}: {parent} is a file, not a folder; {fix}")
             break
+    made = [p for p in [folder, *folder.parents] if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder) as probe:
             probe.write(b"litforge write probe")
             probe.flush()
+        free_mb = shutil.disk_usage(folder).free / 2**20
     except OSError as exc:
         raise ConfigError(f"cannot write to {key}={folder} ({exc.strerror or exc}); {fix}") from None
-    if min_free_mb > 0:
-        free_mb = shutil.disk_usage(folder).free / 2**20
-        if free_mb < min_free_mb:
-            raise ConfigError(
-                f"only {free_mb:.0f} MB free under {key}={folder}, and runs need paths.min_free_mb={min_free_mb:g} "
-                f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
-                "to skip this check"
-            )
+    finally:
+        for empty in made:
+            with contextlib.suppress(OSError):
+                empty.rmdir()
+    if 0 < min_free_mb and free_mb < min_free_mb:
+        raise ConfigError(
+            f"only {free_mb:.0f} MB free under {key}={folder}, and runs need paths.min_free_mb={min_free_mb:g} "
+            f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
+            "to skip this check"
+        )
 
 
 def check_not_another_run(folder: Path) -> None:

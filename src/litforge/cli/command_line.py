@@ -1,8 +1,12 @@
 """The command line as Hydra will read it, before Hydra runs: its config flags, its overrides parsed, the config it
-composes (Hydra's Compose API: torch-free). The plumbing litforge.cli.preflight checks with; it judges nothing."""
+composes (Hydra's Compose API: torch-free), the jobs of a sweep. The plumbing litforge.cli.preflight checks with; it
+judges nothing but the one thing Hydra's grid sweeper would fail on after Hydra started (an interval).
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +34,12 @@ def split_config_flags(args: list[str]) -> tuple[list[str], str | None, str | No
     return kept, found.get("dir"), found.get("name"), rest
 
 
-def compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> DictConfig | None:
-    """The composed config, or None when Hydra cannot compose it. With `top_dir` (`--config-dir`), the project's
-    top config is found there and litforge's conf/ joins the search path, as Hydra's own `--config-dir` does."""
+def compose(
+    conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None, hydra: bool = False
+) -> DictConfig | None:
+    """The composed config (with `hydra`: its `hydra` node too), or None when Hydra cannot compose it. With `top_dir`
+    (`--config-dir`), the project's top config is found there and litforge's conf/ joins the search path, as Hydra's
+    own `--config-dir` does."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -43,7 +50,7 @@ def compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Pat
         overrides = [f"hydra.searchpath=[{folders}]", *(o for o in overrides if o not in given)]
     try:
         with initialize_config_dir(config_dir=str((top_dir or conf_dir).resolve()), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides)
+            return compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra)
     except Exception:
         return None
     finally:
@@ -77,3 +84,56 @@ def is_hydra(override: Any) -> bool:
 def is_group(conf_dir: Path, override: Any) -> bool:
     key = override.key_or_group
     return "." not in key and (conf_dir / key).is_dir()
+
+
+def sweep_jobs(parsed: list[Any], grid: bool = False, limit: int = 16) -> list[list[str]]:
+    """The jobs (override lines) a sweep's check composes: every combination of :func:`sweep_values` while there are
+    at most `limit` (each value meets every other, so the relations between swept keys are judged too); past that,
+    each value once with the other keys at their first value: as many jobs as values, bounded by what was typed and
+    not by the product of a grid (composing and checking one job takes tens of ms). The first job: every key at its
+    first value."""
+    rows = list(sweep_values(parsed, grid).values())
+    if math.prod(len(r) for r in rows) <= limit:
+        return [list(job) for job in itertools.product(*rows)]
+    first = [r[0] for r in rows]
+    return [first, *([*first[:i], v, *first[i + 1 :]] for i, row in enumerate(rows) for v in row[1:])]
+
+
+def sweep_values(parsed: list[Any], grid: bool) -> dict[str, list[str]]:
+    """Per key (as typed: `+key`, `~key`), the override lines whose values the sweep's jobs can get, as far as a check
+    of them needs: every value of a choice; the smallest and largest of a range, and the two ends of a search's
+    interval (`tag(int, ...)`: as integers). A key's check is a type and a range of numbers, which the two ends decide,
+    however many values lie between: the cost follows what was typed, not a range's length. A later override of a
+    key replaces an earlier one, as both sweepers read them (`hydra.sweeper.params`, then the command line).
+    `grid`: Hydra's basic sweeper, which cannot take an interval (only a sampling sweeper, Optuna's, can)."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
+    from litforge.core.errors import ConfigError
+    from litforge.runtime.override_text import override_text
+
+    lines: dict[str, list[str]] = {}
+    for o in parsed:
+        key, sweep = o.get_key_element(), o.value()
+        lines.pop(key, None)
+        if isinstance(sweep, ChoiceSweep):
+            texts = list(o.sweep_string_iterator())
+        elif isinstance(sweep, RangeSweep):
+            numbers = list(o.sweep_iterator())
+            texts = [override_text(v) for v in (min(numbers), max(numbers))] if numbers else []
+        elif isinstance(sweep, IntervalSweep) and grid:
+            raise ConfigError(
+                f"{o.input_line}: an interval is sampled by a search, and a grid sweep has none; list values "
+                f"({key}=choice(a,b) or range(a,b,step)) or search with hparams_search=<name> "
+                "(or hydra/sweeper=litforge_optuna)"
+            )
+        elif isinstance(sweep, IntervalSweep):
+            cast = int if "int" in sweep.tags else float
+            texts = [override_text(cast(sweep.start or 0)), override_text(cast(sweep.end or 0))]
+        elif o.is_sweep_override():  # glob(): Hydra expands it from the config folders; its options are checked
+            continue
+        else:
+            texts = []
+            lines[key] = [o.input_line]
+        if texts:
+            lines[key] = [f"{key}={t}" for t in dict.fromkeys(texts)]
+    return lines

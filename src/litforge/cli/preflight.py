@@ -4,7 +4,7 @@
 other than what was meant (a sweep or `hparams_search=` without `-m`, an option or key that does not exist, a moved
 key), runs the one config check on the composed config (litforge.config.check), then what a job would refuse only
 after Hydra made its run folder (:func:`check_job`). `resume=` is rewritten to continue that run in its folder. With
-`-m` only what fails every job alike is refused: each job checks its own values. One `litforge: error:` line, exit 1.
+`-m` every job gets the same checks before the first starts (:func:`check_sweep`). One `litforge: error:` line, exit 1.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.checkpointing.folders import check_folder, check_not_another_run
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
-from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, values
+from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.check import check_config
 from litforge.config.relations import MOVED_KEYS, moved_key_message
@@ -47,7 +47,7 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
     top = Path(top_dir).resolve() if top_dir else None
     try:
         if flags & {"--multirun", "-m"}:
-            check_sweep(Path(conf_dir), config_name, [a for a in args if not a.startswith("-")], top)
+            check_sweep(Path(conf_dir), top_name or config_name, [a for a in args if a[:1] != "-"], top, config_name)
             return
         argv[1:] = [*kept, *checked_overrides(Path(conf_dir), top_name or config_name, args, config_name, top)]
     except LitforgeError as exc:
@@ -56,16 +56,22 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
 
 
 def checked_overrides(
-    conf_dir: Path, config_name: str, overrides: list[str], job: str | None = None, top_dir: Path | None = None
+    conf_dir: Path,
+    config_name: str,
+    overrides: list[str],
+    job: str | None = None,
+    top_dir: Path | None = None,
+    multirun: bool = False,
 ) -> list[str]:
     """The overrides to hand to Hydra, after the checks above; raises ConfigError for a mistake. `config_name`: the
     top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
-    the same)."""
+    the same); `multirun`: one job of a sweep (:func:`check_sweep`)."""
     job = job or config_name
     parsed = parse(overrides)
     if parsed is None:
         return overrides  # Hydra reports syntax errors itself
-    check_needs_multirun(parsed, job)
+    if not multirun:  # a sweep's job (check_sweep)
+        check_needs_multirun(parsed, job)
     groups = check_options(conf_dir, parsed, job, top_dir)
     keys = [o for o in parsed if not is_group(conf_dir, o) and not is_hydra(o)]
     # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
@@ -93,24 +99,36 @@ def checked_overrides(
     if dry_run:
         return [*overrides, *DRY_RUN_HYDRA]
     recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
-    return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" else overrides
+    return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" and not multirun else overrides
 
 
 # dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file
 DRY_RUN_HYDRA = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra.job_logging.handlers.file.filename=/dev/null"]
 
 
-def check_sweep(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> None:
-    """`-m`: what would fail every job alike (an option that does not exist, a moved key, `resume=`). The values are
-    each job's to check where it starts: a sweep records a job that fails (one value of `model.dropout=choice(0.1,1.5)`)
-    and goes on with the others."""
-    parsed = parse(overrides)
-    check_options(conf_dir, parsed or [], config_name, top_dir)
-    for override in parsed or []:
-        if override.key_or_group == "resume" and config_name == "train" and override.value() is not None:
-            raise ConfigError(
-                "resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)"
-            )
+def check_sweep(
+    conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None, job: str | None = None
+) -> None:
+    """`-m`: the single run's checks on every value of every swept key, a search space included, before the first job
+    starts (which jobs, and why: litforge.cli.command_line.sweep_jobs); first the launcher and sweeper plugins."""
+    job, parsed = job or config_name, parse(overrides)
+    if parsed is None:
+        return  # Hydra reports syntax errors itself
+    check_options(conf_dir, parsed, job, top_dir)
+    if job == "train" and any(o.key_or_group == "resume" and o.value() is not None for o in parsed):
+        raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)")
+    cfg: Any = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True) or {}  # its first job
+    hydra = cfg.get("hydra") or {}
+    sweeper = hydra.get("sweeper") or {}  # its params: the search space (Optuna's), or the grid in the config
+    params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+    from hydra_plugins.litforge_optuna.sweeper import check_search_space
+    from hydra_plugins.litforge_slurm import check_launcher
+
+    check_launcher(hydra)
+    check_search_space(sweeper, overrides)
+    grid = str(sweeper.get("_target_", "BasicSweeper")).endswith("BasicSweeper")  # Hydra's: no interval()
+    for lines in sweep_jobs(parse([*params, *overrides]) or [], grid):
+        checked_overrides(conf_dir, config_name, lines, job, top_dir, multirun=True)
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
@@ -128,7 +146,8 @@ def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | N
 
 
 def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
-    """A sweep or a search without `-m`: Hydra refuses the first in four lines and runs the second as one job."""
+    """A sweep, a search or a launcher without `-m`: Hydra refuses the first in four lines and runs the others as one
+    job, here."""
     from hydra.core.override_parser.types import ChoiceSweep
 
     for override in parsed:
@@ -143,12 +162,11 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
                 f"{line} is a sweep (one job per value): add -m to run it "
                 f"(python {config_name}.py -m {line}), or pass one value{as_list}"
             )
-        if override.key_or_group == "hparams_search" and override.value() is not None and not override.is_delete():
-            value = override.get_value_element_as_str()
+        if override.key_or_group in ("hparams_search", "hydra/launcher", "hydra/sweeper") and not override.is_delete():
+            key, value = override.key_or_group, override.get_value_element_as_str()
             raise ConfigError(
-                f"hparams_search={value} is a search, which runs only as a multirun: add -m "
-                f"(python {config_name}.py -m hparams_search={value}); without it the search's "
-                "settings would train a single run"
+                f"{key}={value} is used only by a multirun: add -m (python {config_name}.py -m {key}={value}); "
+                "without it a single run would train here, with no search and no launcher"
             )
 
 
