@@ -30,9 +30,12 @@ def split_config_flags(args: list[str]) -> tuple[list[str], str | None, str | No
     return kept, found.get("dir"), found.get("name"), rest
 
 
-def compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None) -> DictConfig | None:
-    """The composed config, or None when Hydra cannot compose it. With `top_dir` (`--config-dir`), the project's
-    top config is found there and litforge's conf/ joins the search path, as Hydra's own `--config-dir` does."""
+def compose(
+    conf_dir: Path, config_name: str, overrides: list[str], top_dir: Path | None = None, hydra: bool = False
+) -> DictConfig | None:
+    """The composed config (with its `hydra` node where `hydra`), or None when Hydra cannot compose it. With `top_dir`
+    (`--config-dir`), the project's top config is found there and litforge's conf/ joins the search path, as Hydra's
+    own `--config-dir` does."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -43,7 +46,7 @@ def compose(conf_dir: Path, config_name: str, overrides: list[str], top_dir: Pat
         overrides = [f"hydra.searchpath=[{folders}]", *(o for o in overrides if o not in given)]
     try:
         with initialize_config_dir(config_dir=str((top_dir or conf_dir).resolve()), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides)
+            return compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra)
     except Exception:
         return None
     finally:
@@ -68,6 +71,15 @@ def values(override: Any) -> list[Any]:
         return list(override.sweep_iterator())
     except Exception:
         return []
+
+
+def null_groups_removed(conf_dir: Path, args: list[str]) -> list[str]:
+    """`logger=null` (no logger) as Hydra spells it, `~logger`: Hydra refuses a null group override in a traceback."""
+    group = [a.split("=")[0] for a in args]
+    return [
+        f"~{g}" if a == f"{g}=null" and g != "hydra" and (conf_dir / g).is_dir() else a
+        for g, a in zip(group, args, strict=True)
+    ]
 
 
 def is_hydra(override: Any) -> bool:
