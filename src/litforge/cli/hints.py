@@ -24,7 +24,7 @@ def closest(name: str, names: list[str]) -> str | None:
     `test_after_training`)."""
     match = difflib.get_close_matches(name, names, n=1)
     worded = sorted((n for n in names if name.lower() in n.lower().split("_")), key=len)
-    return (match or worded or [None])[0]
+    return next(iter(match or worded), None)
 
 
 def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> str | None:
