@@ -249,6 +249,37 @@ CASES = [
         ["litforge: error: trainer.max_epochs='abc': expected an integer"],
         "sweep-value-checked-before-its-first-job",
     ),
+    # ---- #39 hints ----
+    (
+        "train.py",
+        _fixed("+test=False"),
+        ["+test=False: train reads no top-level key `test`", "did you mean test_after_training=False?"],
+        "added-key-nothing-reads",
+    ),
+    (
+        "predict.py",
+        _fixed("ckpt_path={ckpt}", "logger=null"),
+        ["logger=null: predict has no `logger` group"],
+        "no-group",
+    ),
+    (
+        "train.py",
+        _fixed("+trainer.limit_val_batches=0.2"),
+        ["the validation data is 1 batch", "e.g. trainer.limit_val_batches=1"],
+        "fraction-of-batches-rounds-to-none",
+    ),
+    (
+        "predict.py",
+        lambda tmp, ckpt: [(tmp / "a_file").write_text("x") and f"ckpt_path={ckpt}", f"output={tmp}/a_file/out.csv"],
+        ["a_file/out.csv:", "a_file is a file, not a folder"],
+        "output-under-a-file",
+    ),
+    (
+        "predict.py",
+        _fixed("ckpt_path={ckpt}", "trusted_packages=mypkg"),
+        ["e.g. trusted_packages=[mypkg]"],
+        "a-list-given-one-name",
+    ),
 ]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -50,11 +51,8 @@ def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -
     comes after it, e.g. in another job of a sweep, leaves no empty log folder behind).
     """
     fix = f"pass {key}=<a writable folder>"
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"{key}={folder}: {parent} is a file, not a folder; {fix}")
-            break
+    if (file := file_in_the_way(folder, itself=True)) is not None:
+        raise ConfigError(f"{key}={folder}: {file} is a file, not a folder; {fix}")
     made = [p for p in [folder, *folder.parents] if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -74,6 +72,33 @@ def check_folder(folder: Path, min_free_mb: float, key: str = "paths.log_dir") -
             f"MB for checkpoints and logs: free some space, {fix} on a larger disk, or pass paths.min_free_mb=0 "
             "to skip this check"
         )
+
+
+def file_in_the_way(path: Path, itself: bool = False) -> Path | None:
+    """The file that stands where `path` needs a folder (its nearest existing parent, or itself where `itself`)."""
+    existing = next((p for p in [*([path] if itself else []), *path.parents] if p.exists()), None)
+    return existing if existing is not None and not existing.is_dir() else None
+
+
+# the keys that name a file or folder (`output`, `paths.log_dir`, `data.root`, `hydra.run.dir`, `ckpt_path`, ...)
+PATH_KEY = re.compile(r"(^|_)(dir|dirpath|path|root|output|input)$")
+
+
+def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
+    """Every path the config names (predict's and prepare's `output=`, `paths.*`, `hydra.run.dir`, ...) lies in
+    folders: a file in the way would fail only at the first write, after the work (a FileExistsError)."""
+    from omegaconf import OmegaConf
+
+    def leaves(node: Any, key: str) -> list[tuple[str, Any]]:
+        if isinstance(node, dict):
+            return [kv for k, v in node.items() for kv in leaves(v, f"{key}.{k}".lstrip("."))]
+        return [(key, node)]
+
+    typed = [(o.key_or_group, o.value()) for o in overrides if o.key_or_group.startswith("hydra.")]
+    for key, value in [*leaves(OmegaConf.to_container(cfg, resolve=False), ""), *typed]:
+        named = isinstance(value, str) and "${" not in value and "://" not in value
+        if named and PATH_KEY.search(key.rsplit(".", 1)[-1]) and (file := file_in_the_way(Path(value))) is not None:
+            raise ConfigError(f"{key}={value}: {file} is a file, not a folder; pass {key}=<a path in a folder>")
 
 
 def check_not_another_run(folder: Path) -> None:

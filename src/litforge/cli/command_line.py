@@ -77,6 +77,15 @@ def values(override: Any) -> list[Any]:
         return []
 
 
+def null_groups_removed(conf_dir: Path, args: list[str]) -> list[str]:
+    """`logger=null` (no logger) as Hydra spells it, `~logger`: Hydra refuses a null group override in a traceback."""
+    group = [a.split("=")[0] for a in args]
+    return [
+        f"~{g}" if a == f"{g}=null" and g != "hydra" and (conf_dir / g).is_dir() else a
+        for g, a in zip(group, args, strict=True)
+    ]
+
+
 def is_hydra(override: Any) -> bool:
     return override.key_or_group.split(".")[0].split("/")[0] == "hydra"
 

@@ -53,6 +53,7 @@ def main(job_name: str, command: str | None = None) -> None:
     """Run job `job_name` from the command line in `sys.argv`; `command`: how the user typed it (for `--help`)."""
     import hydra
 
+    from litforge.cli.command_line import null_groups_removed
     from litforge.cli.help import answer_help
     from litforge.cli.preflight import prepare_command_line
     from litforge.cli.project import find_project
@@ -67,6 +68,7 @@ def main(job_name: str, command: str | None = None) -> None:
     answer_help(job_name, CONF_DIR, command=command, project=project)  # `--help` alone: fast, without Hydra
     if project is not None:
         sys.argv[1:] = project.arguments(job_name, sys.argv[1:])
+    sys.argv[1:] = null_groups_removed(CONF_DIR, sys.argv[1:])  # logger=null: no logger (Hydra's ~logger)
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 
     def task_function(cfg: DictConfig) -> float | None:
@@ -101,9 +103,16 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
             print_config(cfg) if cfg.get("print_config", False) else print_start(job_name, bool(cfg.get("dry_run")))
         with launched_ranks_cleaned_up():
             return job(cfg)
-    except (LitforgeError, OmegaConfBaseException) as exc:
-        if in_multirun():
+    except Exception as error:
+        from litforge.jobs.build import too_few_batches
+
+        exc = too_few_batches(error) or error  # Lightning's `limit_val_batches=0.2` of one batch: one line
+        if not isinstance(exc, (LitforgeError, OmegaConfBaseException)):
             raise
+        if in_multirun():  # Hydra records the job as failed, the sweep goes on
+            if exc is error:
+                raise
+            raise exc from error
         message = str(exc) if isinstance(exc, LitforgeError) else config_error_message(exc)
         log.error("%s", message)
         if is_rank_zero() and not isinstance(exc, TrainingStopped):  # a refusal writes nothing (checkpointing.folders)

@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from litforge.checkpointing.folders import check_folder, check_not_another_run
+from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.help import group_options, searchpath_folders
+from litforge.cli.hints import absent_group_message, check_added_keys, unknown_key_message
 from litforge.config.check import check_config
 from litforge.config.relations import MOVED_KEYS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
@@ -79,13 +80,15 @@ def checked_overrides(
     cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
-        known = [o for o in keys if not (o.is_add() or o.is_force_add())] if baseline is not None else []
-        message = next(filter(None, (unknown_key_message(baseline, o) for o in known if baseline)), None)
+        message = next(filter(None, (unknown_key_message(baseline, o, job) for o in keys if baseline)), None)
+        message = message or absent_group_message(conf_dir, config_name, searchpath, groups, job)  # predict: logger=
         if message:
             raise ConfigError(message)
         return overrides
+    check_added_keys(cfg, parsed, job)  # +test=false: a top-level key that nothing reads
     check_checkpoint_early(cfg, job)  # eval/predict/export/generate's ckpt_path: before the config check imports torch
     check_config(cfg)
+    check_paths_in_folders(cfg, parsed)  # output=<a file>/out.csv: refused now, not after the work
     if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
@@ -186,29 +189,6 @@ def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path]
                     raise ConfigError(
                         f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})"
                     )
-
-
-def unknown_key_message(cfg: DictConfig, override: Any) -> str | None:
-    """`trainer.max_epoch=3`: which part of the key does not exist, and the closest key that does."""
-    node: Any = cfg
-    path: list[str] = []
-    for part in override.key_or_group.split("."):
-        if not OmegaConf.is_dict(node):
-            return None  # e.g. a group switched off (null): Hydra's message applies
-        if part not in node.keys():  # `in node` is False for a key whose value is ??? (to be given)
-            match = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=1)
-            hint = f"; did you mean {'.'.join([*path, match[0]])}?" if match else ""
-            where = ".".join(path) or "the config"
-            return (
-                f"{override.input_line}: {where} has no key `{part}`{hint} "
-                f"(+{override.input_line} would add it as a new key)"
-            )
-        try:
-            node = node[part]
-        except Exception:
-            return None
-        path.append(part)
-    return None
 
 
 def check_job(cfg: DictConfig, config_name: str) -> None:

@@ -160,7 +160,7 @@ def refusal(key: str, value: Any, judge: TypeAdapter[Any], default: Any) -> str:
         schema = judge.json_schema()
     except Exception:  # a type JSON Schema cannot say (an arbitrary class)
         schema = {"description": "a value of its annotated type"}
-    candidates = [*_walk(schema, "examples"), default, _sample(schema)]
+    candidates = [[value], *_walk(schema, "examples"), default, _sample(schema)]  # [value]: `mypkg` for a list
     example = next((c for c in candidates if c not in (None, _UNSET) and _passes(judge, c)), None)
     return f"{key}={shown(value)}: expected {words(schema)}" + (
         f", e.g. {key}={shown(example, quote=False)}" if example is not None else ""

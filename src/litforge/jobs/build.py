@@ -267,3 +267,26 @@ def respect_trainer_switches(callbacks: list[Any], trainer_kwargs: dict[str, Any
     if trainer_kwargs.get("enable_model_summary") is False:
         drop += (ModelSummary,)
     return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]
+
+
+def too_few_batches(exc: BaseException) -> ConfigError | None:
+    """Lightning's refusal of a `limit_*_batches` fraction that leaves a loader no batch, as one line naming the
+    loader's size and the smallest fraction that gives one batch (None for any other exception).
+
+    Only the built loaders know their length (a user's datamodule's too), so it is asked where Lightning asks it, in
+    fit/test, and the numbers are read from Lightning's message (pytorch_lightning's `_parse_num_batches`).
+    """
+    import math
+    import re
+
+    found = re.search(r"check (\S+) of the `(\w+)_dataloader` but \S+ \* (\d+) < 1", str(exc))
+    if type(exc).__name__ != "MisconfigurationException" or found is None:
+        return None
+    limit, stage, batches = found[1], found[2], int(found[3])
+    key, digits = f"trainer.limit_{stage}_batches", 1 - math.floor(math.log10(1 / batches))
+    least = min(math.ceil(10**digits / batches) / 10**digits, 1.0)  # 1/batches, rounded up to two digits
+    data = {"train": "training", "val": "validation"}.get(stage, stage)
+    return ConfigError(
+        f"{key}={limit}: the {data} data is {batches} batch{'es' if batches > 1 else ''}, so {limit} of it is 0 "
+        f"batches; pass a fraction >= {least:g} or a count of batches, e.g. {key}={least:g}"
+    )

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
 from litforge.core.contracts import ArraySplits, InputReader, check_predictable, check_prediction
+from litforge.core.errors import ConfigError
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -81,7 +82,10 @@ def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, 
 def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
     """The rows of a table (datamodules with `read_inputs`, e.g. data=csv) or the images of a file or folder."""
     if isinstance(datamodule, InputReader):
-        return datamodule.read_inputs(path)
+        try:
+            return datamodule.read_inputs(path)
+        except ConfigError as exc:  # a table reader names the training table's key; this file is input=
+            raise ConfigError(str(exc).replace(f"data.path={path}", f"input={path}")) from None
 
     import torch
 

@@ -185,7 +185,7 @@ def test_best_checkpoint(trainer: Any, task: Any, datamodule: Any, *, run: bool)
         metrics.update(scalar_metrics(trainer.callback_metrics))
         monitor = getattr(checkpoint_cb, "monitor", None)
         tested = (
-            f"the best checkpoint by {monitor}"
+            (f"the best checkpoint by {monitor}" if monitor else "the last checkpoint (none is picked by a metric)")
             if best
             else f"the last weights (no {monitor or 'monitored metric'} was logged before training ended, so there "
             "is no best checkpoint: validate sooner, e.g. trainer.val_check_interval=<steps>)"

@@ -1,0 +1,107 @@
+"""What a refusal suggests must work: the key that exists closest to a mistyped one, and `+key` only where something
+reads that key.
+
+A top-level key is read only if its job's config has it (each job's conf/<job>.yaml lists every key the job reads;
+tests/test_validation.py keeps them and litforge.jobs.settings equal) or an interpolation of the config names it, so
+`+test=false` is refused (train's key is `test_after_training`) rather than run and ignored. A key under a group is
+offered as `+group.key` only when what the group builds takes that argument (its source's signature, or its row in
+litforge.config.library), judged without importing torch. Called from litforge.cli.preflight.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from litforge.core.errors import ConfigError
+
+
+def closest(name: str, names: list[str]) -> str | None:
+    """The name in `names` nearest to `name`: by spelling, else one with `name` as a word (`test`:
+    `test_after_training`)."""
+    match = difflib.get_close_matches(name, names, n=1)
+    worded = sorted((n for n in names if name.lower() in n.lower().split("_")), key=len)
+    return next(iter(match or worded), None)
+
+
+def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> str | None:
+    """`trainer.max_epoch=3`: which part of the key does not exist, the closest key that does and, where what the
+    group builds takes that argument, that `+` adds it."""
+    node: Any = cfg
+    path: list[str] = []
+    line, value = override.input_line, override.input_line.partition("=")[2]
+    parts = override.key_or_group.split(".")
+    for i, part in enumerate(parts):
+        if not OmegaConf.is_dict(node):
+            return None  # e.g. a group switched off (null): Hydra's message applies
+        if part not in node.keys():  # `in node` is False for a key whose value is ??? (to be given)
+            if override.is_add() or override.is_force_add():
+                return None  # a new key: what reads it judges it
+            names = [str(k) for k in node.keys() if not str(k).startswith("_")]
+            match = closest(part, names)
+            where = ".".join(path) or f"{job}'s config"
+            if match:
+                fix = f"did you mean {'.'.join([*path, match, *parts[i + 1 :]])}={value}?"
+            elif path and takes(node, ".".join(path), part):
+                fix = f"+{line} adds it (what {where} builds takes `{part}`)"
+            else:
+                fix = f"remove it, or fix its spelling ({where} has: {', '.join(names)})"
+            return f"{line}: {where} has no key `{part}`; {fix}"
+        try:
+            node = node[part]
+        except Exception:
+            return None
+        path.append(part)
+    if override.is_add():  # Hydra: "Could not append to config. An item is already at ..." with a traceback
+        return f"{line}: {override.key_or_group} is already a key of {job}'s config: set it without +, as {line[1:]}"
+    return None
+
+
+def takes(node: Any, scope: str, argument: str) -> bool:
+    """Whether what `node` (at `scope`) builds has an argument `argument`, as far as is known without torch."""
+    from litforge.config.check import GROUP_TARGETS
+    from litforge.config.library import STAND_INS
+    from litforge.config.source import read_signature
+
+    name = str(node.get("_target_") or scope) if OmegaConf.is_dict(node) else scope
+    name = GROUP_TARGETS.get(name, name)
+    read = read_signature(name) if "." in name and not name.startswith(("torch.", "pytorch_lightning.")) else None
+    return argument in {**(read or ({}, True))[0], **STAND_INS.get(name, {})}
+
+
+def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
+    """`+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
+    from litforge.jobs.settings import JobSettings
+
+    text, plain = OmegaConf.to_yaml(cfg), OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(plain, dict)
+    for o in parsed:
+        key = o.key_or_group
+        if not (o.is_add() or o.is_force_add()) or "." in key or "/" in key or key == "hydra":
+            continue
+        if re.search(r"\$\{[^{}]*\b" + re.escape(key) + r"\b", text) or (
+            o.is_force_add() and key in JobSettings.model_fields
+        ):
+            continue  # an interpolation reads it, or `++` sets a key of the jobs' own
+        others = [str(k) for k, v in plain.items() if str(k) != key and not isinstance(v, dict)]
+        match = closest(key, others)
+        value = o.input_line.split("=", 1)[1]
+        raise ConfigError(
+            f"{o.input_line}: {job} reads no top-level key `{key}`, so it would change nothing; "
+            + (f"did you mean {match}={value}?" if match else f"remove it (python {job}.py --help lists the keys)")
+        )
+
+
+def absent_group_message(conf_dir: Any, name: str, searchpath: list[Any], groups: list[Any], job: str) -> str | None:
+    """`predict.py logger=csv`: a group the job composes none of (Hydra suggests `+logger=csv`, which nothing reads)."""
+    from litforge.cli.command_line import compose
+
+    cfg = compose(conf_dir, name, [o.input_line for o in searchpath], hydra=True)
+    choices = cfg.hydra.runtime.choices if cfg is not None else {}
+    for o in [o for o in groups if cfg is not None and not o.is_add() and o.key_or_group not in choices]:
+        group, value = o.key_or_group, "null" if o.is_delete() else o.value()
+        return f"{group}={value}: {job} has no `{group}` group (nothing in {job} reads one); remove it"
+    return None
