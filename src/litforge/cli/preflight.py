@@ -23,8 +23,9 @@ from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, values
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.config.check import check_config
-from litforge.config.relations import MOVED_KEYS, moved_key_message
+from litforge.config.relations import MOVED_KEYS, PREDICTS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
+from litforge.data.tables import check_table_job
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero
 
@@ -201,6 +202,8 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
             "(data=streaming reads what prepare writes)"
         )
+    if config_name == "train":  # data=csv: the file reads, its columns can train, its target fits the task
+        check_table_job(data, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))))
     if config_name == "train" and target.endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
         from litforge.data.streaming import read_facts
 
