@@ -7,8 +7,9 @@ which load with `weights_only=True`, and predict/export encode new rows exactly 
   standardisation);
 - text columns (or those listed in `categorical`): one-hot over the training split's values; a value training never
   saw, or a missing one, is all zeros;
-- the target: class names (sorted) for `target_kind=class`, floats for `value` (`auto`: text, or few whole numbers,
-  is a class).
+- the target: class names (sorted) for `target_kind=class`, floats for `value` (`auto`: text, few whole numbers, or
+  a target listed in `categorical`, is a class); a table that cannot train is refused in one line
+  (litforge.data.tables.check_columns).
 
 The loaders serve the encoded but not yet standardised features (missing numbers as NaN); standardisation runs per
 batch in `on_after_batch_transfer`, as the image datamodules normalise, so an exported graph can take raw features
