@@ -202,8 +202,7 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
             "(data=streaming reads what prepare writes)"
         )
-    if config_name == "train":  # data=csv: the file reads, its columns can train, its target fits the task
-        check_table_job(data, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))))
+    check_table_job(data, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))), config_name)
     if config_name == "train" and target.endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
         from litforge.data.streaming import read_facts
 

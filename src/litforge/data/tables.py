@@ -301,11 +301,11 @@ def kind_refusal(
     return f"data.target={target}: {how}, but {TASK_OF[predicts]} predicts {wants}; {fix}"
 
 
-def check_table_job(data: Mapping[str, Any], predicts: str | None) -> None:
-    """`data=csv`, before Hydra makes a run folder: the file reads (encoding, delimiter), its columns can train
-    (:func:`check_columns`) and the target's kind fits what the task predicts (`predicts`: class, value or None
-    for a task of the user's). The table read is kept for the datamodule, which then reads nothing again."""
-    if str(data.get("_target_")) != TABULAR:
+def check_table_job(data: Mapping[str, Any], predicts: str | None, job: str = "train") -> None:
+    """`data=csv` in a training `job`, before Hydra makes a run folder: the file reads (encoding, delimiter), its
+    columns can train (:func:`check_columns`) and the target's kind fits what the task predicts (`predicts`: class,
+    value or None for a task of the user's). The table read is kept for the datamodule: the file is read once."""
+    if job != "train" or str(data.get("_target_")) != TABULAR:
         return  # another datamodule (a subclass reads its own format): it checks the same at its construction
     path, target_kind, categorical = data.get("path"), str(data.get("target_kind", "auto")), data.get("categorical")
     if path:
