@@ -121,6 +121,19 @@ def _text_file(content: bytes) -> Args:
     return build
 
 
+_ROWS = "a,b,label\n" + "".join(f"{i % 7},{i % 5},{'yes' if i % 3 else 'no'}\n" for i in range(40))
+
+
+def _table(name: str, text: str, *overrides: str, encoding: str = "utf-8") -> Args:
+    """A CSV file as users bring them, trained with data=csv (#39)."""
+
+    def build(tmp: Path, _: Path) -> list[str]:
+        (tmp / name).write_bytes(text.encode(encoding))
+        return ["data=csv", f"data.path={tmp / name}", *overrides]
+
+    return build
+
+
 def _fixed(*overrides: str) -> Args:
     return lambda tmp, ckpt: [o.format(tmp=tmp, ckpt=ckpt) for o in overrides]
 
@@ -279,6 +292,54 @@ CASES = [
         _fixed("ckpt_path={ckpt}", "trusted_packages=mypkg"),
         ["e.g. trusted_packages=[mypkg]"],
         "a-list-given-one-name",
+    ),
+    # ---- #39 tables ----
+    (
+        "train.py",
+        _table("cities.csv", "city,label\n" + "Zürich,yes\nGenève,no\n" * 20, encoding="latin-1"),
+        ["litforge: error: data.path=", "cities.csv: line 2 is not UTF-8", "data.encoding=latin-1"],
+        "table-in-latin1",  # was a codec error naming neither data.path nor the file, after making a run folder
+    ),
+    (
+        "train.py",
+        _table("t.csv", _ROWS, "data.features=[a,b,label]"),
+        ["litforge: error: data.features=[a,b,label]: it names the target label", "drop label from data.features"],
+        "table-target-among-the-features",  # trained on the answer: test/acc 1.0
+    ),
+    (
+        "train.py",
+        _table("t.csv", "a,label\n" + "".join(f"{i},yes\n" for i in range(40))),
+        ["litforge: error: data.target=label: every row of data.path=", "has the one class 'yes'"],
+        "table-with-one-class",  # a torchmetrics traceback
+    ),
+    (
+        "train.py",
+        _table("t.csv", "label\n" + "yes\nno\n" * 20),
+        ["litforge: error: data.path=", "no feature column, only the target 'label'"],
+        "table-without-feature-columns",  # trained on zero features, exit 0
+    ),
+    (
+        "train.py",
+        _table("t.csv", _ROWS, "task=regression"),
+        ["litforge: error: data.target=label: it holds text", "task=regression predicts numbers", "data.target_kind"],
+        "table-text-target-with-regression",  # unexpected keyword argument 'num_classes'
+    ),
+    (
+        "train.py",
+        _table("t.csv", "a,y\n" + "".join(f"{i},{i * 0.37:.2f}\n" for i in range(400))),
+        ["litforge: error: data.target=y: data.target_kind=auto reads its 400 distinct numbers as values"],
+        "table-400-floats-with-classification",  # unexpected keyword argument 'num_targets'
+    ),
+    (
+        "train.py",
+        _table(
+            "t.csv",
+            "a,y\n" + "".join(f"{i},{i * 0.37:.2f}\n" for i in range(40)),
+            "data.categorical=[y]",
+            "task=regression",
+        ),
+        ["litforge: error: data.target=y: data.categorical lists it", "task=regression", "data.target_kind=value"],
+        "table-target-in-categorical",  # trained a regression, data.categorical silently ignored
     ),
 ]
 

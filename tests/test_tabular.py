@@ -145,3 +145,140 @@ def test_regression_on_diabetes_reaches_r2_0_4_and_predicts_a_csv_file(tmp_path:
     assert [r["input"] for r in rows] == [f"{new}:{i}" for i in range(2, 8)]
     values = [float(r["target"]) for r in rows]  # in the target's own units (disease progression, 25..346)
     assert all(25 <= v <= 346 for v in values) and len(set(values)) == 6
+
+
+# ---- #39: tables as they come (encodings, delimiters, blank lines; tables that cannot train; target kind vs task) --
+ROWS = [(0.5 + i % 7, 3.0 - i % 5, "yes" if i % 3 else "no") for i in range(30)]
+
+
+def _text(sep: str = ",", decimal: str = ".") -> str:
+    """A header and 30 rows: a, b (numbers), label (yes/no), separated by `sep`."""
+    lines = [sep.join(("a", "b", "label"))]
+    lines += [sep.join((f"{a}".replace(".", decimal), f"{b}".replace(".", decimal), y)) for a, b, y in ROWS]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_excel_csv_utf8_file_with_a_byte_order_mark_reads_its_first_column_by_its_name(tmp_path: Path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(("\ufeff" + _text()).encode("utf-8"))  # Excel's "CSV UTF-8": the mark before the first name
+    assert list(read_table(str(path))) == ["a", "b", "label"]  # was ['\ufeffa', 'b', 'label']
+    assert TabularDataModule(path=str(path), target="a", target_kind="value").describe()["target_names"] == ["a"]
+    # Excel's "Unicode text": UTF-16 with its mark, tab-separated
+    (tmp_path / "unicode.txt.csv").write_bytes(_text("\t").encode("utf-16"))
+    assert read_table(str(tmp_path / "unicode.txt.csv")) == read_table(str(path))
+
+
+def test_a_latin1_file_is_refused_in_one_line_naming_the_file_and_data_encoding_which_then_reads_it(tmp_path: Path):
+    path = tmp_path / "cities.csv"
+    path.write_bytes("city,label\nZürich,yes\nGenève,no\nBern,yes\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as refused:
+        read_table(str(path))  # was a bare 'utf-8' codec can't decode byte 0xfc, naming neither the file nor a key
+    message = str(refused.value)
+    assert message.startswith(f"data.path={path}: line 2 is not UTF-8 (byte 0xfc)") and "\n" not in message
+    assert "data.encoding=latin-1" in message
+    assert read_table(str(path), encoding="latin-1")["city"] == ["Zürich", "Genève", "Bern"]
+
+
+def test_the_delimiter_is_sniffed_or_set_and_decimal_commas_read_as_numbers(tmp_path: Path):
+    comma = read_table(str(write_text(tmp_path / "comma.csv", _text())))
+    for name, text in {"semi": _text(";", ","), "tab": _text("\t"), "pipe": _text("|")}.items():
+        # the semicolon file trained on zero features with 30 "classes" (each whole line one class) and exited 0
+        assert read_table(str(write_text(tmp_path / f"{name}.csv", text))) == comma, name
+    semi = str(tmp_path / "semi.csv")
+    assert read_table(semi, delimiter="semicolon") == read_table(semi, delimiter=";") == comma
+    with pytest.raises(ConfigError, match="line 2 has a different number of cells .* data.delimiter"):
+        read_table(semi, delimiter=",")  # the key wins over sniffing: 0,5;3,0;yes is 3 cells
+    points = str(write_text(tmp_path / "points.csv", _text(";")))
+    assert list(read_table(points, delimiter=",")) == ["a;b;label"]
+    with pytest.raises(ConfigError, match=r"only the target 'a;b;label'; its header holds ';': pass data.delimiter="):
+        TabularDataModule(path=points, delimiter="comma")
+
+
+def test_blank_lines_are_skipped_and_lines_keep_their_numbers_in_messages(tmp_path: Path):
+    path = write_text(tmp_path / "blank.csv", _text() + "\n\n  \n")  # trailing blank lines, as editors leave them
+    assert len(read_table(str(path))["label"]) == len(ROWS)  # was: line 32 has a different number of cells
+    bad = write_text(tmp_path / "bad.csv", "a,b\n1,2\n\n3,4,5\n")
+    with pytest.raises(ConfigError, match="line 4 has a different number of cells"):
+        read_table(str(bad))
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("columns", "arguments", "refusal"),
+    [  # each trained silently or ended in a traceback
+        (
+            _text(),
+            {"features": ["a", "b", "label"]},  # trained on the answer: test/acc 1.0 without a word
+            "data.features=[a,b,label]: it names the target label, so the model would train on the answer; drop label",
+        ),
+        (
+            "a,label\n" + "".join(f"{i},yes\n" for i in range(10)),  # torchmetrics' num_classes traceback
+            {},
+            "data.target=label: every row of data.path=",
+        ),
+        (
+            "label\n" + "yes\nno\n" * 5,  # trained on zero feature columns
+            {},
+            "no feature column, only the target 'label'; add input columns to the file",
+        ),
+    ],
+    ids=["target-among-the-features", "a-single-class", "zero-feature-columns"],
+)
+def test_a_table_that_cannot_train_is_refused_in_one_line(tmp_path: Path, columns, arguments, refusal):
+    path = write_text(tmp_path / "t.csv", columns)
+    with pytest.raises(ConfigError) as refused:
+        TabularDataModule(path=str(path), **arguments)
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("column", "arguments", "predicts", "words"),
+    [
+        (["yes", "no"] * 20, {}, "value", "it holds text (classes), but task=regression predicts numbers"),
+        ([i * 0.37 for i in range(40)], {}, "class", "data.target_kind=auto reads its 40 distinct numbers as values"),
+        ([i * 0.37 for i in range(40)], {"categorical": ["y"]}, "value", "data.categorical lists it"),
+        ([float(i % 5) for i in range(40)], {}, "value", "data.target_kind=auto reads its 5 whole numbers as classes"),
+    ],
+    ids=["text-target-with-regression", "distinct-floats-with-classification", "categorical-target", "whole-numbers"],
+)
+def test_the_target_kind_against_the_task_is_one_line_naming_task_and_target_kind(
+    tmp_path: Path, column, arguments, predicts, words
+):
+    from litforge.data.tables import TABULAR, check_table_job
+
+    path = write_csv({"x": [float(i) for i in range(40)], "y": column}, tmp_path / "t.csv")
+    data = {"_target_": TABULAR, "path": str(path), "target": "y", "target_kind": "auto", **arguments}
+    with pytest.raises(ConfigError) as refused:
+        check_table_job(data, predicts)  # was: unexpected keyword argument 'num_classes' (or 'num_targets')
+    message = str(refused.value)
+    assert message.startswith("data.target=y: ") and words in message and "\n" not in message
+    assert "task=" in message and "data.target_kind" in message
+    check_table_job(data, "class" if predicts == "value" else "value")  # the other task takes it
+
+
+def test_an_explicit_target_kind_against_the_task_and_what_the_job_builds(compose_cfg):
+    from litforge.config.check import check_config
+    from litforge.jobs.build import build_task
+    from litforge.tasks.classification import ClassificationTask
+
+    with pytest.raises(ConfigError, match="data.target_kind=value does not fit task._target_=.*task=regression for"):
+        check_config(compose_cfg("experiment=diabetes_regression", "task=classification"))
+    # what the pre-run check cannot read (a subclass's own format, a sweep's job): the task's build says it
+    cfg = compose_cfg("data=csv", "model=mlp")
+    with pytest.raises(ConfigError, match="does not take num_targets: the data's target is read as numbers; pass task"):
+        build_task(cfg, {"input_shape": [3], "num_targets": 1})
+    with pytest.raises(ConfigError, match=r"the data has 1 class \(\['yes'\]\): a classifier needs two or more"):
+        ClassificationTask(net={}, optimizer={}, input_shape=[3], num_classes=1, class_names=["yes"])
+
+
+def test_the_pre_run_check_reads_the_file_once_for_the_datamodule(tmp_path: Path, monkeypatch):
+    from litforge.data import tables
+
+    path = write_text(tmp_path / "t.csv", _text(";", ","))
+    tables.check_table_job({"_target_": tables.TABULAR, "path": str(path), "target": "label"}, "class")
+    monkeypatch.setattr(tables, "decode", lambda *a, **k: pytest.fail("read twice"))
+    assert TabularDataModule(path=str(path), target="label").describe()["class_names"] == ["no", "yes"]

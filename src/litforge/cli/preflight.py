@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
 from litforge.checkpointing.metadata import check_checkpoint_early
@@ -24,8 +24,9 @@ from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, unknown_key_message
 from litforge.config.check import check_config
-from litforge.config.relations import MOVED_KEYS, moved_key_message
+from litforge.config.relations import MOVED_KEYS, PREDICTS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
+from litforge.data.tables import check_table_job
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero
 
@@ -199,6 +200,7 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
         from litforge.jobs.prepare import check_prepare
 
         check_prepare(cfg)
+    check_table_job(data, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))), config_name)
     if config_name == "train" and target.endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
         from litforge.data.streaming import read_facts
 

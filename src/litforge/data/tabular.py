@@ -7,8 +7,9 @@ which load with `weights_only=True`, and predict/export encode new rows exactly 
   standardisation);
 - text columns (or those listed in `categorical`): one-hot over the training split's values; a value training never
   saw, or a missing one, is all zeros;
-- the target: class names (sorted) for `target_kind=class`, floats for `value` (`auto`: text, or few whole numbers,
-  is a class).
+- the target: class names (sorted) for `target_kind=class`, floats for `value` (`auto`: text, few whole numbers, or
+  a target listed in `categorical`, is a class); a table that cannot train is refused in one line
+  (litforge.data.tables.check_columns).
 
 The loaders serve the encoded but not yet standardised features (missing numbers as NaN); standardisation runs per
 batch in `on_after_batch_transfer`, as the image datamodules normalise, so an exported graph can take raw features
@@ -27,9 +28,15 @@ from torch import Tensor
 from litforge.core.bounds import Count, HeldOut, Seed
 from litforge.core.errors import ConfigError
 from litforge.data.base import InMemorySplits, split_indices
-from litforge.data.tables import BUNDLED, Table, bundled_table, read_table
-
-MAX_AUTO_CLASSES = 20  # target_kind=auto: whole-number targets with at most this many values are classes
+from litforge.data.tables import (
+    BUNDLED,
+    Delimiter,
+    Encoding,
+    Table,
+    bundled_table,
+    check_columns,
+    read_table,
+)
 
 
 def fit_encoding(table: Table, rows: list[int], features: list[str], categorical: list[str]) -> list[dict[str, Any]]:
@@ -122,6 +129,8 @@ class TabularDataModule(InMemorySplits):
         features: list[str] | None = None,
         categorical: list[str] | None = None,
         target_kind: Literal["auto", "class", "value"] = "auto",
+        encoding: Encoding = "auto",
+        delimiter: Delimiter = "auto",
         batch_size: Count = 64,
         eval_batch_size: Count | None = None,
         val_fraction: HeldOut = 0.1,
@@ -135,25 +144,18 @@ class TabularDataModule(InMemorySplits):
         self.eval_batch_size = eval_batch_size or max(batch_size, 256)
         self.shuffle_seed = shuffle_seed
         self.path, self.dataset = path, dataset
+        self.file_encoding, self.delimiter = encoding, delimiter  # (self.encoding: the fitted feature encoding)
         table = self.load_table()
         source = f"data.path={path}" if path else f"data.dataset={dataset} (one of {', '.join(BUNDLED)})"
-        self.target = target or list(table)[-1]
-        if self.target not in table:
-            raise ConfigError(f"data.target={self.target}: {source} has no such column; its columns: {list(table)}")
-        self.feature_columns = features or [c for c in table if c != self.target]
-        unknown = [c for c in [*self.feature_columns, *(categorical or [])] if c not in table]
-        if unknown:
-            raise ConfigError(
-                f"data.features/categorical: {source} has no columns {unknown}; its columns: {list(table)}"
-            )
+        # the target, the features and the target's kind; a table that cannot train is refused in one line
+        self.target, self.feature_columns, self.target_kind = check_columns(
+            table, source, target, features, categorical, target_kind
+        )
         labelled = [i for i, v in enumerate(table[self.target]) if v is not None]
-        if len(labelled) < 3:
-            raise ConfigError(f"data.target={self.target}: fewer than 3 rows of {source} have a target value")
         table = {name: [table[name][i] for i in labelled] for name in table}  # rows without a target cannot train
         train, val, test = (
             idx.tolist() for idx in split_indices(len(labelled), val_fraction, test_fraction, split_seed)
         )
-        self.target_kind = resolve_target_kind(target_kind, table[self.target])
         self.encoding = fit_encoding(table, train, self.feature_columns, list(categorical or []))
         self.feature_names = encoded_names(self.encoding)
         targets = table[self.target]
@@ -166,7 +168,8 @@ class TabularDataModule(InMemorySplits):
                 y = torch.tensor([float(v) for v in targets], dtype=torch.float32).view(-1, 1)
             except ValueError:
                 raise ConfigError(
-                    f"data.target={self.target} holds text, so it cannot be a value: pass data.target_kind=class"
+                    f"data.target={self.target} holds text, so it cannot be a value; pass data.target_kind=class "
+                    "with task=classification"
                 ) from None
             self.target_mean = float(y[train].mean())
             self.target_std = float(y[train].std(correction=0)) or 1.0
@@ -177,7 +180,8 @@ class TabularDataModule(InMemorySplits):
     def read_file(self, path: str) -> Table:
         """`{column: values}` (numbers, strings, None for missing) of a file: the training table (`data.path`, read
         once at construction) and predict.py's input. CSV and Parquet here; override it for another format."""
-        return read_table(path)
+        key = "data.path" if path == self.path else "input"
+        return read_table(path, self.file_encoding, self.delimiter, key=key)
 
     def load_table(self) -> Table:
         return self.read_file(self.path) if self.path else bundled_table(self.dataset)
@@ -237,15 +241,6 @@ class TabularDataModule(InMemorySplits):
     def split_arrays(self, split: str) -> tuple[Tensor, Tensor]:
         """Encoded (not standardised) features and targets of a split."""
         return self._splits[split]
-
-
-def resolve_target_kind(kind: str, values: list[Any]) -> str:
-    if kind != "auto":
-        return kind
-    if any(isinstance(v, str) for v in values):
-        return "class"
-    whole = all(float(v).is_integer() for v in values)
-    return "class" if whole and len(set(values)) <= MAX_AUTO_CLASSES else "value"
 
 
 def _natural(name: str) -> tuple[int, float | str]:

@@ -48,6 +48,12 @@ def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
         key = unexpected_argument(exc)
         if key is not None and key in task_cfg:
             raise unknown_argument("task", key, target) from None
+        if key in ("num_classes", "num_targets") and key in shape:  # the data's target read as the other kind
+            read, fix = ("classes", "task=classification") if key == "num_classes" else ("numbers", "task=regression")
+            raise ConfigError(
+                f"task._target_={target} does not take {key}: the data's target is read as {read}; pass {fix}, or "
+                "(data=csv) data.target_kind=class or value to read it as the task predicts"
+            ) from None
         raise ConfigError(f"could not build the task {target}: {exc}") from None
 
 

@@ -12,6 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpointing.load import load_checkpoint
 from litforge.core.bounds import Positive
+from litforge.core.errors import ConfigError
 from litforge.models import transfer
 from litforge.models.factory import build_net, input_keywords
 from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
@@ -47,6 +48,11 @@ class ClassificationTask(LitforgeTask):
         mix_alpha: Positive = 0.2,
         run_config: dict[str, Any] | None = None,
     ) -> None:
+        if num_classes < 2:  # torchmetrics' multiclass metrics would fail with a traceback inside fit
+            raise ConfigError(
+                f"the data has {num_classes} class{'es' if num_classes != 1 else ''} ({class_names}): a classifier "
+                "needs two or more; check the data (data.target for data=csv), or pass task=regression for numbers"
+            )
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         # task.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
