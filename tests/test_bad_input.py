@@ -195,6 +195,13 @@ CASES = [
         ["litforge: error", "corpus.txt is not UTF-8"],
         "text-file-not-utf8",
     ),
+    # ---- #39 will it fit ----
+    (
+        "train.py",
+        _fixed("model=gpt_7b", "strategy=fsdp", "trainer.devices=8", "trainer.num_nodes=100000", "dry_run=true"),
+        ["litforge: error", "trainer.num_nodes=100000", "32768"],
+        "cluster-past-any-real-one",
+    ),
 ]
 
 
