@@ -19,6 +19,12 @@ How (torchtitan's `comm.mode=fake_backend`, with fake tensors in place of a real
   and re-allocations, which are no dispatched op, seen through that method wrapped for the count's duration only)
   and the payload of every collective by kind.
 
+The verdict: each simulated rank's total against a memory budget (`dry_run_memory_gib`, else `dry_run_gpu`'s memory
+from litforge.runtime.flops.GPU_MEMORY_GIB); a run that does not fit is refused in one line (exit 1) naming the
+first lever that fits, found by planning again with it (first_lever). Planning time is flat in the world size: a
+simulation steps one rank, and FSDP2's split of each parameter makes only the chunks it reads
+(litforge.runtime.compat.fsdp_chunks_by_index); more than MAX_RANKS ranks are refused before planning.
+
 What each rank holds after the step is counted from the tensors it holds (a DTensor's local shard only), exactly
 as benchmarks/memory.py counts a real gloo run; tests/test_dry_run.py checks the two agree at 2 and 4 ranks.
 Ranks whose shards have the same shapes hold the same bytes, so only rank 0 and the last rank are stepped
