@@ -152,7 +152,7 @@ def row_plan(overrides: list[str]) -> tuple[dict[str, Any], float]:
         cfg = compose(config_name="train", overrides=[*plain, "dry_run=true", "paths.output_dir=."])
     GlobalHydra.instance().clear()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = dry_run(cfg)
+        result = dry_run(cfg, judge=False)  # the table only: a row that does not fit is a row, not a refusal
     fullest = max(result["dry_run"], key=lambda r: r["total"])
     return fullest, float(result["seconds"])
 

@@ -341,6 +341,13 @@ CASES = [
         ["litforge: error: data.target=y: data.categorical lists it", "task=regression", "data.target_kind=value"],
         "table-target-in-categorical",  # trained a regression, data.categorical silently ignored
     ),
+    # ---- #39 will it fit ----
+    (
+        "train.py",
+        _fixed("model=gpt_7b", "strategy=fsdp", "trainer.devices=8", "trainer.num_nodes=100000", "dry_run=true"),
+        ["litforge: error", "trainer.num_nodes=100000", "32768"],
+        "cluster-past-any-real-one",
+    ),
 ]
 
 

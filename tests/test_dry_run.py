@@ -115,6 +115,7 @@ def test_the_cli_prints_the_table_and_writes_nothing(tmp_path: Path):
     assert "dry run: fsdp_tp over 32 ranks, activation_checkpointing=full" in result.stdout
     for column in ("params", "grads", "optim state", "activations", "all_gather", "reduce_scatter", "all_reduce"):
         assert column in result.stdout
+    assert "verdict: fits: the fullest rank (rank 0) holds" in result.stdout  # the default budget: one h100
     assert not (tmp_path / "logs").exists()
 
 
@@ -137,3 +138,98 @@ def test_what_cannot_be_simulated_is_refused_in_one_line(overrides: list[str], w
     cfg = compose_cfg("model=gpt2_124m", "dry_run=true", *overrides)
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         read_setup(cfg)
+
+
+# ---- #39 will it fit: a verdict, planning flat in the rank count, absurd sizes refused ------------------------------
+TINY = ["model=gpt2_124m", "model.depth=2", "data.block_size=64", "data.batch_size=2", "dry_run=true"]
+
+
+def test_fsdp_chunks_read_by_index_are_torch_chunks():
+    """litforge.runtime.compat.ChunksByIndex (what a simulated rank's FSDP2 splits parameters with) against FSDP2's
+    own list: even, uneven, fewer rows than ranks, an empty dimension, a negative index."""
+    import torch
+    from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
+
+    from litforge.runtime.compat import ChunksByIndex
+
+    for rows, ranks, dim in [(8, 4, 0), (65, 8, 0), (65, 2048, 0), (0, 4, 0), (6, 3, 1), (5, 8, 1)]:
+        tensor = torch.arange(max(rows, 1) * 6).reshape(max(rows, 1), 6)[:rows] if dim == 0 else torch.zeros(2, rows)
+        expected, lazy = _chunk_with_empty(tensor, ranks, dim), ChunksByIndex(tensor, ranks, dim)
+        assert len(lazy) == len(expected) == ranks
+        for i in {0, 1, ranks // 2, ranks - 1, -1}:
+            assert lazy[i].shape == expected[i].shape and torch.equal(lazy[i], expected[i]), (rows, ranks, dim, i)
+
+
+def test_a_2048_rank_plan_steps_what_an_8_rank_plan_steps():
+    """Ranks of one shard shape are one simulation, and a simulation's work does not grow with the world: FSDP over
+    8 and 2,048 ranks steps the same ranks' kinds (rank 0, and the last one, whose shard of the 65-row vocabulary
+    differs) with the same number of torch ops on rank 0; before, FSDP2 made a tensor per rank for every parameter
+    (8,000 ranks of a 7B: ~110 s). The clock is only a loose check beside the count."""
+    import torch.distributed.fsdp  # noqa: F401  (imported here, not in the first simulation's fork only)
+
+    times, plans = {}, {}
+    for world in (8, 2048):
+        start = time.perf_counter()
+        plans[world] = _dry("fsdp", world, 1)
+        times[world] = time.perf_counter() - start
+    assert [p.rank for p in plans[8]] == [0, 7] and [p.rank for p in plans[2048]] == [0, 2047]
+    assert plans[2048][0].ops == plans[8][0].ops > 1000
+    assert times[2048] <= 2 * times[8] + 1, times
+
+
+@pytest.mark.parametrize(
+    "overrides, lever",
+    [
+        (
+            ["strategy=fsdp", "trainer.devices=8", "data.batch_size=16", "dry_run_memory_gib=0.75"],
+            "activation_checkpointing=full",
+        ),
+        (
+            ["strategy=fsdp", "trainer.devices=8", "activation_checkpointing=full", "dry_run_memory_gib=0.7"],
+            "trainer.num_nodes=2",
+        ),
+    ],
+    ids=["activations-over-budget", "state-over-budget-under-ac"],
+)
+def test_a_run_that_does_not_fit_names_the_first_lever_that_fits(overrides: list[str], lever: str, compose_cfg, capsys):
+    """The lever is verified by planning the run again with it (GPT-2 shapes at depth 2: ~0.73 GiB per FSDP rank,
+    ~0.78 GiB at 16 rows; more nodes shrink only the ~0.1 GiB of sharded state)."""
+    from litforge.core.errors import ConfigError
+    from litforge.parallel.dry_run import dry_run
+
+    with pytest.raises(ConfigError, match="dry_run=true: does not fit: rank 0 needs") as refused:
+        dry_run(compose_cfg(*TINY, *overrides))
+    assert f"; first lever that fits: {lever} (re-planned: " in str(refused.value)
+    table = capsys.readouterr().out
+    assert " fits " in table.splitlines()[2] and table.splitlines()[3].endswith(" no"), table  # the per-rank column
+
+
+def test_the_ddp_verdict_exits_1_in_one_line_naming_fsdp(tmp_path: Path):
+    """The issue's 7B case at GPT-2 shapes (the 7B's takes ~15 s): DDP x 8 needs ~1.3 GiB a rank, over a 1 GiB
+    budget; FSDP over the same 8 ranks fits. The table is printed, then one `litforge: error:` line, exit 1, no run
+    folder."""
+    result = run_cli(
+        "train.py", *TINY, "strategy=ddp", "trainer.devices=8", "dry_run_memory_gib=1", log_dir=tmp_path / "logs"
+    )
+    assert result.returncode == 1, result.output
+    assert "fits 1.00 GiB" in result.stdout and "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("litforge: error:")]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith("litforge: error: dry_run=true: does not fit: rank 0 needs 1.28 GiB, over the 1.00 GiB")
+    assert "dry_run_memory_gib=1; first lever that fits: strategy=fsdp (re-planned: " in errors[0]
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["trainer.devices=1000", "trainer.num_nodes=1000"], "1,000,000 ranks is past any real cluster"),
+        (["dry_run_gpu=x100"], "dry_run_gpu=x100: not a GPU of litforge's table"),
+    ],
+)
+def test_sizes_past_any_cluster_and_unknown_gpus_are_refused_before_planning(overrides, words, compose_cfg):
+    from litforge.core.errors import ConfigError
+    from litforge.parallel.dry_run import dry_run
+
+    with pytest.raises(ConfigError, match=words):
+        dry_run(compose_cfg(*TINY, "strategy=fsdp", *overrides))

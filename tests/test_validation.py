@@ -177,7 +177,7 @@ BAD_VALUES = [
     ("trainer.accelerator", "gpx", "one of auto, cpu, gpu"),
     ("trainer.devices", 0, "a count >= 1"),
     ("trainer.devices", "two", "a count >= 1"),
-    ("trainer.num_nodes", 0, ">= 1"),
+    ("trainer.num_nodes", 0, "in [1, 32768]"),
     ("trainer.log_every_n_steps", 0, ">= 1"),
     ("trainer.accumulate_grad_batches", 0, ">= 1"),
     ("trainer.gradient_clip_val", -1.0, ">= 0"),

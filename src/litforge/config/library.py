@@ -47,7 +47,9 @@ STAND_INS: dict[str, dict[str, Any]] = {
     "trainer": {
         "accelerator": Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"],
         "devices": Devices,
-        "num_nodes": Count,
+        "num_nodes": Annotated[
+            int, Field(ge=1, le=32_768, examples=[2])
+        ],  # past any real cluster (~25,000 8-GPU nodes)
         "precision": Precision,
         "max_epochs": Annotated[int, Field(ge=1, examples=[30])] | NoLimit | None,
         "min_epochs": NonNegativeInt | None,

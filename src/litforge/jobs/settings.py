@@ -97,6 +97,8 @@ class JobSettings(Section):
     activation_checkpointing: Literal["none", "full", "selective"] = "none"
     float8: Literal["none", "tensorwise", "rowwise"] = "none"  # litforge.models.float8
     dry_run: bool = False  # plan one step on fake ranks and print bytes per rank (litforge.parallel.dry_run)
+    dry_run_gpu: str = "h100"  # its per-rank budget: a GPU of litforge.runtime.flops.GPU_MEMORY_GIB (checked there)
+    dry_run_memory_gib: Annotated[float, Field(gt=0, le=4096, examples=[40])] | None = None  # else dry_run_gpu's
     matmul_precision: Literal["highest", "high", "medium"] = "high"
     steps_per_call: Annotated[int, Field(ge=1, examples=[4])] | Literal["auto"] = 1
     checkpoint_every: Every = None

@@ -19,6 +19,12 @@ How (torchtitan's `comm.mode=fake_backend`, with fake tensors in place of a real
   and re-allocations, which are no dispatched op, seen through that method wrapped for the count's duration only)
   and the payload of every collective by kind.
 
+The verdict: each simulated rank's total against a memory budget (`dry_run_memory_gib`, else `dry_run_gpu`'s memory
+from litforge.runtime.flops.GPU_MEMORY_GIB); a run that does not fit is refused in one line (exit 1) naming the
+first lever that fits, found by planning again with it (first_lever). Planning time is flat in the world size: a
+simulation steps one rank, and FSDP2's split of each parameter makes only the chunks it reads
+(litforge.runtime.compat.fsdp_chunks_by_index); more than MAX_RANKS ranks are refused before planning.
+
 What each rank holds after the step is counted from the tensors it holds (a DTensor's local shard only), exactly
 as benchmarks/memory.py counts a real gloo run; tests/test_dry_run.py checks the two agree at 2 and 4 ranks.
 Ranks whose shards have the same shapes hold the same bytes, so only rank 0 and the last rank are stepped
@@ -83,6 +89,8 @@ WIRE: dict[str, Callable[[int, int], float]] = {  # bytes this rank sends, from 
     "send": lambda p, n: p,
 }
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+MAX_RANKS = 2**18  # past any real cluster (the largest hold ~200,000 GPUs); planning time is flat up to it
+FSDP_DEFAULTS: dict[str, Any] = {"reshard_after_forward": True}  # strategy=fsdp's fully_shard options (its YAML)
 
 
 @dataclasses.dataclass
@@ -107,6 +115,7 @@ class RankPlan:
     activations: int
     comms: dict[str, Comm]
     signature: tuple[Any, ...] = ()  # its shards' local shapes (shard_signature)
+    ops: int = 0  # torch ops its simulation dispatched (sharding and step): flat in the world size (op_counter)
 
     @property
     def total(self) -> int:
@@ -115,6 +124,7 @@ class RankPlan:
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out.pop("signature")
+        out.pop("ops")
         out["total"] = self.total
         return out
 
@@ -235,6 +245,23 @@ def step_counter() -> Any:
     return _COUNTERS["step"]()
 
 
+def op_counter() -> Any:
+    """A dispatch mode that counts the torch ops run under it (`ops`): the work of one simulated rank, which must not
+    grow with the number of ranks (tests/test_dry_run.py counts it at 8 and 2,048 ranks)."""
+    if "ops" not in _COUNTERS:
+        from litforge.runtime.compat import dispatch_mode_class
+
+        class OpCounter(dispatch_mode_class()):  # type: ignore[misc]
+            ops = 0
+
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                self.ops += 1
+                return func(*args, **(kwargs or {}))
+
+        _COUNTERS["ops"] = OpCounter
+    return _COUNTERS["ops"]()
+
+
 # ---- what the config asks for ------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Setup:
@@ -263,6 +290,12 @@ def read_setup(cfg: Any) -> Setup:
             "pass trainer.devices=<processes per node> (and trainer.num_nodes=<nodes>), e.g. trainer.devices=8"
         )
     world = devices * nodes
+    if world > MAX_RANKS:
+        raise ConfigError(
+            f"trainer.devices={devices} x trainer.num_nodes={nodes}: {world:,} ranks is past any real cluster (the "
+            f"largest hold ~200,000 GPUs); plan at most {MAX_RANKS:,} ranks, e.g. "
+            f"trainer.num_nodes={max(1, MAX_RANKS // devices)}"
+        )
     target = str(node.get("_target_", "")) if node is not None else ""
     if not target:
         name = str((node or {}).get("name", "auto"))
@@ -536,15 +569,18 @@ def _rank_process(
     import torch.distributed as dist
 
     from litforge.core.errors import LitforgeError
-    from litforge.runtime.compat import init_fake_process_group
+    from litforge.runtime.compat import fsdp_chunks_by_index, init_fake_process_group
 
     code = 0
     try:
         init_fake_process_group(rank, setup.world)
+        fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (this process only)
         if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
             send.send(("ok", None))
         else:
-            send.send(("ok", simulate_rank(build, setup, rank, batch_size, block_size)))
+            with op_counter() as counted:
+                rank_plan = simulate_rank(build, setup, rank, batch_size, block_size)
+            send.send(("ok", dataclasses.replace(rank_plan, ops=counted.ops)))
     except LitforgeError as exc:
         send.send(("refused", str(exc)))
     except BaseException:  # noqa: BLE001 - every failure goes back to the parent
@@ -573,14 +609,36 @@ def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
     return shard_signature(net)
 
 
-def dry_run(cfg: Any) -> dict[str, Any]:
-    """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table."""
+def memory_budget(cfg: Any) -> tuple[float, str]:
+    """Each rank's device memory budget in bytes, and how the verdict names it: `dry_run_memory_gib`, else the memory
+    of `dry_run_gpu` in the GPU table (litforge.runtime.flops.GPU_MEMORY_GIB)."""
+    from litforge.runtime.flops import GPU_MEMORY_GIB
+
+    gib = cfg.get("dry_run_memory_gib")
+    if gib is not None:
+        return float(gib) * 2**30, f"dry_run_memory_gib={gib:g}"
+    given = str(cfg.get("dry_run_gpu", "h100"))
+    name = given.lower().replace("_", " ")
+    if name not in GPU_MEMORY_GIB:
+        names = ", ".join(n.replace(" ", "_") for n in GPU_MEMORY_GIB)
+        raise ConfigError(
+            f"dry_run_gpu={given}: not a GPU of litforge's table ({names}); name one, e.g. dry_run_gpu=a100, or "
+            "give the budget per rank, e.g. dry_run_memory_gib=40"
+        )
+    return GPU_MEMORY_GIB[name] * 2**30, f"one {name} (dry_run_gpu={given})"
+
+
+def dry_run(cfg: Any, judge: bool = True) -> dict[str, Any]:
+    """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
+    the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
+    first lever that fits, re-planned with it (`judge=False`: the table only, as benchmarks/dry_run.py wants)."""
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task
     from litforge.models.meta import meta_nets
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
 
     start = time.perf_counter()
+    budget, budget_name = memory_budget(cfg)
     setup = read_setup(cfg)
     datamodule = instantiate_group("data", cfg.data)
     if getattr(datamodule, "kind", None) != "text":
@@ -590,20 +648,100 @@ def dry_run(cfg: Any) -> dict[str, Any]:
         )
     shape = datamodule.describe()
     mode = str(cfg.get("activation_checkpointing", "none"))
-
-    def build() -> Any:
-        with meta_nets(True):
-            task = build_task(cfg, shape)
-        apply_activation_checkpointing(task, mode)
-        return task
-
     batch_size, block_size = int(cfg.data.batch_size), int(shape["block_size"])
     if cfg.model.get("block_size") is not None:
         block_size = min(int(cfg.data.get("block_size", block_size)), int(cfg.model.block_size))
-    plans = plan(build, setup, batch_size, block_size)
+
+    def run(setup: Setup, mode: str) -> list[RankPlan]:
+        def build() -> Any:
+            with meta_nets(True):
+                task = build_task(cfg, shape)
+            apply_activation_checkpointing(task, mode)
+            return task
+
+        return plan(build, setup, batch_size, block_size)
+
+    plans = run(setup, mode)
     seconds = time.perf_counter() - start
-    print(format_table(plans, setup, mode, batch_size, block_size, seconds), flush=True)
-    return {"metrics": {}, "dry_run": [p.as_dict() for p in plans], "seconds": seconds}
+    table = format_table(plans, setup, mode, batch_size, block_size, seconds, (budget, budget_name))
+    print(table, flush=True)
+    fullest = max(plans, key=lambda p: p.total)
+    result = {
+        "metrics": {},
+        "dry_run": [p.as_dict() for p in plans],
+        "seconds": seconds,
+        "simulations": len(plans),
+        "fits": fullest.total <= budget,
+    }
+    if not judge:
+        return result
+    if result["fits"]:
+        print(
+            f"verdict: fits: the fullest rank (rank {fullest.rank}) holds {size_text(fullest.total)} of the "
+            f"{size_text(budget)} of {budget_name}",
+            flush=True,
+        )
+        return result
+    trainer = cfg.get("trainer") or {}
+    lever = first_lever(run, setup, mode, budget, setup.world // int(trainer.get("num_nodes", 1) or 1))
+    fix = (
+        f"first lever that fits: {lever[0]} (re-planned: {size_text(lever[1])} on the fullest rank)"
+        if lever
+        else f"neither fsdp, activation checkpointing nor more ranks makes it fit (activations alone: "
+        f"{size_text(fullest.activations)}): lower data.batch_size or split layers (strategy=fsdp_tp)"
+    )
+    raise ConfigError(
+        f"dry_run=true: does not fit: rank {fullest.rank} needs {size_text(fullest.total)}, over the "
+        f"{size_text(budget)} of {budget_name}; {fix}"
+    )
+
+
+def first_lever(
+    run: Callable[[Setup, str], list[RankPlan]], setup: Setup, mode: str, budget: float, devices: int
+) -> tuple[str, int] | None:
+    """The first change that makes the run fit, each verified by re-planning the run with it: FSDP sharding (for a
+    replicated run), then activation checkpointing, then both, then more nodes (FSDP's state shrinks with the ranks,
+    the activations do not: the node count that fits is estimated from the last plan, then re-planned, and doubled
+    once if it still does not fit). Returns the overrides to add and the fullest rank's bytes, or None."""
+    replicated = setup.kind in ("ddp", "single")
+
+    def fsdp(world: int) -> Setup:
+        return Setup(world, "model_parallel", dp=world, fsdp_kwargs=dict(FSDP_DEFAULTS), label="fsdp")
+
+    tries: list[tuple[str, Setup, str]] = []
+    if replicated and setup.world > 1:
+        tries.append(("strategy=fsdp", fsdp(setup.world), mode))
+    if mode != "full":
+        tries.append(("activation_checkpointing=full", setup, "full"))
+    if replicated and setup.world > 1 and mode != "full":
+        tries.append(("strategy=fsdp activation_checkpointing=full", fsdp(setup.world), "full"))
+    last: list[RankPlan] = []
+    for words, candidate, candidate_mode in tries:
+        last = run(candidate, candidate_mode)
+        if max(p.total for p in last) <= budget:
+            return words, max(p.total for p in last)
+    if setup.kind == "pipeline":
+        return None  # more ranks means more stages: another split, not a lever here
+    base = fsdp(setup.world) if replicated else setup
+    words = ("strategy=fsdp " if replicated else "") + ("activation_checkpointing=full " if mode != "full" else "")
+    if not last:
+        last = run(base, "full")
+    fullest = max(last, key=lambda p: p.total)
+    state = fullest.params + fullest.grads + fullest.optim
+    if fullest.activations >= budget:
+        return None
+    world = math.ceil(setup.world * state / (budget - fullest.activations))
+    for _ in range(2):
+        nodes = max(setup.world // devices + 1, math.ceil(world / devices))
+        world = nodes * devices
+        if world > MAX_RANKS or world % base.tp or (world // base.tp) % base.fsdp_kwargs.get("replicate_size", 1):
+            return None
+        scaled = dataclasses.replace(base, world=world, dp=world // base.tp)
+        total = max(p.total for p in run(scaled, "full"))
+        if total <= budget:
+            return f"{words}trainer.num_nodes={nodes}", total
+        world *= 2
+    return None
 
 
 def size_text(n: float) -> str:
@@ -614,17 +752,24 @@ def size_text(n: float) -> str:
 
 
 def format_table(
-    plans: list[RankPlan], setup: Setup, mode: str, batch_size: int, block_size: int, seconds: float
+    plans: list[RankPlan],
+    setup: Setup,
+    mode: str,
+    batch_size: int,
+    block_size: int,
+    seconds: float,
+    budget: tuple[float, str] | None = None,
 ) -> str:
     head = (
         f"dry run: {setup.label} over {setup.world} ranks, activation_checkpointing={mode}, "
         f"{batch_size} x {block_size} tokens per rank ({seconds:.1f} s)"
     )
-    rows: list[tuple[str, ...]] = [("rank", "role", "params", "grads", "optim state", "activations", "total")]
+    fits = (f"fits {size_text(budget[0])}",) if budget else ()
+    rows: list[tuple[str, ...]] = [("rank", "role", "params", "grads", "optim state", "activations", "total", *fits)]
     for p in plans:
-        rows.append(
-            (str(p.rank), p.role, *(size_text(v) for v in (p.params, p.grads, p.optim, p.activations, p.total)))
-        )
+        verdict = ("yes" if p.total <= budget[0] else "no",) if budget else ()
+        sizes = (size_text(v) for v in (p.params, p.grads, p.optim, p.activations, p.total))
+        rows.append((str(p.rank), p.role, *sizes, *verdict))
     comm_rows: list[tuple[str, ...]] = [("rank", "collective", "calls", "payload", "sent")]
     for p in plans:
         for kind, c in sorted(p.comms.items()):

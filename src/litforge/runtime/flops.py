@@ -48,6 +48,13 @@ GPU_PEAK: dict[str, dict[str, float]] = {
     "t4": {"fp32": 8.1e12, "fp16": 65e12},
 }
 
+# Memory per GPU as sold, in GiB (an "80 GB" H100 or A100 holds 80 GiB of HBM, of which the driver and the CUDA
+# context keep ~1 GiB): the dry run's default per-rank budget (dry_run_gpu; litforge.parallel.dry_run).
+GPU_MEMORY_GIB: dict[str, float] = {
+    "h200 nvl": 141, "h200": 141, "h100 pcie": 80, "h100 nvl": 94, "h100": 80, "a100 40gb": 40, "a100": 80,
+    "l40s": 48, "l4": 24, "v100": 32, "t4": 16,
+}  # fmt: skip
+
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
