@@ -52,6 +52,7 @@ def main(job_name: str, command: str | None = None) -> None:
     """Run job `job_name` from the command line in `sys.argv`; `command`: how the user typed it (for `--help`)."""
     import hydra
 
+    from litforge.cli.habits import load_env_file
     from litforge.cli.help import answer_help
     from litforge.cli.preflight import prepare_command_line
     from litforge.cli.project import find_project
@@ -66,6 +67,7 @@ def main(job_name: str, command: str | None = None) -> None:
     answer_help(job_name, CONF_DIR, command=command, project=project)  # `--help` alone: fast, without Hydra
     if project is not None:
         sys.argv[1:] = project.arguments(job_name, sys.argv[1:])
+    load_env_file()  # .env: secrets such as WANDB_API_KEY, never over the environment (docs/migrating.md)
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 
     def task_function(cfg: DictConfig) -> float | None:
