@@ -108,7 +108,7 @@ class JobSettings(Section):
     # train
     resume: str | None = None  # auto | <run folder> | <file.ckpt>
     test_after_training: bool = True
-    tags: list[str | int] = []  # labels: provenance.json, W&B and MLflow tags
+    tags: Annotated[list[str | int], Field(description="a list of labels", examples=[["mnist", "baseline"]])] = []
     compile: Compile = False
     channels_last: bool = False
     activation_checkpointing: Literal["none", "full", "selective"] = "none"
