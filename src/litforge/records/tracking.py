@@ -166,9 +166,11 @@ class WandbLogger(LightningWandbLogger):
         run_id: str | None = None,
         run_name: str | None = None,
         log_model: bool | Literal["all"] = False,
+        tags: list[str | int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
+            tags=[str(t) for t in tags or []],  # the run's `tags=`: W&B's run tags (wandb.init)
             name=run_name,
             save_dir=save_dir,
             project=project,
