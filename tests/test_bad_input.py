@@ -348,6 +348,19 @@ CASES = [
         ["litforge: error", "trainer.num_nodes=100000", "32768"],
         "cluster-past-any-real-one",
     ),
+    # ---- #39 migrate ----
+    (
+        "train.py",
+        _fixed("-m", "seed=1,2", "extras.print_config=false"),
+        ["extras.print_config=false: lightning-hydra-template's key", "print_config=false", "docs/migrating.md"],
+        "their-extras-key-in-a-sweep",
+    ),
+    (
+        "train.py",
+        _fixed("+trainer.accumulate_grad_batches=10"),
+        ["trainer.accumulate_grad_batches is already a key", "set it without +: trainer.accumulate_grad_batches=10"],
+        "their-plus-on-a-set-trainer-key",
+    ),
 ]
 
 

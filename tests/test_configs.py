@@ -45,6 +45,7 @@ NOT_IN_PROCESS = {
     )
 }
 NOT_IN_PROCESS |= {("trainer", "gpu")}  # no GPU here; its clear error is tested with the bad inputs
+NOT_IN_PROCESS |= {("trainer", name) for name in ("ddp", "mps", "ddp_sim")}  # GPUs, Apple GPUs, 2 processes
 # options that only make sense with a matching task/data/model: composed with their partners (and tiny sizes)
 LM = [
     "task=language_model",

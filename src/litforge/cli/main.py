@@ -54,6 +54,7 @@ def main(job_name: str, command: str | None = None) -> None:
     import hydra
 
     from litforge.cli.command_line import null_groups_removed
+    from litforge.cli.habits import load_env_file
     from litforge.cli.help import answer_help
     from litforge.cli.preflight import prepare_command_line
     from litforge.cli.project import find_project
@@ -68,6 +69,7 @@ def main(job_name: str, command: str | None = None) -> None:
     answer_help(job_name, CONF_DIR, command=command, project=project)  # `--help` alone: fast, without Hydra
     if project is not None:
         sys.argv[1:] = project.arguments(job_name, sys.argv[1:])
+    load_env_file()  # .env: secrets such as WANDB_API_KEY, never over the environment (docs/migrating.md)
     sys.argv[1:] = null_groups_removed(CONF_DIR, sys.argv[1:])  # logger=null: no logger (Hydra's ~logger)
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 

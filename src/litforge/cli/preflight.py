@@ -21,6 +21,7 @@ from litforge.checkpointing.folders import check_folder, check_not_another_run, 
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
+from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, searchpath_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, unknown_key_message
 from litforge.config.check import check_config
@@ -143,6 +144,7 @@ def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | N
             moved_key_message(o.key_or_group, "<value>" if o.is_sweep_override() else o.get_value_element_as_str())
         )
     check_extras(parsed, job)
+    check_habits(conf_dir, parsed)  # lightning-hydra-template's spellings: litforge's named (docs/migrating.md)
     groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
     folders = [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])]
     check_group_options(conf_dir, groups, folders)

@@ -92,6 +92,7 @@ class JobSettings(Section):
     # train
     resume: str | None = None  # auto | <run folder> | <file.ckpt>
     test_after_training: bool = True
+    tags: Annotated[list[str | int], Field(description="a list of labels", examples=[["mnist", "baseline"]])] = []
     compile: Compile = False
     channels_last: bool = False
     activation_checkpointing: Literal["none", "full", "selective"] = "none"

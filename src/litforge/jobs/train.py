@@ -81,9 +81,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    record = start_record(
-        output_dir, apply_matmul_precision(cfg.get("matmul_precision"), cfg.trainer.get("accelerator", "auto"))
-    )
+    precision = apply_matmul_precision(cfg.get("matmul_precision"), cfg.trainer.get("accelerator", "auto"))
+    record = start_record(output_dir, precision, [*(cfg.get("tags") or [])])
     try:
         datamodule = instantiate_group("data", cfg.data)
         check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
@@ -143,12 +142,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def start_record(output_dir: Path, matmul_precision: str | None) -> dict[str, Any]:
-    """The run's provenance, written at its start by rank 0 (other ranks keep only what their checkpoints carry)."""
+def start_record(output_dir: Path, matmul_precision: str | None, tags: list[Any]) -> dict[str, Any]:
+    """The run's provenance (with its `tags=`), written at its start by rank 0 (other ranks keep only what their
+    checkpoints carry)."""
     from litforge.records import provenance
 
     if is_rank_zero():
-        return provenance.write_start(output_dir, settings={"matmul_precision": matmul_precision})
+        return provenance.write_start(output_dir, settings={"matmul_precision": matmul_precision}, tags=tags)
     return {"git": provenance.git_state(), "start": provenance.now()}
 
 

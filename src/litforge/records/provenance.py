@@ -134,8 +134,11 @@ def collect(root: Path = SOURCE_ROOT) -> tuple[dict[str, Any], str]:
     return record, diff
 
 
-def write_start(run_dir: Path, root: Path = SOURCE_ROOT, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write `provenance.json` (+ `provenance.diff` when dirty) for a run starting now; returns the record.
+def write_start(
+    run_dir: Path, root: Path = SOURCE_ROOT, settings: dict[str, Any] | None = None, tags: list[Any] | None = None
+) -> dict[str, Any]:
+    """Write `provenance.json` (+ `provenance.diff` when dirty) for a run starting now; returns the record. `tags`:
+    the run's `tags=` (a training run's labels), recorded as given.
 
     A resumed run finds the file of its earlier attempts: those records move under `"previous"` (newest last), and
     an earlier diff is kept as `provenance.<n>.diff` when the code changed in between, so no attempt's record is lost.
@@ -143,6 +146,8 @@ def write_start(run_dir: Path, root: Path = SOURCE_ROOT, settings: dict[str, Any
     record, diff = collect(root)
     if settings:  # process-wide switches the run changed (matmul precision): not visible in the config alone
         record["settings"] = dict(settings)
+    if tags is not None:
+        record["tags"] = [*tags]
     path = run_dir / FILE
     if path.is_file():
         try:

@@ -75,11 +75,12 @@ class MLflowLogger(MLFlowLogger):
         run_dir: str | None = None,
         run_name: str | None = None,
         run_id: str | None = None,
-        tags: dict[str, Any] | None = None,
+        tags: dict[str, Any] | list[str | int] | None = None,
     ) -> None:
         artifact_location = None
         run_name = run_name or (Path(run_dir).name if run_dir else None)
-        tags = {**(tags or {}), **({"litforge_run_dir": str(Path(run_dir).resolve())} if run_dir else {})}
+        tags = dict(tags) if isinstance(tags, Mapping) else {str(t): "true" for t in tags or []}  # `tags=[a,b]`
+        tags = {**tags, **({"litforge_run_dir": str(Path(run_dir).resolve())} if run_dir else {})}
         if not tracking_uri:
             store = Path(store_dir).expanduser().resolve()
             store.mkdir(parents=True, exist_ok=True)
@@ -165,9 +166,11 @@ class WandbLogger(LightningWandbLogger):
         run_id: str | None = None,
         run_name: str | None = None,
         log_model: bool | Literal["all"] = False,
+        tags: list[str | int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
+            tags=[str(t) for t in tags or []],  # the run's `tags=`: W&B's run tags (wandb.init)
             name=run_name,
             save_dir=save_dir,
             project=project,
