@@ -139,7 +139,7 @@ RELATIONS: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (  # (
         "task=classification: loss=cross_entropy, focal or label_smoothing), or drop the loss= override",
     ),
     # data=csv's target read as classes or numbers against what the task predicts (`auto`: litforge.data.tables)
-    Relation(
+    (
         ("data.target_kind", "task._target_"),
         lambda kind, task: PREDICTS.get(task, kind) == kind or kind == "auto",
         "data.target_kind={0} does not fit task._target_={1}; pass task=classification for data.target_kind=class, "
