@@ -266,7 +266,7 @@ CASES = [
     (
         "train.py",
         _fixed("+test=False"),
-        ["+test=False: train reads no top-level key `test`", "did you mean test_after_training=False?"],
+        ["+test=False: lightning-hydra-template's key, not litforge's", "test_after_training=False"],
         "added-key-nothing-reads",
     ),
     (

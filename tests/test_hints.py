@@ -53,8 +53,9 @@ def _rows(tmp: Path) -> list[tuple[str, list[str]]]:
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
-        (["+test=False"], "train reads no top-level key `test`, so it would change nothing; did you mean "),
-        (["test=False"], "train's config has no key `test`; did you mean test_after_training=False?"),
+        (["+test=False"], "+test=False: lightning-hydra-template's key, not litforge's; test_after_training=False"),
+        (["test=False"], "test=False: lightning-hydra-template's key, not litforge's; test_after_training=False"),
+        (["+tset=False"], "train reads no top-level key `tset`, so it would change nothing"),
         (["++shuffle=true"], "train reads no top-level key `shuffle`"),
         (["+seed=3"], "+seed=3: seed is already a key of train's config: set it without +, as seed=3"),
         (["trainer.foo=1"], "trainer has no key `foo`; remove it, or fix its spelling (trainer has: accelerator"),

@@ -81,7 +81,7 @@ SEARCH = "hparams_search=digits_optuna"
         # issue #39: every value of a sweep is checked before its first job (job 0 ran, job 1 ended in a traceback)
         (["-m", "model.dropout=choice(0.1,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),
         (["-m", "seed=range(-3,5)"], "seed=-3: expected an integer in [0, 4294967295]"),  # a range: its two ends
-        (["-m", "trainer.max_epoch=1,2"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs?"),
+        (["-m", "trainer.max_epoch=1,2"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs=1?"),
         (["-m", "optimizer.lr=interval(0.0,0.1)"], "optimizer.lr=interval(0.0,0.1): an interval is sampled by a"),
         # Optuna's space: each value its interval can give, from the command line or the search config
         (["-m", SEARCH, "model.dropout=interval(0.0,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),

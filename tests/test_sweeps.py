@@ -97,7 +97,7 @@ def test_a_sweep_gets_the_single_runs_line_for_an_unknown_key(tmp_path: Path):
     sweep = run_cli("train.py", "trainer.max_epoch=1,2", log_dir=tmp_path / "many", extra_args=("-m",))
     lines = [[line for line in r.output.splitlines() if "litforge: error:" in line] for r in (single, sweep)]
     assert sweep.returncode == 1 and "Traceback" not in sweep.output, sweep.output[-3000:]
-    assert len(lines[1]) == 1 and lines[1] == lines[0] and "did you mean trainer.max_epochs?" in lines[1][0], lines
+    assert len(lines[1]) == 1 and lines[1] == lines[0] and "did you mean trainer.max_epochs=1?" in lines[1][0], lines
     assert not (tmp_path / "many").exists()
 
 

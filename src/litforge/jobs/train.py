@@ -80,6 +80,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
     output_dir = Path(cfg.paths.output_dir)
     check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
+    output_dir.mkdir(parents=True, exist_ok=True)  # the check leaves no folder it made; this run writes here
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     precision = apply_matmul_precision(cfg.get("matmul_precision"), cfg.trainer.get("accelerator", "auto"))
     record = start_record(output_dir, precision, [*(cfg.get("tags") or [])])
