@@ -41,10 +41,11 @@ def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> s
             if override.is_add() or override.is_force_add():
                 return None  # a new key: what reads it judges it
             names = [str(k) for k in node.keys() if not str(k).startswith("_")]
-            match = closest(part, names)
+            nested = nested_key(cfg, part) if len(parts) == 1 else None  # lr=0.1: optimizer.lr, epochs=3: max_epochs
+            match = None if nested else closest(part, names)
             where = ".".join(path) or f"{job}'s config"
-            if match:
-                fix = f"did you mean {'.'.join([*path, match, *parts[i + 1 :]])}={value}?"
+            if match or nested:
+                fix = f"did you mean {nested or '.'.join([*path, str(match), *parts[i + 1 :]])}={value}?"
             elif path and takes(node, ".".join(path), part):
                 fix = f"+{line} adds it (what {where} builds takes `{part}`)"
             else:
@@ -58,6 +59,28 @@ def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> s
     if override.is_add():  # Hydra: "Could not append to config. An item is already at ..." with a traceback
         return f"{line}: {override.key_or_group} is already a key of {job}'s config: set it without +, as {line[1:]}"
     return None
+
+
+def nested_key(cfg: DictConfig, name: str) -> str | None:
+    """The key whose own name is `name`, or nearest it, at the top or under a group (`seeed`: seed, `lr`:
+    optimizer.lr, `epochs`: trainer.max_epochs): a top-level key typed for one a group holds, or misspelt."""
+    leaves: dict[str, str] = {}  # own name -> the first dotted key with it: the top level's, then the groups' in order
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, child in node.items():
+            if isinstance(child, dict):
+                walk(child, f"{prefix}{key}.")
+            elif not str(key).startswith("_"):
+                leaves.setdefault(str(key), f"{prefix}{key}")
+
+    plain: Any = OmegaConf.to_container(cfg, resolve=False)  # interpolations unresolved: some resolve only in a job
+    plain.pop("hydra", None)
+    walk({k: v for k, v in plain.items() if not isinstance(v, dict)}, "")
+    walk({k: v for k, v in plain.items() if isinstance(v, dict)}, "")
+    worded = [k for k in leaves if name.lower() in k.lower().split("_")]  # epochs: max_epochs (how many), min_epochs
+    worded.sort(key=lambda k: (not k.startswith("max_"), len(k)))
+    found = name if name in leaves else next(iter(worded), None) or closest(name, list(leaves))
+    return leaves[found] if found else None
 
 
 def takes(node: Any, scope: str, argument: str) -> bool:
@@ -105,3 +128,34 @@ def absent_group_message(conf_dir: Any, name: str, searchpath: list[Any], groups
         group, value = o.key_or_group, "null" if o.is_delete() else o.value()
         return f"{group}={value}: {job} has no `{group}` group (nothing in {job} reads one); remove it"
     return None
+
+
+def check_syntax(overrides: list[str]) -> None:
+    """An override Hydra's grammar cannot read (`data.path=données.csv`, `data.delimiter=;`): Hydra prints a lexer
+    error over four lines naming neither the fix nor that quoting is the fix. The one override that fails, and the
+    quoted spelling when Hydra reads that (when no single override fails, Hydra's own message follows)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+
+    def fails(line: str) -> str | None:
+        try:
+            parser.parse_overrides([line])
+            return None
+        except Exception as exc:
+            return str(exc).splitlines()[0]
+
+    for line in overrides:
+        if (problem := fails(line)) is None:
+            continue
+        key, eq, value = line.partition("=")
+        quoted = f"{key}='{value}'"
+        if problem.startswith("LexerNoViable") and eq and "'" not in value and fails(quoted) is None:
+            raise ConfigError(
+                f"{line}: Hydra's override grammar does not take {value!r} unquoted; quote the value "
+                f'(in a shell: "{quoted}")'
+            )
+        raise ConfigError(
+            f"{line}: Hydra's override grammar cannot read it ({problem}); see "
+            "https://hydra.cc/docs/advanced/override_grammar/basic/ (close brackets; quote values with spaces or signs)"
+        )

@@ -23,7 +23,7 @@ from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, searchpath_folders
-from litforge.cli.hints import absent_group_message, check_added_keys, unknown_key_message
+from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
 from litforge.config.check import check_config
 from litforge.config.relations import MOVED_KEYS, PREDICTS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError
@@ -71,8 +71,9 @@ def checked_overrides(
     the same); `multirun`: one job of a sweep (:func:`check_sweep`)."""
     job = job or config_name
     parsed = parse(overrides)
-    if parsed is None:
-        return overrides  # Hydra reports syntax errors itself
+    if parsed is None:  # one override Hydra's grammar cannot read: named in one line (else Hydra's message)
+        check_syntax(overrides)
+        return overrides
     if not multirun:  # a sweep's job (check_sweep)
         check_needs_multirun(parsed, job)
     groups = check_options(conf_dir, parsed, job, top_dir)
@@ -118,7 +119,7 @@ def check_sweep(
     starts (which jobs, and why: litforge.cli.command_line.sweep_jobs); first the launcher and sweeper plugins."""
     job, parsed = job or config_name, parse(overrides)
     if parsed is None:
-        return  # Hydra reports syntax errors itself
+        return check_syntax(overrides)
     check_options(conf_dir, parsed, job, top_dir)
     if job == "train" and any(o.key_or_group == "resume" and o.value() is not None for o in parsed):
         raise ConfigError("resume= continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)")
