@@ -29,6 +29,7 @@ KEYS = {
     "optimized_metric": "objective.metric={value} (with objective.mode=max or min)",
     "paths.root_dir": "paths.log_dir=<folder> paths.data_dir=<folder> (relative to where you run; no root needed)",
     "trainer.tpu_cores": "strategy=tpu trainer.devices={value}",
+    "trainer.gpus": "trainer.accelerator=gpu trainer.devices={value} (Lightning 2 split the old flag in two)",
     "trainer.strategy": "strategy={value} (strategies are their own group)",
 }
 # their group options → litforge's
