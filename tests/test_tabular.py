@@ -202,6 +202,21 @@ def test_blank_lines_are_skipped_and_lines_keep_their_numbers_in_messages(tmp_pa
         read_table(str(bad))
 
 
+def test_a_gzipped_csv_reads_and_a_workbook_or_a_file_without_header_is_refused_in_one_line(tmp_path: Path):
+    import gzip
+    import zipfile
+
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(_text().encode()))  # as pandas reads it
+    assert read_table(str(tmp_path / "t.csv.gz")) == read_table(str(write_text(tmp_path / "t.csv", _text())))
+    with zipfile.ZipFile(tmp_path / "book.xlsx", "w") as book:  # was "line 1 is not UTF-8 ... data.encoding=latin-1"
+        book.writestr("xl/workbook.xml", "<workbook/>")
+    with pytest.raises(ConfigError, match=r"book.xlsx: a zip archive \(an Excel workbook\?\), not a text table; save"):
+        read_table(str(tmp_path / "book.xlsx"))
+    headless = write_text(tmp_path / "headless.csv", "".join(f"{i % 7},{i % 5},{i % 2}\n" for i in range(1, 41)))
+    with pytest.raises(ConfigError, match=r"the first line holds numbers \(1,1,1\), not column names; add a header"):
+        read_table(str(headless))  # was: "the header row needs unique names" (or, unique, its first row lost as names)
+
+
 def write_text(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -225,8 +240,13 @@ def write_text(path: Path, text: str) -> Path:
             {},
             "no feature column, only the target 'label'; add input columns to the file",
         ),
+        (
+            "a,name\n" + "".join(f"{i % 5},customer-{i}\n" for i in range(60)),  # each row its own "class"
+            {},
+            "data.target=name: 60 of the 60 rows of data.path=",
+        ),
     ],
-    ids=["target-among-the-features", "a-single-class", "zero-feature-columns"],
+    ids=["target-among-the-features", "a-single-class", "zero-feature-columns", "a-class-per-row"],
 )
 def test_a_table_that_cannot_train_is_refused_in_one_line(tmp_path: Path, columns, arguments, refusal):
     path = write_text(tmp_path / "t.csv", columns)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import gzip
 import io
 import math
 import os
@@ -74,7 +75,7 @@ def cell(text: str) -> float | str | None:
 def read_table(
     path: str, encoding: str = "auto", delimiter: str = "auto", key: str = "data.path", keep: bool = False
 ) -> Table:
-    """The columns of a `.csv` (header row first) or `.parquet` file; refused in one line when unreadable.
+    """The columns of a `.csv` (header row first; gzipped too) or `.parquet` file; refused in one line when unreadable.
 
     `encoding`/`delimiter`: `auto` (UTF-8 with or without a byte-order mark; the delimiter csv.Sniffer finds) or
     the file's own. `key`: the config key that named the file, for the messages. `keep`: hold the table for the
@@ -98,7 +99,15 @@ def read_table(
     ahead = (str(file.resolve()), stat.st_mtime_ns, stat.st_size, encoding, delimiter)
     if ahead in _READ_AHEAD:
         return _READ_AHEAD.pop(ahead)
-    text = decode(file.read_bytes(), path, encoding, key)
+    raw = file.read_bytes()
+    if raw.startswith(b"\x1f\x8b"):  # `.csv.gz`, as pandas reads it
+        raw = gzip.decompress(raw)
+    if raw.startswith(b"PK\x03\x04"):  # a zip: Excel's .xlsx, or a zipped CSV file
+        raise ConfigError(
+            f"{key}={path}: a zip archive (an Excel workbook?), not a text table; save it as CSV UTF-8 (Excel: "
+            "File > Save As > CSV UTF-8) or unzip it, and pass that file"
+        )
+    text = decode(raw, path, encoding, key)
     sep = sniff_delimiter(text) if delimiter == "auto" else DELIMITERS.get(delimiter, delimiter)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
     rows: list[list[str]] = []
@@ -116,6 +125,11 @@ def read_table(
         raise ConfigError(f"{key}={path}: a CSV file needs a header row and at least one data row")
     header = [name.strip() for name in rows[0]]
     header[0] = header[0].lstrip("\ufeff")  # a byte-order mark left by an explicit data.encoding=utf-8
+    if all(_number(name) for name in header):  # a file without a header: its first row would be lost as names
+        raise ConfigError(
+            f"{key}={path}: the first line holds numbers ({','.join(header)}), not column names; add a header line "
+            "naming the columns (the target's name is data.target)"
+        )
     if len(set(header)) != len(header) or "" in header:
         raise ConfigError(f"{key}={path}: the header row needs unique, non-empty column names, got {header}")
     short = [line for row, line in zip(rows[1:], lines[1:], strict=True) if len(row) != len(header)]
@@ -131,6 +145,14 @@ def read_table(
         _READ_AHEAD.clear()
         _READ_AHEAD[ahead] = table
     return table
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def decode(raw: bytes, path: str, encoding: str, key: str = "data.path") -> str:
@@ -234,7 +256,8 @@ def check_columns(
     target_kind: str,
 ) -> tuple[str, list[str], str]:
     """(the target column, the feature columns, the target's kind: class or value), or one line saying why the
-    table cannot train: no such column, the target among the features, no feature column, a single class."""
+    table cannot train: no such column, the target among the features, no feature column, a single class, a class per
+    row."""
     target = target or list(table)[-1]
     if target not in table:
         raise ConfigError(f"data.target={target}: {source} has no such column; its columns: {list(table)}")
@@ -275,6 +298,13 @@ def check_columns(
         raise ConfigError(
             f"data.target={target}: every row of {source} has the one class {classes[0]!r}; a classifier needs two or "
             "more: pick another data.target (or add rows of the other classes)"
+        )
+    many = len(classes) > max(MAX_AUTO_CLASSES, len(values) // 2)
+    if kind == "class" and many and target not in (categorical or []):  # an ID, a name, free text
+        raise ConfigError(
+            f"data.target={target}: {len(classes)} of the {len(values)} rows of {source} are classes of their own "
+            "(an identifier or free text?), so a classifier could not learn any; pick another data.target, or "
+            "data.target_kind=value if it holds numbers"
         )
     return target, columns, kind
 
