@@ -91,10 +91,10 @@ def test_eval_reports_the_training_runs_test_accuracy(default_run, tmp_path):
 def test_predict_writes_predictions_for_the_test_split_and_for_image_files(default_run, tmp_path):
     run_dir, _, _ = default_run
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    out = tmp_path / "test_split.csv"
-    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"output={out}", log_dir=tmp_path / "logs")
+    (tmp_path / "split").mkdir()  # output=<a folder>: its predictions.csv (was an IsADirectoryError traceback)
+    result = run_cli("predict.py", f"ckpt_path={ckpt}", f"output={tmp_path / 'split'}", log_dir=tmp_path / "logs")
     assert result.returncode == 0, result.output[-3000:]
-    lines = out.read_text().splitlines()
+    lines = (tmp_path / "split" / "predictions.csv").read_text().splitlines()
     assert lines[0] == "input,predicted,class_name,confidence,label" and len(lines) == 1 + 359
     correct = sum(row.split(",")[1] == row.split(",")[4] for row in lines[1:])
     assert correct / 359 >= 0.95

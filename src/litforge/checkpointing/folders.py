@@ -99,6 +99,12 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
         named = isinstance(value, str) and "${" not in value and "://" not in value
         if named and PATH_KEY.search(key.rsplit(".", 1)[-1]) and (file := file_in_the_way(Path(value))) is not None:
             raise ConfigError(f"{key}={value}: {file} is a file, not a folder; pass {key}=<a path in a folder>")
+        run = next((p for p in Path(value).parents if (p / ".hydra").is_dir()), None) if named else None
+        if named and key == "output" and Path(value).is_file() and run is not None:  # its checkpoint, metrics.json
+            raise ConfigError(
+                f"output={value} would overwrite a file of the run {run}: runs keep what they wrote; pass "
+                "output=<a new path> (or null: the new run's own folder)"
+            )
 
 
 def check_not_another_run(folder: Path) -> None:

@@ -43,7 +43,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
                 if targets is not None:
                     row.update(true_values(task, targets[i]))
                 rows.append({"input": names[i], **row})
-    output = Path(str(cfg.output)) if cfg.get("output") else Path(cfg.paths.output_dir) / "predictions.csv"
+    output = predictions_file(cfg.get("output"), Path(cfg.paths.output_dir))
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -57,6 +57,15 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         errors = [abs(float(r[k[len("true_") :]]) - float(r[k])) for r in rows for k in true]
         metrics["mae"] = sum(errors) / len(errors)
     return {"metrics": metrics, "written": str(output), "output_dir": str(cfg.paths.output_dir)}
+
+
+def predictions_file(output: str | None, run_dir: Path) -> Path:
+    """`output=` as meant: a file, or a folder (one that exists, or a path ending in `/`) that gets predictions.csv;
+    null: the run folder's predictions.csv."""
+    if not output:
+        return run_dir / "predictions.csv"
+    path = Path(str(output))
+    return path / "predictions.csv" if path.is_dir() or str(output).endswith(("/", "\\")) else path
 
 
 def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
