@@ -293,6 +293,24 @@ CASES = [
         ["e.g. trusted_packages=[mypkg]"],
         "a-list-given-one-name",
     ),
+    (
+        "predict.py",
+        _fixed("ckpt_path={ckpt}", "output={ckpt}"),
+        ["would overwrite a file of the run", "pass output=<a new path>"],
+        "output-onto-a-runs-checkpoint",  # was the checkpoint replaced by a CSV file
+    ),
+    (
+        "train.py",
+        _fixed("data=csv", "data.delimiter=;"),
+        ["data.delimiter=;: Hydra's override grammar does not take ';' unquoted", "\"data.delimiter=';'\""],
+        "a-sign-the-override-grammar-does-not-take",  # was Hydra's four-line lexer error
+    ),
+    (
+        "train.py",
+        _fixed("data=csv", "data.path={tmp}/données.csv"),
+        ["données.csv' unquoted; quote the value", "in a shell: \"data.path='"],
+        "a-path-with-an-accent",
+    ),
     # ---- #39 tables ----
     (
         "train.py",

@@ -66,6 +66,22 @@ def test_no_plus_key_is_offered_for_a_key_nothing_reads(overrides: list[str], sa
     assert message is not None and says in message and "would add it" not in message, message
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("lr=0.1", "optimizer.lr=0.1"),  # each was "remove it, or fix its spelling" and a list of top-level keys
+        ("epochs=3", "trainer.max_epochs=3"),
+        ("steps=100", "trainer.max_steps=100"),
+        ("batch_size=64", "data.batch_size=64"),
+        ("seeed=3", "seed=3"),  # a top-level key misspelt: still itself
+    ],
+)
+def test_a_top_level_key_typed_for_a_groups_is_answered_with_that_key(typed: str, meant: str, tmp_path: Path):
+    message = refusal("train", [f"paths.log_dir={tmp_path}", typed])
+    assert message is not None and message.endswith(f"did you mean {meant}?"), message
+    assert refusal("train", [f"paths.log_dir={tmp_path}", meant]) is None
+
+
 def test_a_key_an_interpolation_reads_may_be_added(tmp_path: Path):
     """A top-level key is read where an interpolation names it: `+width=64` with `model.hidden_dims=[${width}]`."""
     assert refusal("train", [f"paths.log_dir={tmp_path}", "+width=64", "model.hidden_dims=[${width}]"]) is None
