@@ -192,7 +192,12 @@ def test_env_state_round_trip_continues_the_same_episode():
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logging.getLogger("litforge.tasks.dqn").addHandler(handler)
+    logger = logging.getLogger("litforge.tasks.dqn")
+    logger.addHandler(handler)
+    # an in-process Hydra job earlier in this worker may have disabled existing loggers (its logging config's
+    # disable_existing_loggers) or raised their level: the line is the task's, so listen to it as a fresh run does
+    disabled, level = logger.disabled, logger.level
+    logger.disabled, logger.level = False, logging.INFO
     try:
         task.restore_acting(
             {
@@ -204,7 +209,8 @@ def test_env_state_round_trip_continues_the_same_episode():
             }
         )
     finally:
-        logging.getLogger("litforge.tasks.dqn").removeHandler(handler)
+        logger.removeHandler(handler)
+        logger.disabled, logger.level = disabled, level
     assert task.obs == "fresh" and task.env_steps == 7
     assert [r.getMessage() for r in records] == [
         "DQN resume: SimpleNamespace keeps no state litforge can save; the training env starts a new episode"

@@ -120,13 +120,16 @@ def test_an_old_module_name_still_imports_and_warns_with_its_new_home():
 
 
 def test_every_moved_module_imports_as_its_new_home():
-    code = (
-        "import importlib, warnings, litforge\n"
-        "warnings.simplefilter('ignore')\n"
-        "for old, new in litforge.MOVED_MODULES.items():\n"
-        "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
-        "print(len(litforge.MOVED_MODULES))"
-    )
-    result = fresh(code)
-    assert result.returncode == 0, result.stderr
-    assert int(result.stdout) == len(litforge.MOVED_MODULES) >= 20
+    """In this process (the worker has imported most new homes already; a fresh interpreter importing all of them
+    cost 6 s of CPU): the finder is the same one a fresh `import litforge` installs, the test above runs it fresh."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        moved = [
+            old
+            for old, new in litforge.MOVED_MODULES.items()
+            if importlib.import_module(old) is not importlib.import_module(new)
+        ]
+    assert not moved and len(litforge.MOVED_MODULES) >= 20, moved
