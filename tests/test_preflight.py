@@ -76,7 +76,9 @@ SEARCH = "hparams_search=digits_optuna"
     ("args", "says"),
     [
         (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
-        (["-m", "resume=auto", "seed=1,2"], "resume= continues one run"),
+        (["-m", "resume=auto", "seed=1,2"], "resume=auto continues one run"),
+        (["-m", "ckpt_path=last", "seed=1,2"], "ckpt_path=last continues one run"),  # was a traceback in job 0
+        (["-m", "logger=null,csv"], "logger=null,csv: a sweep cannot switch logger off in some of its jobs"),  # Hydra's
         (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
         # issue #39: every value of a sweep is checked before its first job (job 0 ran, job 1 ended in a traceback)
         (["-m", "model.dropout=choice(0.1,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),
