@@ -36,6 +36,9 @@ PREFLIGHT = [
     (["trainer.plugins=3"], "trainer.plugins=3: expected a list"),
     # a launcher without -m trained here without a word (issue #39)
     (["hydra/launcher=slurm"], "hydra/launcher=slurm is used only by a multirun: add -m (python train.py -m"),
+    # an unset shell variable (`ckpt_path=$CKPT`) trained from scratch without a word; `~` is Hydra's lexer error
+    (["ckpt_path="], "ckpt_path= is empty (a shell variable that is not set?): pass ckpt_path=<a path>"),
+    (["data=csv", "data.path=~/t.csv"], "does not take `~`; write the home folder out: data.path=/"),
 ]
 
 
@@ -78,6 +81,7 @@ SEARCH = "hparams_search=digits_optuna"
         (["-m", "model=cnn,mlpp"], "model=mlpp is not an option of model; did you mean model=mlp?"),
         (["-m", "resume=auto", "seed=1,2"], "resume=auto continues one run"),
         (["-m", "ckpt_path=last", "seed=1,2"], "ckpt_path=last continues one run"),  # was a traceback in job 0
+        (["-m", SEARCH, "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials=0: expected an integer >= 1"),  # Hydra's
         (["-m", "logger=null,csv"], "logger=null,csv: a sweep cannot switch logger off in some of its jobs"),  # Hydra's
         (["-m", "model.init_from=a.ckpt,b.ckpt"], "model.init_from has moved to task.init_from"),
         # issue #39: every value of a sweep is checked before its first job (job 0 ran, job 1 ended in a traceback)
@@ -108,6 +112,25 @@ def test_every_value_of_a_sweep_is_checked_before_its_first_job(
     err = capsys.readouterr().err
     assert err.count("litforge: error:") == 1 and says in err, err
     assert not (tmp_path / "logs").exists(), "the check writes nothing, not even the log folder"
+
+
+def test_a_sweep_never_writes_its_jobs_into_another_runs_or_sweeps_folder(tmp_path: Path, capsys):
+    """`hydra.sweep.dir=<a run folder>` wrote job folders 0, 1, ... into it (and over an earlier grid sweep's); an
+    Optuna sweep's own folder (optuna.db) is where its study resumes, so that one is taken."""
+    from litforge.cli.preflight import prepare_command_line
+
+    run = tmp_path / "runs" / "finished"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.json").write_text("{}")
+    argv = ["train.py", "-m", f"paths.log_dir={tmp_path / 'logs'}", f"hydra.sweep.dir={run}", "seed=1,2"]
+    with pytest.raises(SystemExit):
+        prepare_command_line(CONF, "train", argv)
+    assert f"hydra.sweep.dir={run} holds the results of another run or sweep" in capsys.readouterr().err
+    study = tmp_path / "study"
+    study.mkdir()
+    for name in ("multirun.yaml", "optuna.db"):
+        (study / name).write_text("")
+    prepare_command_line(CONF, "train", [*argv[:3], f"hydra.sweep.dir={study}", "seed=1,2"])
 
 
 def test_a_search_configs_space_is_checked_like_the_command_lines(tmp_path: Path, capsys):

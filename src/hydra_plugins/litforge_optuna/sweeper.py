@@ -64,12 +64,7 @@ class LitforgeOptunaSweeper(Sweeper):
         pruner: str = "none",
         pruner_args: Mapping[str, Any] | None = None,
     ) -> None:
-        from litforge.records.optuna_study import build_pruner
-
-        if str(direction).lower() not in DIRECTIONS:
-            raise ValueError(f"hydra.sweeper.direction={direction!r}: use one of max, min (or maximize, minimize)")
-        if n_trials < 1 or n_jobs < 1:
-            raise ValueError(f"hydra.sweeper.n_trials ({n_trials}) and n_jobs ({n_jobs}) must be at least 1")
+        check_settings(direction, n_trials, n_jobs, pruner, pruner_args, storage)
         self.direction = DIRECTIONS[str(direction).lower()]
         self.study_name = study_name
         self.storage = storage
@@ -79,12 +74,6 @@ class LitforgeOptunaSweeper(Sweeper):
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.pruner = str(pruner).lower()
         self.pruner_args = plain_mapping("pruner_args", pruner_args or {})
-        build_pruner(self.pruner, self.pruner_args)  # an unknown name or argument: one line before any trial
-        if self.pruner != "none" and not storage:
-            raise ValueError(
-                f"hydra.sweeper.pruner={self.pruner} needs hydra.sweeper.storage (each trial reports "
-                "to the study through it): keep the default sqlite:///${hydra.sweep.dir}/optuna.db"
-            )
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
@@ -233,6 +222,27 @@ def search_space(params: Mapping[str, str], arguments: Sequence[str]) -> tuple[d
     return space, list(fixed.values())
 
 
+def check_settings(direction: Any, n_trials: Any, n_jobs: Any, pruner: Any, pruner_args: Any, storage: Any) -> None:
+    """The sweeper's own settings, as its constructor and the pre-run check (:func:`check_search_space`) judge them:
+    ValueError with one line."""
+    from litforge.records.optuna_study import build_pruner
+
+    if str(direction).lower() not in DIRECTIONS:
+        raise ValueError(f"hydra.sweeper.direction={direction!r}: use one of max, min (or maximize, minimize)")
+    for key, value in (("n_trials", n_trials), ("n_jobs", n_jobs)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            example = {"n_trials": 20, "n_jobs": 1}[key]
+            raise ValueError(
+                f"hydra.sweeper.{key}={value}: expected an integer >= 1, e.g. hydra.sweeper.{key}={example}"
+            )
+    build_pruner(str(pruner).lower(), plain_mapping("pruner_args", pruner_args or {}))  # an unknown name or argument
+    if str(pruner).lower() != "none" and not storage:
+        raise ValueError(
+            f"hydra.sweeper.pruner={str(pruner).lower()} needs hydra.sweeper.storage (each trial reports "
+            "to the study through it): keep the default sqlite:///${hydra.sweep.dir}/optuna.db"
+        )
+
+
 def check_search_space(sweeper: Any, arguments: Sequence[str]) -> None:
     """`sweeper` (the composed `hydra.sweeper`), if it is this one: its search space as `sweep` will read it, asked
     before Hydra starts (by litforge.cli.preflight.check_sweep, which then checks the values each searched key can
@@ -242,6 +252,13 @@ def check_search_space(sweeper: Any, arguments: Sequence[str]) -> None:
 
     if sweeper.get("_target_") != f"{__name__}.{LitforgeOptunaSweeper.__name__}":
         return
+    try:
+        get = sweeper.get
+        unresolved: Any = OmegaConf.to_container(sweeper, resolve=False) if OmegaConf.is_config(sweeper) else sweeper
+        settings = (get("direction"), get("n_trials"), get("n_jobs"), get("pruner", "none"), get("pruner_args"))
+        check_settings(*settings, unresolved.get("storage"))  # (storage names the sweep folder, which comes later)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         space, _ = search_space({str(k): str(v) for k, v in (sweeper.get("params") or {}).items()}, arguments)
     except SearchSpaceError as exc:

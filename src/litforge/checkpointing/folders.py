@@ -94,7 +94,21 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
             return [kv for k, v in node.items() for kv in leaves(v, f"{key}.{k}".lstrip("."))]
         return [(key, node)]
 
+    for o in [o for o in overrides if not o.is_sweep_override() and o.value() == ""]:  # `ckpt_path=$CKPT`, unset
+        if PATH_KEY.search(o.key_or_group.rsplit(".", 1)[-1]) or o.key_or_group == "resume":
+            raise ConfigError(
+                f"{o.key_or_group}= is empty (a shell variable that is not set?): pass {o.key_or_group}=<a path>, or "
+                f"{o.key_or_group}=null for none"
+            )
     typed = [(o.key_or_group, o.value()) for o in overrides if o.key_or_group.startswith("hydra.")]
+    for key, value in typed:  # a sweep writes its jobs 0, 1, ... into its folder: never over another's results
+        held = (".hydra", "checkpoints", "metrics.json", "multirun.yaml", "summary.md")
+        study = Path(str(value)) / "optuna.db"  # an Optuna sweep's folder: its study resumes there (docs/sweeps.md)
+        if key == "hydra.sweep.dir" and any((Path(str(value)) / n).exists() for n in held) and not study.exists():
+            raise ConfigError(
+                f"hydra.sweep.dir={value} holds the results of another run or sweep, whose folders this sweep's jobs "
+                "would overwrite: pass a new folder (an Optuna search resumes in its own, which holds optuna.db)"
+            )
     for key, value in [*leaves(OmegaConf.to_container(cfg, resolve=False), ""), *typed]:
         named = isinstance(value, str) and "${" not in value and "://" not in value
         if named and PATH_KEY.search(key.rsplit(".", 1)[-1]) and (file := file_in_the_way(Path(value))) is not None:

@@ -11,6 +11,7 @@ litforge.config.library), judged without importing torch. Called from litforge.c
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from typing import Any
 
@@ -149,6 +150,9 @@ def check_syntax(overrides: list[str]) -> None:
         if (problem := fails(line)) is None:
             continue
         key, eq, value = line.partition("=")
+        home = f"{key}={os.path.expanduser(value)}"  # `data.path=~/x.csv`: the shell expands `~` only at a word's start
+        if value.startswith("~") and fails(home) is None:
+            raise ConfigError(f"{line}: Hydra's override grammar does not take `~`; write the home folder out: {home}")
         quoted = f"{key}='{value}'"
         if problem.startswith("LexerNoViable") and eq and "'" not in value and fails(quoted) is None:
             raise ConfigError(
