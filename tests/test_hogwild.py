@@ -42,7 +42,15 @@ def _fit_with_a_slow_worker(rank: int, world_size: int, strategy_name: str, root
             self.net = torch.nn.Linear(8, 1)
             self.foreign_writes = 0  # steps of rank 1 during which another worker changed the weights
 
+        def on_train_start(self):
+            # both start stepping together: on a busy machine rank 0 once took all its steps before rank 1 took its
+            # first, so rank 1 never saw a write land while it computed (CI, 3 test workers on 2 cores)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.barrier()
+
         def training_step(self, batch, _):
+            if self.global_rank == 0:
+                time.sleep(SLOW_S / 10)  # fast, yet its 12 steps span rank 1's first ones
             if self.global_rank == 1:  # slow: the weights this step read may change while it computes
                 before = torch.cat([p.detach().reshape(-1).clone() for p in self.parameters()])
                 time.sleep(SLOW_S)
