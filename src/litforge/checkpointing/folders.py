@@ -101,10 +101,9 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
                 f"{o.key_or_group}=null for none"
             )
     typed = [(o.key_or_group, o.value()) for o in overrides if o.key_or_group.startswith("hydra.")]
-    for key, value in typed:  # a sweep writes its jobs 0, 1, ... into its folder: never over another's results
-        held = (".hydra", "checkpoints", "metrics.json", "multirun.yaml", "summary.md")
-        study = Path(str(value)) / "optuna.db"  # an Optuna sweep's folder: its study resumes there (docs/sweeps.md)
-        if key == "hydra.sweep.dir" and any((Path(str(value)) / n).exists() for n in held) and not study.exists():
+    for value in [v for k, v in typed if k == "hydra.sweep.dir"]:  # its jobs 0, 1, ... are written there
+        sweep = Path(str(value))  # another run's or grid sweep's results; an Optuna sweep's folder resumes its study
+        if held_results(sweep, (*RUN_MARKS, "multirun.yaml", "summary.md")) and not (sweep / "optuna.db").exists():
             raise ConfigError(
                 f"hydra.sweep.dir={value} holds the results of another run or sweep, whose folders this sweep's jobs "
                 "would overwrite: pass a new folder (an Optuna search resumes in its own, which holds optuna.db)"
@@ -113,18 +112,28 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
         named = isinstance(value, str) and "${" not in value and "://" not in value
         if named and PATH_KEY.search(key.rsplit(".", 1)[-1]) and (file := file_in_the_way(Path(value))) is not None:
             raise ConfigError(f"{key}={value}: {file} is a file, not a folder; pass {key}=<a path in a folder>")
-        run = next((p for p in Path(value).parents if (p / ".hydra").is_dir()), None) if named else None
-        if named and key == "output" and Path(value).is_file() and run is not None:  # its checkpoint, metrics.json
+        if not (named and key == "output" and Path(value).is_file()):
+            continue
+        run = next((p for p in Path(value).parents if (p / ".hydra").is_dir()), None)
+        if run is not None:  # a file of a run: its checkpoint, its metrics.json
             raise ConfigError(
                 f"output={value} would overwrite a file of the run {run}: runs keep what they wrote; pass "
                 "output=<a new path> (or null: the new run's own folder)"
             )
 
 
+RUN_MARKS = (".hydra", "checkpoints", "metrics.json")  # what a run's folder holds
+
+
+def held_results(folder: Path, marks: tuple[str, ...]) -> list[str]:
+    """Which of `marks` `folder` holds: a folder holding any is another run's (or sweep's), never written into."""
+    return [n for n in marks if (folder / n).exists()]
+
+
 def check_not_another_run(folder: Path) -> None:
     """`hydra.run.dir=<another run>` would overwrite that run's checkpoints, metrics and overrides: a run writes only
     into a folder of its own (resume= continues one in place)."""
-    held = [n for n in (".hydra", "checkpoints", "metrics.json") if (folder / n).exists()]
+    held = held_results(folder, RUN_MARKS)
     if held:
         raise ConfigError(
             f"hydra.run.dir={folder} is the folder of another run (it holds {', '.join(held)}): a run never writes "
