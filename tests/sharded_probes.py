@@ -1,6 +1,7 @@
-"""Worker functions for in-process multi-rank tests (torch.multiprocessing spawns them with gloo on CPU).
+"""Worker functions for in-process multi-rank tests (tests/gloo.py `start_ranks` forks them with gloo on CPU).
 
-Kept free of Lightning and pytest imports, so each spawned rank starts in the time `import torch` takes.
+Kept free of Lightning and pytest imports: the module a rank unpickles its function from imports nothing the
+forkserver has not.
 """
 
 from __future__ import annotations

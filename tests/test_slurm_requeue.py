@@ -182,9 +182,13 @@ def check_a_two_node_ddp_job_survives_the_loss_of_a_node_and_resumes_exactly(job
     output = (jobs.folder("two") / f"{job}.out").read_text(errors="replace")
     assert (fields["JobState"], fields["Restarts"], fields["ExitCode"]) == ("COMPLETED", "1", "0:0"), output[-3000:]
     assert fields["NodeList"] == "n[1-2]", fields
-    assert "DUE TO NODE FAILURE" in output, output[-3000:]
-    resumed = output.split("DUE TO NODE FAILURE", 1)[1]
-    assert re.search(rf"Resuming from \S+/slurm-{job}/checkpoints/last\.ckpt", resumed), resumed[-3000:]
+    # why it was requeued, in slurmctld's own words: slurmstepd's line in the job's output names either reason
+    # ("CANCELLED ... DUE TO NODE FAILURE", or "DUE TO JOB REQUEUE" when the requeue reaches n1 first: seen in CI)
+    controller_log = (cluster.LOGS / "two-nodes-slurmctld.log").read_text(errors="replace")
+    assert f"requeue job JobId={job} due to failure of node n2" in controller_log, controller_log[-3000:]
+    first_attempt, said, resumed = output.partition(f"Resuming from {run}/checkpoints/last.ckpt")
+    assert said, output[-3000:]
+    assert first_attempt.count("Initializing distributed: GLOBAL_RANK:") == 2, "two ranks before the loss of n2"
     assert resumed.count("Initializing distributed: GLOBAL_RANK:") == 2, "both ranks again"
     assert sorted(p.name for p in run.parent.iterdir()) == [run.name]
     assert_same_run(run, jobs.folder("ref") / "train" / "runs" / f"slurm-{wait_ref(jobs)}")

@@ -489,11 +489,12 @@ def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose
 
 @pytest.mark.distributed
 def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_process(tmp_path: Path):
-    """FSDP2 and tensor parallelism with 2 gloo ranks (spawned, no CLI): gradients equal one process on the whole
+    """FSDP2 and tensor parallelism with 2 gloo ranks (no CLI): gradients equal one process on the whole
     batch; activation checkpointing (under both) and reshard_after_forward=false change nothing (1e-6); bf16 computes
     in bf16, reduces in fp32."""
-    import torch.multiprocessing as mp
     from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from gloo import start_ranks
 
     bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)  # mixed_precision=bf16
     variants = {
@@ -505,7 +506,7 @@ def test_fsdp_options_and_activation_checkpointing_on_two_ranks_match_one_proces
         "tp": ({"tensor_parallel": True}, "none"),
         "tp_ac_full": ({"tensor_parallel": True}, "full"),
     }
-    mp.spawn(_fsdp_options_rank, args=(2, _free_port(), str(tmp_path), variants), nprocs=2, join=True)
+    start_ranks(_fsdp_options_rank, (2, _free_port(), str(tmp_path), variants), nprocs=2)
     record = torch.load(tmp_path / "fsdp_options.pt", weights_only=True)
     reference = record["reference"]
     for name, grad in reference.items():
@@ -543,9 +544,9 @@ def test_hsdp_on_four_ranks_shards_in_pairs_and_matches_one_process(tmp_path: Pa
     """strategy=hsdp's sharding (litforge.parallel.plans.shard with replicate_size=2) on 4 gloo ranks: a 2 x 2
     (replicate, shard) mesh, half of each weight per rank, replicas identical, and after three SGD-momentum steps the
     same parameters as one process on the whole batch (= DDP's result) within 1e-5."""
-    import torch.multiprocessing as mp
+    from gloo import start_ranks
 
-    mp.spawn(_hsdp_rank, args=(4, _free_port(), str(tmp_path)), nprocs=4, join=True)
+    start_ranks(_hsdp_rank, (4, _free_port(), str(tmp_path)), nprocs=4)
     record = torch.load(tmp_path / "hsdp.pt", weights_only=True)
     assert record["mesh"] == (2, 2) and record["placements"] == ["R", "S(0)"]
     assert record["local_fraction"] == 0.5 and record["replicas_equal"] and record["shards_differ"]
@@ -590,9 +591,9 @@ def test_hsdp_refuses_a_3d_mesh_and_a_replicate_size_that_does_not_divide_the_ra
 def test_clipping_under_sharding_uses_the_global_norm(world: int, modes: dict, tmp_path: Path):
     """Clipping to 0.1 under fsdp, tp (DTensor and plain gradients mixed: torch's clip_grad_norm_ raises) and fsdp_tp
     (two meshes: it raises too) gives the gradients torch clips to on one process and the whole batch."""
-    import torch.multiprocessing as mp
+    from gloo import start_ranks
 
-    mp.spawn(_clipping_rank, args=(world, _free_port(), str(tmp_path), modes), nprocs=world, join=True)
+    start_ranks(_clipping_rank, (world, _free_port(), str(tmp_path), modes), nprocs=world)
     record = torch.load(tmp_path / "clipping.pt", weights_only=True)
     for mode in modes:
         got = record[mode]
