@@ -217,6 +217,22 @@ def test_a_gzipped_csv_reads_and_a_workbook_or_a_file_without_header_is_refused_
         read_table(str(headless))  # was: "the header row needs unique names" (or, unique, its first row lost as names)
 
 
+def test_rows_without_a_target_are_left_out_and_the_run_says_how_many(tmp_path: Path, caplog):
+    """An empty target cell and a missing marker (NA) each leave their row out of every split, in a line that names
+    data.target, the count and the file (they were dropped without a word)."""
+    rows = _text().splitlines()
+    rows[1], rows[2] = rows[1].rsplit(",", 1)[0] + ",", rows[2].rsplit(",", 1)[0] + ",NA"
+    path = write_text(tmp_path / "t.csv", "\n".join(rows) + "\n")
+    with caplog.at_level("INFO", logger="litforge.data.tabular"):
+        data = TabularDataModule(path=str(path))
+    said = [r.getMessage() for r in caplog.records if r.name == "litforge.data.tabular"]
+    assert said == [
+        f"data.target=label has no value in 2 of the 30 rows of data.path={path} (an empty cell or a missing marker "
+        "such as NA): those rows are left out of training, validation and test"
+    ]
+    assert sum(len(data.split_arrays(split)[1]) for split in ("train", "val", "test")) == 28
+
+
 def write_text(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

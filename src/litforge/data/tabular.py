@@ -19,6 +19,7 @@ state is a pickled object: it cannot be stored in a `weights_only` checkpoint no
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Literal
 
@@ -37,6 +38,8 @@ from litforge.data.tables import (
     check_columns,
     read_table,
 )
+
+log = logging.getLogger(__name__)
 
 
 def fit_encoding(table: Table, rows: list[int], features: list[str], categorical: list[str]) -> list[dict[str, Any]]:
@@ -152,6 +155,12 @@ class TabularDataModule(InMemorySplits):
             table, source, target, features, categorical, target_kind
         )
         labelled = [i for i, v in enumerate(table[self.target]) if v is not None]
+        if len(labelled) < len(table[self.target]):  # said, so that a smaller split than the file is no surprise
+            log.info(
+                "data.target=%s has no value in %d of the %d rows of %s (an empty cell or a missing marker such as "
+                "NA): those rows are left out of training, validation and test",
+                self.target, len(table[self.target]) - len(labelled), len(table[self.target]), source,
+            )  # fmt: skip
         table = {name: [table[name][i] for i in labelled] for name in table}  # rows without a target cannot train
         train, val, test = (
             idx.tolist() for idx in split_indices(len(labelled), val_fraction, test_fraction, split_seed)
