@@ -300,6 +300,16 @@ CASES = [
         "output-onto-a-runs-checkpoint",  # was the checkpoint replaced by a CSV file
     ),
     (
+        "predict.py",
+        lambda tmp, ckpt: [
+            (tmp / "rows.csv").write_text(_ROWS) and f"ckpt_path={ckpt}",
+            f"input={tmp}/rows.csv",
+            f"output={tmp}/rows.csv",
+        ],  # fmt: skip
+        ["output=", "rows.csv is also input=", "the output would replace it", "e.g. output=", "rows.predictions.csv"],
+        "output-onto-its-own-input",  # was the user's data file replaced by the predictions
+    ),
+    (
         "train.py",
         _fixed("data=csv", "data.delimiter=;"),
         ["data.delimiter=;: Hydra's override grammar does not take ';' unquoted", "\"data.delimiter=';'\""],
@@ -388,7 +398,7 @@ def test_bad_input_fails_with_one_clear_message(
 ):
     log_dir, _ = earlier_runs
     overrides = args(tmp_path, checkpoint)
-    before = manifest(log_dir)
+    before, given = manifest(log_dir), manifest(tmp_path)  # the earlier runs, and the files the row wrote for itself
     result = run_cli(script, *overrides, "print_config=false", log_dir=log_dir)
     assert result.returncode != 0, result.output[-2000:]
     assert "Traceback" not in result.output, result.output[-4000:]
@@ -400,6 +410,7 @@ def test_bad_input_fails_with_one_clear_message(
     after = manifest(log_dir)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"the refused command wrote (or removed) in the log folder: {changed}"
+    assert manifest(tmp_path) == given, "the refused command changed a file it was given"
 
 
 def test_the_whole_table_left_the_earlier_runs_as_they_were(earlier_runs):

@@ -108,7 +108,8 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
                 f"hydra.sweep.dir={value} holds the results of another run or sweep, whose folders this sweep's jobs "
                 "would overwrite: pass a new folder (an Optuna search resumes in its own, which holds optuna.db)"
             )
-    for key, value in [*leaves(OmegaConf.to_container(cfg, resolve=False), ""), *typed]:
+    named_paths = [*leaves(OmegaConf.to_container(cfg, resolve=False), ""), *typed]
+    for key, value in named_paths:
         named = isinstance(value, str) and "${" not in value and "://" not in value
         if named and PATH_KEY.search(key.rsplit(".", 1)[-1]) and (file := file_in_the_way(Path(value))) is not None:
             raise ConfigError(f"{key}={value}: {file} is a file, not a folder; pass {key}=<a path in a folder>")
@@ -120,6 +121,13 @@ def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
                 f"output={value} would overwrite a file of the run {run}: runs keep what they wrote; pass "
                 "output=<a new path> (or null: the new run's own folder)"
             )
+        for other, read in [(k, v) for k, v in named_paths if k != key and isinstance(v, str) and Path(v).is_file()]:
+            if Path(read).samefile(value):  # predict.py input=data.csv output=data.csv: the data replaced
+                new = Path(value).with_name(f"{Path(value).stem}.predictions.csv") if other == "input" else None
+                raise ConfigError(
+                    f"output={value} is also {other}={read}: the output would replace it; pass output=<a new path>"
+                    + (f", e.g. output={new}" if new else "")
+                )
 
 
 RUN_MARKS = (".hydra", "checkpoints", "metrics.json")  # what a run's folder holds
