@@ -82,6 +82,19 @@ def test_a_top_level_key_typed_for_a_groups_is_answered_with_that_key(typed: str
     assert refusal("train", [f"paths.log_dir={tmp_path}", meant]) is None
 
 
+def test_a_key_of_the_groups_other_options_names_them_and_no_look_alike_of_another_meaning(tmp_path: Path):
+    """`data.num_workers=4` on the default (in-memory) data was answered `did you mean data.num_folds=4?`, which turns
+    the run into a k-fold split: a key differing in a whole word is no misspelling, and the options of the group that
+    have the key are named; a misspelt key still gets its key."""
+    message = refusal("train", [f"paths.log_dir={tmp_path}", "data.num_workers=4"])
+    assert message == (
+        "data.num_workers=4: data has no key `num_workers`; it is a key of data=image_folder, data=streaming: choose "
+        "one of them, or remove data.num_workers=4"
+    )
+    message = refusal("train", [f"paths.log_dir={tmp_path}", "data.num_fold=4"])
+    assert message is not None and message.endswith("did you mean data.num_folds=4?"), message
+
+
 def test_a_key_an_interpolation_reads_may_be_added(tmp_path: Path):
     """A top-level key is read where an interpolation names it: `+width=64` with `model.hidden_dims=[${width}]`."""
     assert refusal("train", [f"paths.log_dir={tmp_path}", "+width=64", "model.hidden_dims=[${width}]"]) is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,15 +23,39 @@ from litforge.core.errors import ConfigError
 
 def closest(name: str, names: list[str]) -> str | None:
     """The name in `names` nearest to `name`: by spelling, else one with `name` as a word (`test`:
-    `test_after_training`)."""
-    match = difflib.get_close_matches(name, names, n=1)
+    `test_after_training`). A name that differs in a whole word is no misspelling: `num_workers` is not offered
+    `num_folds` (which would turn a run into a k-fold split)."""
+    match = [m for m in difflib.get_close_matches(name, names, n=3) if _misspelt(name, m)][:1]
     worded = sorted((n for n in names if name.lower() in n.lower().split("_")), key=len)
     return next(iter(match or worded), None)
 
 
-def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> str | None:
+def _misspelt(typed: str, name: str) -> bool:
+    """Whether `typed` reads as `name` misspelt: word for word alike (`max_epoch`: `max_epochs`), when both have the
+    same number of `_` words."""
+    words, other = typed.lower().split("_"), name.lower().split("_")
+    alike = lambda a, b: difflib.SequenceMatcher(None, a, b).ratio() >= 0.6  # noqa: E731
+    return len(words) != len(other) or all(alike(a, b) for a, b in zip(words, other, strict=True))
+
+
+def options_with_key(conf_dir: Path, group: str, key: str) -> list[str]:
+    """The options of `group` (conf/<group>/*.yaml) that set `key` (`data.num_workers`: image_folder, streaming)."""
+    import yaml
+
+    found = []
+    for path in sorted((conf_dir / group).glob("*.yaml")):
+        try:
+            body = yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            continue
+        if isinstance(body, dict) and key in body:
+            found.append(path.stem)
+    return found
+
+
+def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train", conf_dir: Path | None = None) -> str | None:
     """`trainer.max_epoch=3`: which part of the key does not exist, the closest key that does and, where what the
-    group builds takes that argument, that `+` adds it."""
+    group builds takes that argument, that `+` adds it; else the group's other options that have the key."""
     node: Any = cfg
     path: list[str] = []
     line, value = override.input_line, override.input_line.partition("=")[2]
@@ -49,6 +74,9 @@ def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train") -> s
                 fix = f"did you mean {nested or '.'.join([*path, str(match), *parts[i + 1 :]])}={value}?"
             elif path and takes(node, ".".join(path), part):
                 fix = f"+{line} adds it (what {where} builds takes `{part}`)"
+            elif len(path) == 1 and conf_dir is not None and (options := options_with_key(conf_dir, path[0], part)):
+                chosen = ", ".join(f"{path[0]}={o}" for o in options)
+                fix = f"it is a key of {chosen}: choose one of them, or remove {line}"
             else:
                 fix = f"remove it, or fix its spelling ({where} has: {', '.join(names)})"
             return f"{line}: {where} has no key `{part}`; {fix}"
