@@ -66,6 +66,7 @@ def test_digits_folds_split_the_pool_and_leave_the_test_split_alone():
         ({"num_folds": 1}, "data.num_folds=1 must be an integer >= 2"),
         ({"num_folds": 5, "fold": 5}, "data.fold=5 is outside [0, 5)"),
         ({"num_folds": 3, "fold": -1}, "data.fold=-1 is outside [0, 3)"),
+        ({"fold": 2}, "data.fold=2 takes effect only with data.num_folds"),  # was ignored: the usual split
     ],
 )
 def test_bad_fold_keys_are_refused_at_construction(kwargs, words):

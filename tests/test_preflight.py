@@ -23,6 +23,7 @@ PREFLIGHT = [
     (["model=resnt"], "model=resnt is not an option of model; did you mean model=resnet?"),
     (["callbacks=[default,prunin]"], "callbacks=prunin is not an option of callbacks; did you mean callbacks=pruning?"),
     (["trainer.max_epoch=3"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs=3?"),
+    (["data.fold=2"], "data.fold=2 takes effect only with data.num_folds (K-fold cross-validation), which is null"),
     (["dat.batch_size=3"], "train's config has no key `dat`; did you mean data.batch_size=3?"),
     (["data=image_folder"], "data.root has no value and is required"),
     (["model=cnn", "model.channels=32"], "model.channels=32: expected a non-empty list"),
@@ -88,6 +89,7 @@ SEARCH = "hparams_search=digits_optuna"
         (["-m", "model.dropout=choice(0.1,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),
         (["-m", "seed=range(-3,5)"], "seed=-3: expected an integer in [0, 4294967295]"),  # a range: its two ends
         (["-m", "trainer.max_epoch=1,2"], "trainer has no key `max_epoch`; did you mean trainer.max_epochs=1?"),
+        (["-m", "data.fold=range(5)"], "takes effect only with data.num_folds"),  # was 5 equal runs
         (["-m", "optimizer.lr=interval(0.0,0.1)"], "optimizer.lr=interval(0.0,0.1): an interval is sampled by a"),
         # Optuna's space: each value its interval can give, from the command line or the search config
         (["-m", SEARCH, "model.dropout=interval(0.0,1.5)"], "model.dropout=1.5: expected a number in [0, 1)"),

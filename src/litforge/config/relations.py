@@ -39,6 +39,12 @@ LOSS_COMPARES |= {f"torch.nn.{m}": "value" for m in ("MSELoss", "L1Loss", "Huber
 
 RELATIONS: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (  # (keys, holds(*values), message)
     (
+        ("data.fold", "data.num_folds"),  # a fold without folds was ignored: `-m data.fold='range(5)'`, 5 equal runs
+        lambda fold, folds: folds is not None or fold == 0,
+        "data.fold={0} takes effect only with data.num_folds (K-fold cross-validation), which is {1}: pass "
+        "data.num_folds=5 with it (all folds: -m data.fold='range(5)' data.num_folds=5), or drop data.fold",
+    ),
+    (
         ("data.fold", "data.num_folds"),
         lambda fold, folds: folds is None or fold < folds,
         "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "

@@ -37,6 +37,11 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
 
 def check_folds(num_folds: int | None, fold: int) -> None:
     """The fold keys on their own (the class counts are checked by :func:`fold_indices` once labels are read)."""
+    if num_folds is None and fold not in (0, None):  # ignored otherwise: a sweep over folds of equal runs
+        raise ConfigError(
+            f"data.fold={fold!r} takes effect only with data.num_folds (K-fold cross-validation), which is null: pass "
+            "data.num_folds=5 with it (all folds: -m data.fold='range(5)' data.num_folds=5), or drop data.fold"
+        )
     if num_folds is None:
         return
     if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
