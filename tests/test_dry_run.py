@@ -9,6 +9,8 @@ gloo ranks; the dry side simulates the same run over a fake process group, on fa
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -175,6 +177,23 @@ def test_a_2048_rank_plan_steps_what_an_8_rank_plan_steps():
     assert [p.rank for p in plans[8]] == [0, 7] and [p.rank for p in plans[2048]] == [0, 2047]
     assert plans[2048][0].ops == plans[8][0].ops > 1000
     assert times[2048] <= 2 * times[8] + 1, times
+
+
+@pytest.mark.slow
+def test_a_40000_rank_plan_finishes_after_the_parent_ran_threaded_ops():
+    """A fresh interpreter with 2 intra-op threads (the machine's default; the suite's own processes run one) that ran
+    an op over OpenMP before planning, as a job does while it builds: the FSDP plan over 40,000 ranks hung for good
+    in the simulated rank's fork (its mesh's rank map of 40,000 ints went to a libgomp pool that did not survive the
+    fork), so `dry_run=true` over as many ranks never answered."""
+    code = (
+        f"import sys, torch; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import dry_run\n"
+        "torch.set_num_threads(2); torch.ones(1_000_000).add_(1).sum()\n"
+        f"print([p.rank for p in dry_run.dry_arm('fsdp', 40000, 1, {SIZES!r})])"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[0, 39999]", done.stdout
 
 
 @pytest.mark.parametrize(

@@ -566,6 +566,7 @@ def _rank_process(
     import os
     import traceback
 
+    import torch
     import torch.distributed as dist
 
     from litforge.core.errors import LitforgeError
@@ -573,6 +574,9 @@ def _rank_process(
 
     code = 0
     try:
+        # one thread: an op big enough for OpenMP (a mesh's rank map over 40,000 ranks) hung in the forked child,
+        # whose copy of the parent's libgomp pool has no threads behind it; the fake step gains nothing from more
+        torch.set_num_threads(1)
         init_fake_process_group(rank, setup.world)
         fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (this process only)
         if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
