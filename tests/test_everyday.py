@@ -53,12 +53,13 @@ def test_help_lists_every_group_and_option_quickly_without_importing_torch():
         assert [o.rstrip("*,") for o in line.split()[1:]] == options, line
     assert "mlp*" in result.stdout and "seed: 42" in result.stdout and "-sc install=bash" in result.stdout
 
-    # CPU time, not wall time: the budget must hold on a busy machine too
+    # CPU time, not wall time: 0.3 s idle here, 0.58 s once in CI beside the suite's other workers (CPU time too
+    # grows on a shared, busy core); importing torch alone takes over 2 s, which this bound still catches
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert _python("train.py", "--help").returncode == 0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    assert cpu <= 0.5, f"python train.py --help took {cpu:.2f} s of CPU"
+    assert cpu <= 1.0, f"python train.py --help took {cpu:.2f} s of CPU"
 
 
 def test_help_with_overrides_falls_back_to_hydras_help_with_the_composed_config():
