@@ -1,8 +1,9 @@
 """Typed bounds for the library classes litforge's configs build, which cannot be annotated here.
 
 Torch's and Lightning's signatures give types at most (`lr: float`), never ranges (`step_size=0` ends in a
-ZeroDivisionError inside fit). One row per library target (by `_target_`, or by the group built without one), for
-the arguments litforge's configs set, torch-free; the target's own signature still judges the rest and unknown keys.
+ZeroDivisionError inside fit). One row per library target (by `_target_`, or by the group built without one),
+torch-free, naming only the arguments whose bound or choices the library's own annotation lacks; the target's own
+signature judges the rest and the unknown keys.
 """
 
 from __future__ import annotations
@@ -64,55 +65,42 @@ STAND_INS: dict[str, dict[str, Any]] = {
         "gradient_clip_val": NonNegative | None,
         "gradient_clip_algorithm": Literal["norm", "value"] | None,
         "accumulate_grad_batches": Count,
-        "deterministic": bool | Literal["warn"] | None,
         "fast_dev_run": bool | NonNegativeInt,
         "overfit_batches": BatchesOrNone,
         "profiler": Literal["simple", "advanced", "pytorch"] | dict[str, Any] | None,
-        "default_root_dir": str | None,
         "plugins": list[dict[str, Any]] | None,  # each a `_target_` node, checked on its own
     },
     "strategy": {"name": str},  # the group without a `_target_`: a strategy Lightning knows by name
     "torch.optim.AdamW": OPTIMIZER
     | {"betas": Annotated[list[Fraction], Field(min_length=2, max_length=2, examples=[[0.9, 0.999]])]},
-    "torch.optim.SGD": OPTIMIZER | {"momentum": Annotated[float, Field(ge=0, lt=1, examples=[0.9])], "nesterov": bool},
+    "torch.optim.SGD": OPTIMIZER | {"momentum": Annotated[float, Field(ge=0, lt=1, examples=[0.9])]},
     # the `scheduler` group: the schedule (`scheduler.scheduler`, a node of its own) and when the task steps it
     "scheduler": {"interval": Literal["epoch", "step"], "monitor": str, "scheduler": Any},
     "torch.optim.lr_scheduler.CosineAnnealingLR": {"T_max": Count | None, "eta_min": NonNegative},
     "torch.optim.lr_scheduler.OneCycleLR": {"max_lr": Positive | None, "total_steps": Count | None, "pct_start": Open},
-    "torch.optim.lr_scheduler.ReduceLROnPlateau": {"mode": Mode, "factor": Open, "patience": NonNegativeInt},
+    "torch.optim.lr_scheduler.ReduceLROnPlateau": {"factor": Open, "patience": NonNegativeInt},
     "torch.optim.lr_scheduler.StepLR": {"step_size": Count, "gamma": Positive},
     "torch.nn.CrossEntropyLoss": {"label_smoothing": Fraction},
     "torch.nn.HuberLoss": {"delta": Positive},
     "pytorch_lightning.strategies.DDPStrategy": {
-        "start_method": Literal["popen", "spawn", "fork", "forkserver"],
         "process_group_backend": Literal["nccl", "gloo", "mpi", "ucc", "xla"] | None,
         "find_unused_parameters": bool,
     },
     "pytorch_lightning.callbacks.ModelCheckpoint": {
         "save_top_k": Annotated[int, Field(ge=-1, examples=[3])],  # -1 = keep all
         "mode": Mode,
-        "monitor": str | None,  # a logged metric's name, e.g. val/loss
-        "filename": str | None,
-        "auto_insert_metric_name": bool,
     },
     "pytorch_lightning.callbacks.EarlyStopping": {
-        "monitor": str,
         "mode": Mode,
         "patience": NonNegativeInt,
-        "check_finite": bool,
-        "check_on_train_epoch_end": bool | None,
-        "stopping_threshold": float | None,
     },
-    "pytorch_lightning.callbacks.LearningRateMonitor": {"logging_interval": Literal["epoch", "step"] | None},
     "pytorch_lightning.callbacks.ModelSummary": {"max_depth": Annotated[int, Field(ge=-1)]},  # -1 = every layer
     "pytorch_lightning.callbacks.EMAWeightAveraging": {
         "decay": Annotated[float, Field(gt=0, lt=1, examples=[0.999])],
         "update_every_n_steps": Count,
         "update_starting_at_step": NonNegativeInt | None,
     },
-    "pytorch_lightning.loggers.TensorBoardLogger": {"save_dir": str, "name": str | None, "version": str | int | None},
 }
 STAND_INS["pytorch_lightning.Trainer"] = STAND_INS["trainer"]
 STAND_INS["torch.optim.Adam"] = STAND_INS["torch.optim.AdamW"]
 STAND_INS["pytorch_lightning.callbacks.RichModelSummary"] = STAND_INS["pytorch_lightning.callbacks.ModelSummary"]
-STAND_INS["pytorch_lightning.loggers.CSVLogger"] = STAND_INS["pytorch_lightning.loggers.TensorBoardLogger"]
