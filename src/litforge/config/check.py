@@ -75,7 +75,9 @@ def _check(cfg: Any, scopes: list[tuple[str, Any]], relations: typing.Sequence[A
         except TypeError:  # a value of the wrong type: its own check (below) says so
             fails = False
         if fails:
-            raise ConfigError(message.format(*(shown(v, quote=False) for v in values)))
+            raise ConfigError(
+                message(*values) if callable(message) else message.format(*(shown(v, False) for v in values))
+            )
     for key, sub in pending:
         _bind_target(key, sub, True)
 

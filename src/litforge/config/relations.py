@@ -2,13 +2,15 @@
 
 A relation runs once per run on the composed config, after each key's own check (litforge.config.check), when all of
 its keys are in the config (values may be null); its message is one line naming the keys, their values (`{0}`, `{1}`,
-... as typed on the command line) and the fix.
+... as typed on the command line) and the fix, or a function of the values that writes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from litforge.core.bounds import fold_refusal
 
 # keys that moved to another group: the old spelling is refused with the new one, never silently ignored
 MOVED_KEYS = {"model.init_from": "task.init_from", "optimizer.lr_scaling": "task.lr_scaling"}
@@ -37,19 +39,8 @@ LOSS_COMPARES = {f"torch.nn.{m}": "class" for m in ("CrossEntropyLoss", "NLLLoss
 }
 LOSS_COMPARES |= {f"torch.nn.{m}": "value" for m in ("MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss")}
 
-RELATIONS: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (  # (keys, holds(*values), message)
-    (
-        ("data.fold", "data.num_folds"),  # a fold without folds was ignored: `-m data.fold='range(5)'`, 5 equal runs
-        lambda fold, folds: folds is not None or fold == 0,
-        "data.fold={0} takes effect only with data.num_folds (K-fold cross-validation), which is {1}: pass "
-        "data.num_folds=5 with it (all folds: -m data.fold='range(5)' data.num_folds=5), or drop data.fold",
-    ),
-    (
-        ("data.fold", "data.num_folds"),
-        lambda fold, folds: folds is None or fold < folds,
-        "data.fold={0} is outside [0, {1}) for data.num_folds={1}: pass data.fold=0 (all folds: "
-        "-m data.fold='range({1})')",
-    ),
+RELATIONS: tuple[tuple[tuple[str, ...], Callable[..., bool], Any], ...] = (  # (keys, holds(*values), message)
+    (("data.fold", "data.num_folds"), lambda *values: fold_refusal(*values) is None, fold_refusal),
     (
         ("trainer.min_epochs", "trainer.max_epochs"),
         lambda lo, hi: lo is None or hi is None or hi < 0 or lo <= hi,

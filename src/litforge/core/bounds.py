@@ -4,7 +4,7 @@ kinds by name. Core, so every layer may annotate with them; `Field(examples=[...
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -16,3 +16,23 @@ HeldOut = Annotated[float, Field(ge=0, lt=1, examples=[0.1])]  # a share of a sp
 UnitInterval = Annotated[float, Field(ge=0, le=1)]  # a probability
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
+
+
+def fold_refusal(fold: Any, num_folds: Any) -> str | None:
+    """`data.fold` against `data.num_folds` (K-fold cross-validation), or None when they fit: one text for the config
+    check's relation and for a datamodule built in code (litforge.data.base)."""
+    if num_folds is None and fold not in (0, None):  # it was ignored: `-m data.fold='range(5)'` ran 5 equal runs
+        return (
+            f"data.fold={fold} takes effect only with data.num_folds (K-fold cross-validation), which is null: "
+            "pass data.num_folds=5 with it (all folds: -m data.fold='range(5)' data.num_folds=5), or drop data.fold"
+        )
+    if num_folds is None:
+        return None
+    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
+        return f"data.num_folds={num_folds} must be an integer >= 2 (e.g. 5), or null for the usual train/val split"
+    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
+        return (
+            f"data.fold={fold} is outside [0, {num_folds}) for data.num_folds={num_folds}: pass data.fold=0 (all "
+            f"folds: -m data.fold='range({num_folds})')"
+        )
+    return None

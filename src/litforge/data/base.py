@@ -17,7 +17,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Seed
+from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Seed, fold_refusal
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.data.augment import Augment, build_augment, resolve_augment
@@ -37,22 +37,8 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) 
 
 def check_folds(num_folds: int | None, fold: int) -> None:
     """The fold keys on their own (the class counts are checked by :func:`fold_indices` once labels are read)."""
-    if num_folds is None and fold not in (0, None):  # ignored otherwise: a sweep over folds of equal runs
-        raise ConfigError(
-            f"data.fold={fold!r} takes effect only with data.num_folds (K-fold cross-validation), which is null: pass "
-            "data.num_folds=5 with it (all folds: -m data.fold='range(5)' data.num_folds=5), or drop data.fold"
-        )
-    if num_folds is None:
-        return
-    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
-        raise ConfigError(
-            f"data.num_folds={num_folds!r} must be an integer >= 2 (e.g. 5), or null for the usual train/val split"
-        )
-    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
-        raise ConfigError(
-            f"data.fold={fold!r} is outside [0, {num_folds}) for data.num_folds={num_folds}; pass "
-            f"data.fold=0 .. {num_folds - 1} (all folds: -m data.fold='range({num_folds})')"
-        )
+    if (problem := fold_refusal(fold, num_folds)) is not None:
+        raise ConfigError(problem)
 
 
 def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[Tensor, Tensor]:
