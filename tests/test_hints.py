@@ -95,6 +95,24 @@ def test_a_key_of_the_groups_other_options_names_them_and_no_look_alike_of_anoth
     assert message is not None and message.endswith("did you mean data.num_folds=4?"), message
 
 
+def test_a_key_of_an_option_in_the_users_own_config_folder_is_named_too(tmp_path: Path):
+    """The options named for a key the chosen option lacks include the user's own (a searchpath folder, or the
+    project's conf/ of `litforge new`), not only litforge's conf/."""
+    own = tmp_path / "conf" / "data"
+    own.mkdir(parents=True)
+    (own / "my_frames.yaml").write_text("_target_: mypkg.data.Frames\nframe_stride: 2\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    message = refusal("train", [f"paths.log_dir={tmp_path}", searchpath, "data.frame_stride=4"])
+    assert message == (
+        "data.frame_stride=4: data has no key `frame_stride`; it is a key of data=my_frames: choose one of them, or "
+        "remove data.frame_stride=4"
+    )
+    from litforge.cli.preflight import checked_overrides
+
+    with pytest.raises(LitforgeError, match="it is a key of data=my_frames"):  # the project's folder (--config-dir)
+        checked_overrides(CONF, "train", [f"paths.log_dir={tmp_path}", "data.frame_stride=4"], top_dir=own.parent)
+
+
 def test_a_key_an_interpolation_reads_may_be_added(tmp_path: Path):
     """A top-level key is read where an interpolation names it: `+width=64` with `model.hidden_dims=[${width}]`."""
     assert refusal("train", [f"paths.log_dir={tmp_path}", "+width=64", "model.hidden_dims=[${width}]"]) is None

@@ -82,7 +82,8 @@ def checked_overrides(
     cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
-        message = next(filter(None, (unknown_key_message(baseline, o, job, conf_dir) for o in keys if baseline)), None)
+        folders = [conf_dir, *searchpath_folders([o.input_line for o in searchpath]), *filter(None, [top_dir])]
+        message = next(filter(None, (unknown_key_message(baseline, o, job, folders) for o in keys if baseline)), None)
         message = message or absent_group_message(conf_dir, config_name, searchpath, groups, job)  # predict: logger=
         if message:
             raise ConfigError(message)
