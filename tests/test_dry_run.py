@@ -118,6 +118,9 @@ def test_the_cli_prints_the_table_and_writes_nothing(tmp_path: Path):
     for column in ("params", "grads", "optim state", "activations", "all_gather", "reduce_scatter", "all_reduce"):
         assert column in result.stdout
     assert "verdict: fits: the fullest rank (rank 0) holds" in result.stdout  # the default budget: one h100
+    # the ranks it steps, as it steps them (a 100,000-rank plan takes half a minute)
+    assert "dry run: stepping rank 0 of 32 (1/2) ..." in result.stderr, result.stderr
+    assert "dry run: stepping rank 31 of 32 (2/2) ..." in result.stderr, result.stderr
     assert not (tmp_path / "logs").exists()
 
 

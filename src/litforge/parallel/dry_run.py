@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -530,7 +531,9 @@ def plan(build: Callable[[], Any], setup: Setup, batch_size: int, block_size: in
 
     context = multiprocessing.get_context("fork")
     plans: list[RankPlan] = []
-    for rank in ranks_to_simulate(setup):
+    ranks = ranks_to_simulate(setup)
+    for i, rank in enumerate(ranks, 1):  # a rank of a 100,000-rank mesh takes 10-15 s: say which one is stepping
+        print(f"dry run: stepping rank {rank} of {setup.world} ({i}/{len(ranks)}) ...", file=sys.stderr, flush=True)
         receive, send = context.Pipe(duplex=False)
         signatures = {p.signature for p in plans}
         process = context.Process(
