@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
+import signal
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -107,17 +110,24 @@ class GlooRanks:
         self._collect(start_timeout, "start")
 
     def _collect(self, timeout: float, what: str) -> list[Any]:
+        """Every rank's answer; a rank that died is named at once with how (a signal's name), one still busy after
+        `timeout` s as hung."""
         results: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout
         while len(results) < self.world_size:
             try:
-                rank, status, value = self.outbox.get(timeout=timeout)
-            except Exception as exc:  # queue.Empty: some rank is still busy after `timeout` s
+                rank, status, value = self.outbox.get(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                waiting = sorted(set(range(self.world_size)) - set(results))
+                dead = [(r, self.procs[r].exitcode) for r in waiting if self.procs[r].exitcode is not None]
+                if not dead and time.monotonic() < deadline:
+                    continue
                 self.broken = (
-                    f"ranks {sorted(set(range(self.world_size)) - set(results))} hung in {what} for over "
-                    f"{timeout:.0f} s"
+                    "; ".join(f"rank {r} died in {what} ({_exit_text(code)})" for r, code in dead)
+                    or f"ranks {waiting} hung in {what} for over {timeout:.0f} s"
                 )
                 self.close()
-                raise AssertionError(self.broken) from exc
+                raise AssertionError(self.broken) from None
             if status == "error":
                 self.broken = f"rank {rank} failed in {what}"
                 self.close()
@@ -140,6 +150,11 @@ class GlooRanks:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+
+
+def _exit_text(code: int) -> str:
+    """A process's exit code as words: `killed by SIGUSR1` for -10."""
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 def quiet_trainer(root: str | Path, devices: int = 1, strategy: Any = None, **overrides: Any) -> Any:

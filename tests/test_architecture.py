@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 JOBS = {
     "litforge.jobs.train",
@@ -154,6 +156,36 @@ def test_a_test_leaving_launch_state_is_caught_and_cleaned_up():
     problem = launch_state_left_behind(before)
     assert problem is not None and "MASTER_PORT" in problem and "an initialised process group" in problem
     assert os.environ.get("MASTER_PORT") == before["MASTER_PORT"] and not dist.is_initialized()
+
+
+def _die_on_rank_1(rank: int, world_size: int) -> int:
+    """Rank 1 takes SIGUSR1 with no handler installed (its default action ends the process), rank 0 answers."""
+    import os
+    import signal
+    import time
+
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(60)
+    return rank
+
+
+@pytest.mark.distributed
+def test_a_gloo_rank_that_dies_is_named_with_its_signal_at_once():
+    """tests/gloo.py: a rank that dies under a call (as a pre-emption test's signal sent after the fit restored
+    SIGUSR1's default would make it) is reported dead, by its signal, within seconds, not as hung at the timeout."""
+    import time
+
+    from gloo import GlooRanks
+
+    pool = GlooRanks(2)
+    try:
+        start = time.monotonic()
+        with pytest.raises(AssertionError, match=r"rank 1 died in _die_on_rank_1 \(killed by SIGUSR1\)"):
+            pool.run(_die_on_rank_1, timeout=60)
+        assert time.monotonic() - start < 20
+    finally:
+        pool.close()
 
 
 def test_only_packages_at_the_top_of_the_package():

@@ -256,17 +256,30 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_ra
 
     class SignalLater(pl.Callback):
         """Sends the signal from a timer thread: it lands wherever the main thread is (a step, DDP's all-reduce,
-        validation, an agreement)."""
+        validation, an agreement). Never after the fit: a timer starved past the fit's end (the other rank's signal
+        had stopped both) would meet the handler found before fit, SIGUSR1's default, and kill this rank."""
+
+        def __init__(self) -> None:
+            self.lock, self.fitting = threading.Lock(), False
 
         def on_train_start(self, trainer, pl_module):
+            self.fitting = True
             if rank in targets:
 
                 def fire() -> None:
-                    where.append("validation" if trainer.validating else "training")
-                    sent.append(time.time())
-                    spy_box[0].signal_self()
+                    with self.lock:  # the fit's handler stays installed until `ended` below has run
+                        if self.fitting:
+                            where.append("validation" if trainer.validating else "training")
+                            sent.append(time.time())
+                            spy_box[0].signal_self()
 
                 threading.Timer(delay, fire).start()
+
+        def ended(self, *_args) -> None:  # before Lightning restores the handlers (its _teardown)
+            with self.lock:
+                self.fitting = False
+
+        on_exception = on_train_end = ended
 
     on_signal = CheckpointOnSignal(hang_grace=None, check_every_n_steps=4)
     trainer = _ddp_trainer(
