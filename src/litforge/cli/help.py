@@ -37,10 +37,9 @@ def answer_help(
     args = sys.argv[1:] if argv is None else argv
     rest = [a for a in args if not a.startswith("hydra.searchpath=")]  # a user's own conf folders: listed too
     if len(rest) == 1 and rest[0] in HELP_FLAGS:
-        extra = searchpath_folders(args)
+        extra = user_conf_folders(args, project.conf_dir if project is not None else None)
         top = None
         if project is not None:
-            extra = [project.conf_dir, *extra]
             if project.top_config(config_name) != config_name:
                 top = project.conf_dir / f"{project.top_config(config_name)}.yaml"
         try:
@@ -65,6 +64,12 @@ def searchpath_folders(args: list[str]) -> list[Path]:
             entries = value if isinstance(value, list) else [value]
             folders += [Path(str(e).removeprefix("file://")) for e in entries if not str(e).startswith("pkg://")]
     return folders
+
+
+def user_conf_folders(args: list[str], project_conf: Path | None = None) -> list[Path]:
+    """The user's own config folders, searched beside litforge's conf/: a project's (`--config-dir`, what `litforge
+    new` sets up), then those `hydra.searchpath=` adds."""
+    return [*filter(None, [project_conf]), *searchpath_folders(args)]
 
 
 def group_options(group: str, conf_dir: Path, extra: Sequence[Path] = ()) -> list[str]:

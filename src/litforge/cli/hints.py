@@ -39,13 +39,13 @@ def _misspelt(typed: str, name: str) -> bool:
     return len(words) != len(other) or all(alike(a, b) for a, b in zip(words, other, strict=True))
 
 
-def options_with_key(folders: Sequence[Path], group: str, key: str) -> list[str]:
-    """The options of `group` that set `key` (`data.num_workers`: image_folder, streaming), in each config folder:
-    litforge's conf/, a project's own and the searchpath folders (`<folder>/<group>/*.yaml`)."""
+def options_with_key(conf_dir: Path, group: str, key: str, extra: Sequence[Path] = ()) -> list[str]:
+    """The options of `group` that set `key` (`data.num_workers`: image_folder, streaming), in conf/ and in the user's
+    own config folders `extra` (litforge.cli.help.user_conf_folders)."""
     import yaml
 
     found: list[str] = []
-    for path in sorted(p for folder in folders for p in (Path(folder) / group).glob("*.yaml")):
+    for path in sorted(p for folder in (conf_dir, *extra) for p in (Path(folder) / group).glob("*.yaml")):
         try:
             body = yaml.safe_load(path.read_text())
         except yaml.YAMLError:
@@ -55,7 +55,9 @@ def options_with_key(folders: Sequence[Path], group: str, key: str) -> list[str]
     return found
 
 
-def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train", folders: Sequence[Path] = ()) -> str | None:
+def unknown_key_message(
+    cfg: DictConfig, override: Any, job: str = "train", conf_dir: Path | None = None, extra: Sequence[Path] = ()
+) -> str | None:
     """`trainer.max_epoch=3`: which part of the key does not exist, the closest key that does and, where what the
     group builds takes that argument, that `+` adds it; else the group's other options that have the key."""
     node: Any = cfg
@@ -76,7 +78,7 @@ def unknown_key_message(cfg: DictConfig, override: Any, job: str = "train", fold
                 fix = f"did you mean {nested or '.'.join([*path, str(match), *parts[i + 1 :]])}={value}?"
             elif path and takes(node, ".".join(path), part):
                 fix = f"+{line} adds it (what {where} builds takes `{part}`)"
-            elif len(path) == 1 and (options := options_with_key(folders, path[0], part)):
+            elif len(path) == 1 and conf_dir and (options := options_with_key(conf_dir, path[0], part, extra)):
                 chosen = ", ".join(f"{path[0]}={o}" for o in options)
                 fix = f"it is a key of {chosen}: choose one of them, or remove {line}"
             else:

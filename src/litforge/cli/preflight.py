@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.habits import check_habits
-from litforge.cli.help import group_options, searchpath_folders
+from litforge.cli.help import group_options, user_conf_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
 from litforge.config.check import check_config
 from litforge.config.relations import MOVED_KEYS, PREDICTS, moved_key_message
@@ -82,8 +83,10 @@ def checked_overrides(
     cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
-        folders = [conf_dir, *searchpath_folders([o.input_line for o in searchpath]), *filter(None, [top_dir])]
-        message = next(filter(None, (unknown_key_message(baseline, o, job, folders) for o in keys if baseline)), None)
+        extra = user_conf_folders([o.input_line for o in searchpath], top_dir)
+        message = next(
+            filter(None, (unknown_key_message(baseline, o, job, conf_dir, extra) for o in keys if baseline)), None
+        )
         message = message or absent_group_message(conf_dir, config_name, searchpath, groups, job)  # predict: logger=
         if message:
             raise ConfigError(message)
@@ -148,7 +151,7 @@ def check_sweep(
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
 def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | None) -> list[Any]:
-    """A moved key, a group whose extra is not installed, an option that does not exist; returns the group overrides."""
+    """A moved key, a group whose extra is not installed, an option that does not exist; the group overrides."""
     for o in [o for o in parsed if o.key_or_group in MOVED_KEYS]:
         raise ConfigError(
             moved_key_message(o.key_or_group, "<value>" if o.is_sweep_override() else o.get_value_element_as_str())
@@ -156,18 +159,7 @@ def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | N
     check_extras(parsed, job)
     check_habits(conf_dir, parsed)  # lightning-hydra-template's spellings: litforge's named (docs/migrating.md)
     groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
-    folders = [*searchpath_folders([o.input_line for o in parsed]), *filter(None, [top_dir])]
-    for override in [o for o in groups if o.package is None and not o.is_delete()]:  # `model=resnt`: name the options
-        group = override.key_or_group  # (conf/'s and the searchpath folders'; Hydra lists them after its search path)
-        options = group_options(group, conf_dir, folders)
-        for value in values(override):
-            for name in value if isinstance(value, list) else [value]:
-                if isinstance(name, str) and name not in options:
-                    match = difflib.get_close_matches(name, options, n=1)
-                    hint = f"; did you mean {group}={match[0]}?" if match else ""
-                    raise ConfigError(
-                        f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})"
-                    )
+    check_group_options(conf_dir, groups, user_conf_folders([o.input_line for o in parsed], top_dir))
     return groups
 
 
@@ -194,6 +186,24 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
                 f"{key}={value} is used only by a multirun: add -m (python {config_name}.py -m {key}={value}); "
                 "without it a single run would train here, with no search and no launcher"
             )
+
+
+def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path] = ()) -> None:
+    """`model=resnt`: name the options there are, conf/'s and those of the user's own config folders (Hydra lists
+    them one per line, after its search path)."""
+    for override in groups:
+        if override.package is not None or override.is_delete():
+            continue
+        group = override.key_or_group
+        options = group_options(group, conf_dir, extra)
+        for value in values(override):
+            for name in value if isinstance(value, list) else [value]:
+                if isinstance(name, str) and name not in options:
+                    match = difflib.get_close_matches(name, options, n=1)
+                    hint = f"; did you mean {group}={match[0]}?" if match else ""
+                    raise ConfigError(
+                        f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})"
+                    )
 
 
 def check_job(cfg: DictConfig, config_name: str) -> None:

@@ -155,11 +155,11 @@ class TabularDataModule(InMemorySplits):
             table, source, target, features, categorical, target_kind
         )
         labelled = [i for i, v in enumerate(table[self.target]) if v is not None]
-        if len(labelled) < len(table[self.target]):  # said, so that a smaller split than the file is no surprise
+        if len(labelled) < (rows := len(table[self.target])):  # said, so that a smaller split is no surprise
             log.info(
                 "data.target=%s has no value in %d of the %d rows of %s (an empty cell or a missing marker such as "
                 "NA): those rows are left out of training, validation and test",
-                self.target, len(table[self.target]) - len(labelled), len(table[self.target]), source,
+                self.target, rows - len(labelled), rows, source,
             )  # fmt: skip
         table = {name: [table[name][i] for i in labelled] for name in table}  # rows without a target cannot train
         train, val, test = (

@@ -569,7 +569,6 @@ def _rank_process(
     import os
     import traceback
 
-    import torch
     import torch.distributed as dist
 
     from litforge.core.errors import LitforgeError
