@@ -111,3 +111,50 @@ def test_completion_completes_the_job_word(capsys, monkeypatch):
     monkeypatch.setenv("COMP_LINE", "litforge e")
     main(["-sc", "query=bash"])
     assert capsys.readouterr().out.split() == ["eval", "export"]
+
+
+# Imported only inside a try that falls back to the standard library, so not a dependency (say why for each):
+OPTIONAL_WITH_FALLBACK = {"dotenv": "cli/habits.py reads .env with python-dotenv where installed, else a plain reader"}
+
+
+def test_every_third_party_import_is_a_declared_dependency_or_an_extra():
+    """A module the code imports but pyproject does not declare works here (the dev environment has everything) and
+    fails on a stranger's base install: pydantic was such a module (the config check imports it on every run, and
+    only extras pulled it in). Every import in src/, function-local ones too, must map through the installed
+    distributions to a base dependency or an extra."""
+    import ast
+    import importlib.metadata
+    import re
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def name(requirement: str) -> str:
+        return re.split(r"[<>=!~\[ ;]", requirement)[0].lower().replace("_", "-")
+
+    base = {name(r) for r in project["dependencies"]}
+    extras = {
+        name(r) for group, rs in project["optional-dependencies"].items() if group not in ("dev", "all") for r in rs
+    }
+    assert "pydantic" in base, "the config check imports pydantic on every run: it is a base dependency"
+    distributions = importlib.metadata.packages_distributions()
+    undeclared: dict[str, set[str]] = {}
+    for path in (ROOT / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("litforge", "hydra_plugins", "__main__", "__future__"):
+                    continue
+                if top in OPTIONAL_WITH_FALLBACK:
+                    continue
+                provided = {d.lower().replace("_", "-") for d in distributions.get(top, [])}
+                if not provided & (base | extras):
+                    undeclared.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    assert not undeclared, f"imported but neither a base dependency nor an extra in pyproject.toml: {undeclared}"
