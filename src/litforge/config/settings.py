@@ -86,9 +86,7 @@ class Report(Section):
     max_acc_drop: NonNegative
 
 
-class Job(Section):
-    """Every job's keys (conf/<job>.yaml)."""
-
+class Job(Section):  # every job's keys
     model_config = ConfigDict(strict=True, extra="ignore")  # the groups sit beside these keys
     task_name: str
     seed: Seed
@@ -96,9 +94,7 @@ class Job(Section):
     paths: Paths
 
 
-class Inference(Job):
-    """eval's keys, and every job's that reads a checkpoint."""
-
+class Inference(Job):  # eval's keys, and every job's that reads a checkpoint
     ckpt_path: str | None
     trusted_packages: list[str]  # see litforge.checkpointing.load
 
@@ -171,27 +167,15 @@ S = TypeVar("S", bound=Job)
 def job_settings(cfg: Any, model: type[S]) -> S:
     """The job's own keys of a composed config, typed and validated (once, where the job starts, after the check):
     what the job, its builders and callbacks read instead of the raw config."""
-    own = {key: _plain(cfg, key) for key in model.model_fields if key in cfg}
+    own = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in model.model_fields if k in cfg]), resolve=True)
     try:
         return model.model_validate(own)
-    except ValidationError as exc:
+    except ValidationError as exc:  # past the check: a key left out of a top config of the user's own
         error = exc.errors()[0]
-        key = ".".join(str(p) for p in error["loc"])
-        if error["type"] == "missing":
-            job = next(name for name, m in JOBS.items() if m is model)
-            raise ConfigError(
-                f"{key} is not set, and {job} reads it: set it in your top config, or compose that from litforge's "
-                f"(defaults: [{job}]), which sets every key"
-            ) from None
-        raise ConfigError(f"{key}={error.get('input')!r}: {error['msg']}") from None
-
-
-def _plain(cfg: Any, key: str) -> Any:
-    """`cfg[key]` as plain data, resolved; as written where an interpolation resolves only inside a Hydra job (the
-    run folder, `paths.output_dir`, composed in a test or a notebook)."""
-    node = OmegaConf.masked_copy(cfg, [key])
-    try:
-        plain: Any = OmegaConf.to_container(node, resolve=True)
-    except Exception:
-        plain = OmegaConf.to_container(node)
-    return plain[key]
+        key, job = ".".join(map(str, error["loc"])), next(n for n, m in JOBS.items() if m is model)
+        if error["type"] != "missing":
+            raise ConfigError(f"{key}={error.get('input')!r}: {error['msg']}") from None
+        raise ConfigError(
+            f"{key} is not set, and {job} reads it: set it in your top config, or compose that from litforge's "
+            f"(defaults: [{job}]), which sets every key"
+        ) from None

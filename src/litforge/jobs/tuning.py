@@ -28,7 +28,6 @@ from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FINDERS = ("none", "lr_find", "batch_size")
 ONE_DEVICE = ("strategy=auto trainer.devices=1", "the finders are single-device (Lightning's Tuner)")
 TB_TAG = "tune/lr_find"
 
