@@ -13,7 +13,7 @@ from litforge.runtime.durations import parse_duration, parse_every
 
 
 def check_value(key: str, value: object) -> None:
-    """One of the job's own keys, judged as the config check judges it (litforge.jobs.settings)."""
+    """One of the job's own keys, judged as the config check judges it (litforge.config.settings)."""
     check_config(OmegaConf.create({key: value}))
 
 

@@ -118,7 +118,8 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
     """On a GPU Lightning doubles the batch until memory runs out. A CPU run is refused (check_tuning), but the
     finder itself runs here on CPU, where nothing runs out: it doubles `max_trials` times, and what this checks is
     that the size reaches the datamodule's loaders (apply) or is put back (no apply)."""
-    from litforge.core.instantiate import instantiate_group, to_plain
+    from litforge.config.settings import Train, job_settings
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.tuning import tune
 
     cfg, task, datamodule = _build(
@@ -129,7 +130,8 @@ def test_batch_size_finder_scales_data_batch_size(compose_cfg, tmp_path, apply):
         f"tune.apply={str(apply).lower()}",
         "trainer.accelerator=cpu",
     )
-    record = tune(to_plain(cfg.tune), task, datamodule, instantiate_group("trainer", cfg.trainer), [], tmp_path)
+    settings = job_settings(cfg, Train).tune
+    record = tune(settings, task, datamodule, instantiate_group("trainer", cfg.trainer), [], tmp_path)
     found = record["found"]
     assert found == 2 * 2 ** (3 - 1)  # init_val, then doubled on each of the other trials: no out-of-memory on CPU
     assert json.loads((tmp_path / "batch_size.json").read_text()) == record
@@ -187,16 +189,18 @@ def test_tune_none_is_the_default_and_checks_nothing(compose_cfg):
 
 
 def test_lr_find_under_fast_dev_run_and_a_resumed_run_skip_the_finder(compose_cfg, tmp_path, caplog):
-    from litforge.core.instantiate import instantiate_group, to_plain
+    from litforge.config.settings import Train, job_settings
+    from litforge.core.instantiate import instantiate_group
     from litforge.jobs.tuning import tune, tune_before_fit
 
     cfg, task, datamodule = _build(compose_cfg, *LR_FIND, "trainer.fast_dev_run=true")
     trainer_kwargs = instantiate_group("trainer", cfg.trainer)
     with caplog.at_level(logging.INFO, logger="litforge"):
-        record = tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, [], tmp_path / "smoke")
+        settings = job_settings(cfg, Train).tune
+        record = tune(settings, task, datamodule, trainer_kwargs, [], tmp_path / "smoke")
         assert record["skipped"] == "trainer.fast_dev_run" and task.optimizer_cfg["lr"] == 0.001
         assert not (tmp_path / "smoke" / "lr_find.png").exists()
-        tune_before_fit(cfg, task, datamodule, trainer_kwargs, [], tmp_path / "resumed", resuming=True)
+        tune_before_fit(settings, task, datamodule, trainer_kwargs, [], tmp_path / "resumed", resuming=True)
     assert "tune=lr_find: skipped, this run resumes from a checkpoint" in caplog.text
     assert not (tmp_path / "resumed").exists()
 

@@ -112,13 +112,23 @@ def test_every_stand_in_names_arguments_its_library_class_takes():
         assert open_ended or set(row) <= set(real), (name, set(row) - set(real))
 
 
-def test_the_job_settings_are_the_keys_the_jobs_have():
-    """Every field of litforge.jobs.settings is a key of some job's config, and every top-level key of every job is
-    a field (or a group): the pydantic model and the YAML files cannot drift apart."""
-    from litforge.jobs.settings import JobSettings
+def test_each_job_reads_its_own_keys_and_the_yaml_holds_every_default():
+    """One place for each default (DESIGN.md): the YAML of conf/. Each job's model has exactly the top-level keys of
+    the job's composed config, each required (no default of its own that could disagree with the YAML; a finder's own
+    keys come from its tune option file); the check binds every job's keys; the seed is the YAML's everywhere."""
+    from litforge.config.settings import JOBS, Calibration, JobSettings, Objective, Parity, Paths, Report, job_settings
+    from litforge.config.settings import Train as TrainSettings
 
-    keys = {str(k) for job in JOBS for k in compose(job).keys()} - {"hydra", *BUILT_GROUPS}
-    assert keys == set(JobSettings.model_fields)
+    for job, model in JOBS.items():
+        cfg = compose(job)
+        assert {str(k) for k in cfg.keys()} - {"hydra", *BUILT_GROUPS} == set(model.model_fields), job
+        assert [n for n, f in model.model_fields.items() if not f.is_required()] == [], job
+        assert job_settings(cfg, model).seed == 42, job
+    for section in (Calibration, Objective, Parity, Paths, Report):
+        assert all(f.is_required() for f in section.model_fields.values()), section
+    assert set(JobSettings.model_fields) == {k for m in JOBS.values() for k in m.model_fields}
+    with pytest.raises(ConfigError, match=r"^checkpoint_async is not set, and train reads it: set it in your top"):
+        job_settings(OmegaConf.masked_copy(compose(), [k for k in compose() if k != "checkpoint_async"]), TrainSettings)
 
 
 # ---- one bad value: (key, value, what the message must also say) ---------------------------------------------------
@@ -414,7 +424,7 @@ def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
 def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str | None):
     from litforge.jobs.train import run_notes
 
-    notes = run_notes(OmegaConf.create({"trainer": trainer, "data": data}))
+    notes = run_notes(OmegaConf.create({"trainer": trainer, "data": data}), tested=True)
     assert (says in notes[0] and "no validation" in notes[0]) if says else not notes
 
 
@@ -453,7 +463,8 @@ def test_a_config_composed_in_code_is_checked_when_its_groups_are_built(override
 
 def test_each_run_is_checked_once_where_it_starts_and_the_builders_never_call_the_checker(compose_cfg, monkeypatch):
     """In code, the job's start checks the config; after the command line's check of the same config, nothing does
-    again; and what builds (jobs/build.py, core/instantiate.py, the tasks) imports no part of the checker."""
+    again; and what builds (jobs/build.py, core/instantiate.py, the tasks) imports no part of the checker (the typed
+    settings it reads, litforge.config.settings, are what the check returns, not the checker)."""
     from litforge.config import check
     from litforge.jobs.train import train
     from test_architecture import import_graph
@@ -467,7 +478,7 @@ def test_each_run_is_checked_once_where_it_starts_and_the_builders_never_call_th
     check.check_at_start(cfg)  # the same config again (the job after the command line's check): not judged twice
     assert len(calls) == 1
     graph = import_graph()
-    checkers = {m for m in graph if m.startswith("litforge.config")}
+    checkers = {m for m in graph if m.startswith("litforge.config")} - {"litforge.config.settings"}
     builders = [m for m in graph if m.startswith(("litforge.tasks", "litforge.models", "litforge.data"))]
     for module in [*builders, "litforge.jobs.build", "litforge.core.instantiate"]:
         assert not graph[module] & checkers, (module, graph[module] & checkers)

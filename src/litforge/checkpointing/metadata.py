@@ -174,10 +174,9 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
     restore_task), on the checkpoint's metadata."""
     from omegaconf import OmegaConf
 
-    if job not in INFERENCE_JOBS or OmegaConf.is_missing(cfg, "ckpt_path") or cfg.get("ckpt_path") is None:
+    if job not in INFERENCE_JOBS or OmegaConf.is_missing(cfg, "ckpt_path") or cfg.ckpt_path is None:
         return
-    path = str(cfg.ckpt_path)
-    trusted = cfg.get("trusted_packages") or ()
+    path, trusted = str(cfg.ckpt_path), cfg.trusted_packages
     if not isinstance(trusted, (list, tuple)) and not OmegaConf.is_list(trusted):
         return  # a value the config check refuses
     trusted = tuple(str(p) for p in trusted)
@@ -192,7 +191,7 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
         return
     check_trusted_targets(hparams, path, "task", trusted_prefixes(trusted))
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config")
-    if job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict)):
+    if job != "generate" and "data" not in cfg and (not run_config or isinstance(run_config, dict)):
         recorded_data_config(checkpoint, path, trusted)
 
 

@@ -79,12 +79,12 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     """
     path = str(cfg.ckpt_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
-    trusted = cfg.get("trusted_packages") or ()
+    trusted, data = cfg.trusted_packages, cfg.data if "data" in cfg else None  # data: null = the checkpoint's
     task = restore_task(checkpoint, path, trusted)
-    data_cfg = to_plain(cfg.data) if cfg.get("data") else recorded_data_config(checkpoint, path, trusted)
+    data_cfg = to_plain(data) if data else recorded_data_config(checkpoint, path, trusted)
     datamodule = instantiate_group("data", data_cfg)
     state = checkpoint.get(type(datamodule).__qualname__)
-    if state and not cfg.get("data"):
+    if state and not data:
         datamodule.load_state_dict(state)
     check_same_shape(task, datamodule, path)
     return task, datamodule, checkpoint

@@ -236,8 +236,7 @@ def check_early(cfg: Any, checkpoint: str | Path) -> None:
     from litforge.checkpointing.metadata import read_checkpoint
     from litforge.core.instantiate import to_plain
 
-    trusted = cfg.get("trusted_packages") or ()
-    loaded = read_checkpoint(checkpoint, tuple(str(p) for p in trusted) if OmegaConf.is_list(trusted) else ())
+    loaded = read_checkpoint(checkpoint)  # a train config trusts no package: the job's full load trusts none either
     if loaded is None:
         return
     path = str(checkpoint)
@@ -262,9 +261,9 @@ def resume_command_line(
     checkpoint is checked first (:func:`check_early`, on the config of the merged overrides that `compose` returns):
     a refused resume never reaches the run's folder, so its recorded overrides change only when it continues."""
     log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
-    decided = decide(cfg.get("resume"), cfg.get("ckpt_path"), log_dir, task_name)
+    decided = decide(cfg.resume, cfg.ckpt_path, log_dir, task_name)
     if decided.asked is None:
-        if decided.checkpoint is not None and cfg.get("ckpt_path") is not None:  # a new run from that file
+        if decided.checkpoint is not None and cfg.ckpt_path is not None:  # a new run from that file
             check_early(cfg, decided.checkpoint)
         return overrides
     mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]

@@ -2,7 +2,7 @@
 reads that key.
 
 A top-level key is read only if its job's config has it (each job's conf/<job>.yaml lists every key the job reads;
-tests/test_validation.py keeps them and litforge.jobs.settings equal) or an interpolation of the config names it, so
+tests/test_validation.py keeps them and litforge.config.settings equal) or an interpolation of the config names it, so
 `+test=false` is refused (train's key is `test_after_training`) rather than run and ignored. A key under a group is
 offered as `+group.key` only when what the group builds takes that argument (its source's signature, or its row in
 litforge.config.library), judged without importing torch. Called from litforge.cli.preflight.
@@ -130,7 +130,7 @@ def takes(node: Any, scope: str, argument: str) -> bool:
 
 def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
     """`+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
-    from litforge.jobs.settings import JobSettings
+    from litforge.config.settings import JobSettings
 
     text, plain = OmegaConf.to_yaml(cfg), OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)

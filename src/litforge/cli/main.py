@@ -102,7 +102,7 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
     quiet_library_chatter()
     try:
         if is_rank_zero():
-            print_config(cfg) if cfg.get("print_config", False) else print_start(job_name, bool(cfg.get("dry_run")))
+            print_config(cfg) if cfg.print_config else print_start(job_name, job_name == "train" and cfg.dry_run)
         with launched_ranks_cleaned_up():
             return job(cfg)
     except Exception as error:

@@ -95,16 +95,16 @@ def checked_overrides(
     check_checkpoint_early(cfg, job)  # eval/predict/export/generate's ckpt_path: before the config check imports torch
     check_config(cfg)
     check_paths_in_folders(cfg, parsed)  # output=<a file>/out.csv: refused now, not after the work
-    if not (cfg.get("resume") or cfg.get("ckpt_path") == "last"):
+    if not (job == "train" and (cfg.resume or cfg.ckpt_path == "last")):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
             if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
                 if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
                     check_not_another_run(Path(o.value()))
     check_job(cfg, job)
-    dry_run = job == "train" and bool(cfg.get("dry_run"))
-    if (cfg.get("paths") or {}).get("log_dir") and not dry_run:  # a dry run writes nothing there
-        check_folder(Path(str(cfg.paths.log_dir)), float(cfg.paths.get("min_free_mb") or 0), key="paths.log_dir")
+    dry_run = job == "train" and cfg.dry_run
+    if "paths" in cfg and not dry_run:  # a dry run writes nothing there
+        check_folder(Path(cfg.paths.log_dir), cfg.paths.min_free_mb, key="paths.log_dir")
     if dry_run:
         return [*overrides, *DRY_RUN_HYDRA]
     recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
@@ -228,17 +228,17 @@ def check_job(cfg: DictConfig, config_name: str) -> None:
                 f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; add a "
                 f"folder per class, e.g. {Path(root) / 'other' / '001.png'}"
             )
-    if config_name == "train" and str(cfg.get("float8", "none")) != "none":
+    if config_name == "train" and cfg.float8 != "none":
         from litforge.models.float8 import float8_refusal
 
-        refusal = float8_refusal(str(cfg.float8), (cfg.get("trainer") or {}).get("accelerator"))
+        refusal = float8_refusal(cfg.float8, cfg.trainer.get("accelerator"))
         if refusal is not None:
             raise ConfigError(refusal)
     if config_name == "export":
         from litforge.jobs.export import check_export
 
         check_export(cfg)
-    if config_name == "train" and (cfg.get("tune") or {}).get("finder", "none") != "none":
+    if config_name == "train" and cfg.tune.finder != "none":
         from litforge.jobs.tuning import check_tuning
 
         check_tuning(cfg)

@@ -1,7 +1,7 @@
 """The one config check: pydantic judges a composed config against the typed signatures of what it builds.
 
 Types sit where values are used (docs/checks.md): a constructor's annotation, a library class's row in
-litforge.config.library, the jobs' own keys in litforge.jobs.settings; keys read together in litforge.config.relations.
+litforge.config.library, the jobs' own keys in litforge.config.settings, keys read together in .relations.
 Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra
 makes a run folder), :func:`check_at_start` in each job (skipped for a config checked already). A class is read from
 its source first (litforge.config.source), so a mistake in a user's class is refused before torch loads.
@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from litforge.config.library import STAND_INS
 from litforge.config.relations import MOVED_KEYS, RELATIONS, moved_key_message
+from litforge.config.settings import JobSettings
 from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
 from litforge.core.instantiate import import_failure
-from litforge.jobs.settings import JobSettings
 
 BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
 NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is its own scope

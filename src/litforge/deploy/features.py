@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
+from litforge.config.settings import Export, job_settings
 from litforge.data.tabular import standardize
 from litforge.deploy.metadata import provenance_props, write_metadata
 from litforge.deploy.net import batched
@@ -97,8 +98,8 @@ def export_features(
     cfg: DictConfig, task: Any, datamodule: Any, net: nn.Module, checkpoint: dict[str, Any]
 ) -> dict[str, Any]:
     """ONNX of a model of rows, parity-checked with onnxruntime on the test split (int8 variants are for image nets)."""
-    ckpt = Path(str(cfg.ckpt_path))
-    out_dir = Path(cfg.paths.output_dir)
+    settings = job_settings(cfg, Export)  # the export job's own keys, typed
+    ckpt, out_dir = Path(str(settings.ckpt_path)), Path(settings.paths.output_dir)
     if callable(getattr(datamodule, "standardization", None)):  # data=csv: raw encoded rows in, standardised inside
         x_test, _ = datamodule.split_arrays("test")
         mean, std = datamodule.standardization()
@@ -112,14 +113,14 @@ def export_features(
         with torch.inference_mode():
             ref = batched(net, x_test)
         props = plain_metadata(task, x_test, ckpt, checkpoint)
-    path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=cfg.get("opset"), names=NAMES)
+    path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=settings.opset, names=NAMES)
     write_metadata(path, props, variant="fp32")
     parity = check_parity(
         path,
         x_test,
         ref,
-        atol=float(cfg.parity.atol),
-        min_agreement=float(cfg.parity.min_agreement),
+        atol=settings.parity.atol,
+        min_agreement=settings.parity.min_agreement,
         input_name=NAMES[0],
         what="rows",
     )

@@ -13,6 +13,7 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from litforge.config.settings import Train
 from litforge.core.errors import ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 
@@ -57,23 +58,19 @@ def build_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
         raise ConfigError(f"could not build the task {target}: {exc}") from None
 
 
-def build_training_task(cfg: DictConfig, shape: Mapping[str, Any]) -> Any:
+def build_training_task(cfg: DictConfig, shape: Mapping[str, Any], settings: Train) -> Any:
     """The task as training needs it: its net on the meta device where a sharded strategy fills it later, activation
     checkpointing wrapped in before any sharding (FSDP2's hooks then see the wrapped blocks), then compile and
-    channels_last (litforge.models.speed)."""
+    channels_last (litforge.models.speed), as the run's typed `settings` ask."""
     from litforge.models.speed import apply_speed_options
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
     from litforge.parallel.meta_init import meta_nets, wants_meta_init
 
-    with meta_nets(wants_meta_init(cfg.get("strategy"))):
+    with meta_nets(wants_meta_init(cfg.strategy)):
         task = build_task(cfg, shape)
-    apply_float8(
-        task, str(cfg.get("float8", "none")), cfg.get("strategy"), (cfg.get("trainer") or {}).get("accelerator")
-    )
-    apply_activation_checkpointing(task, str(cfg.get("activation_checkpointing", "none")))
-    apply_speed_options(
-        task, compile=to_plain(cfg.get("compile", False)), channels_last=bool(cfg.get("channels_last", False))
-    )
+    apply_float8(task, settings.float8, cfg.strategy, cfg.trainer.get("accelerator"))
+    apply_activation_checkpointing(task, settings.activation_checkpointing)
+    apply_speed_options(task, compile=settings.compile, channels_last=settings.channels_last)
     return task
 
 

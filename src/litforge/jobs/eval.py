@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from litforge.checkpointing.restore import load_for_inference
 from litforge.config.check import check_at_start
+from litforge.config.settings import Inference, job_settings
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
 from litforge.records.metrics import scalar_metrics
@@ -21,15 +22,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     from pytorch_lightning.callbacks import RichProgressBar
 
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    settings = job_settings(cfg, Inference)  # the job's own keys, typed
     task, datamodule, checkpoint = load_for_inference(cfg)
-    pl.seed_everything(cfg.seed, verbose=False)
+    pl.seed_everything(settings.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}
     trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
     trainer.test(task, datamodule=datamodule, verbose=False)
-    output_dir = Path(cfg.paths.output_dir)
+    output_dir = Path(settings.paths.output_dir)
     result = {
         "metrics": scalar_metrics(trainer.callback_metrics),
-        "checkpoint": str(cfg.ckpt_path),
+        "checkpoint": str(settings.ckpt_path),
         "trained_at_commit": describe_origin(checkpoint),
         "output_dir": str(output_dir),
     }

@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
+from litforge.config.settings import Generate, job_settings
 from litforge.core.contracts import GenerateTask
 from litforge.core.errors import ConfigError
 
@@ -18,10 +19,9 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.restore import inference_device, restore_task
 
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
-    path = str(cfg.ckpt_path)
-    task = restore_task(load_checkpoint(path), path, cfg.get("trusted_packages")).to(
-        inference_device(str(cfg.get("device", "auto")))
-    )
+    settings = job_settings(cfg, Generate)  # the job's own keys, typed
+    path = str(settings.ckpt_path)
+    task = restore_task(load_checkpoint(path), path, settings.trusted_packages).to(inference_device(settings.device))
     if not isinstance(task, GenerateTask):
         raise ConfigError(
             f"{path} is a {type(task).__name__} checkpoint, which does not generate text: pass a "
@@ -29,15 +29,11 @@ def generate(cfg: DictConfig) -> dict[str, Any]:
         )
     samples = [
         task.generate_text(
-            str(cfg.prompt),
-            int(cfg.max_new_tokens),
-            float(cfg.temperature),
-            cfg.get("top_k"),
-            seed=int(cfg.seed) + i,
+            settings.prompt, settings.max_new_tokens, settings.temperature, settings.top_k, seed=settings.seed + i
         )
-        for i in range(int(cfg.num_samples))
+        for i in range(settings.num_samples)
     ]
-    output_dir = Path(cfg.paths.output_dir)
+    output_dir = Path(settings.paths.output_dir)
     for i, text in enumerate(samples):
         print(f"----- sample {i} -----\n{text}")
     (output_dir / "samples.txt").write_text("\n\n".join(samples))

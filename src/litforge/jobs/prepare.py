@@ -13,13 +13,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
+from litforge.config.settings import Prepare, job_settings
 from litforge.core.errors import ConfigError
-from litforge.core.instantiate import instantiate_group, to_plain
+from litforge.core.instantiate import instantiate_group
 
 
 def check_prepare(cfg: Any) -> None:
     """prepare reads a source datamodule (asked before Hydra starts too: litforge.cli.preflight.check_job)."""
-    if not cfg.get("data") or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
+    if "data" not in cfg or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
         raise ConfigError(
             "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
             "(data=streaming reads what prepare writes)"
@@ -31,17 +32,18 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     from litforge.data.streaming import write_shards
 
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    settings = job_settings(cfg, Prepare)  # the job's own keys, typed
     check_prepare(cfg)
     datamodule = instantiate_group("data", cfg.data)
     if hasattr(datamodule, "prepare_data"):
         datamodule.prepare_data()  # downloads (torchvision datasets), on this one process
     facts = write_shards(
         datamodule,
-        str(cfg.output),
-        overwrite=bool(cfg.overwrite),
-        chunk_bytes=cfg.chunk_bytes,
-        num_workers=int(cfg.num_workers),
-        storage_options=to_plain(cfg.get("storage_options")),
-        start_method=cfg.get("start_method"),
+        str(settings.output),
+        overwrite=settings.overwrite,
+        chunk_bytes=settings.chunk_bytes,
+        num_workers=settings.num_workers,
+        storage_options=settings.storage_options,
+        start_method=settings.start_method,
     )
-    return {"metrics": {f"{split} samples": n for split, n in facts["splits"].items()}, "written": str(cfg.output)}
+    return {"metrics": {f"{split} samples": n for split, n in facts["splits"].items()}, "written": str(settings.output)}

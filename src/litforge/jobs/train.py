@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
 from litforge.config.check import check_at_start
+from litforge.config.settings import Train, job_settings
 from litforge.core.contracts import DataModule, missing_members, trains_on
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.core.instantiate import instantiate_group, instantiate_named, to_plain
@@ -70,30 +71,31 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     requeue_signal = OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal")
     catch_early(requeue_signal)  # SLURM's pre-emption signal while the job starts: noted, not fatal
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
-    if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
+    settings = job_settings(cfg, Train)  # the job's own keys, typed: read from here on, not from cfg
+    if settings.dry_run:  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 
         return dry_run(cfg)
     check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
-    for note in run_notes(cfg):
+    for note in run_notes(cfg, tested=settings.test_after_training):
         log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
-    output_dir = Path(cfg.paths.output_dir)
-    check_folder(output_dir, float(cfg.paths.get("min_free_mb") or 0), key="the run folder")
+    output_dir = Path(settings.paths.output_dir)
+    check_folder(output_dir, settings.paths.min_free_mb, key="the run folder")
     output_dir.mkdir(parents=True, exist_ok=True)  # the check leaves no folder it made; this run writes here
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    precision = apply_matmul_precision(cfg.get("matmul_precision"), cfg.trainer.get("accelerator", "auto"))
-    record = start_record(output_dir, precision, [*(cfg.get("tags") or [])])
+    pl.seed_everything(settings.seed, workers=True, verbose=False)
+    precision = apply_matmul_precision(settings.matmul_precision, cfg.trainer.get("accelerator", "auto"))
+    record = start_record(output_dir, precision, settings.tags)
     try:
         datamodule = instantiate_group("data", cfg.data)
         check_compatible(task_class(cfg), datamodule)  # before the net is built from shapes a wrong pair cannot fit
-        task = build_training_task(cfg, datamodule.describe())
+        task = build_training_task(cfg, datamodule.describe(), settings)
         ckpt_path = starting_checkpoint(
             resume.decide(
-                cfg.get("resume"),
-                cfg.get("ckpt_path"),
-                cfg.paths.log_dir,
-                str(cfg.task_name),
+                settings.resume,
+                settings.ckpt_path,
+                settings.paths.log_dir,
+                settings.task_name,
                 in_multirun=in_multirun(),
                 run_dir=output_dir,
             )
@@ -105,31 +107,31 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) built
         loggers = instantiate_named("logger", continue_runs(cfg.get("logger"), tracker_runs))  # resumed: same runs
         give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
-        tune_before_fit(cfg, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
+        tune_before_fit(settings.tune, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
         callbacks = training_callbacks(
             instantiate_named("callbacks", cfg.get("callbacks")),
             trainer_kwargs,
             loggers,
             record,
-            checkpoint_every=to_plain(cfg.get("checkpoint_every")),
-            time_limit=to_plain(cfg.get("time_limit")),
+            checkpoint_every=settings.checkpoint_every,
+            time_limit=settings.time_limit,
             checkpoint_dir=output_dir / "checkpoints",
         )
         trainer = build_fit_trainer(
             trainer_kwargs,
-            build_strategy(cfg.get("strategy"), trainer_kwargs),
+            build_strategy(cfg.strategy, trainer_kwargs),
             task,
             datamodule,
             callbacks,
             loggers,
-            checkpoint_async=bool(cfg.get("checkpoint_async", False)),
-            steps_per_call=to_plain(cfg.get("steps_per_call", 1)),
+            checkpoint_async=settings.checkpoint_async,
+            steps_per_call=settings.steps_per_call,
         )
 
         fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)
         ignore_from_now(requeue_signal)  # trained: a late pre-emption signal must not kill the finished job
-        result = test_best_checkpoint(trainer, task, datamodule, run=bool(cfg.get("test_after_training", True)))
-        result = write_metrics(output_dir, result, cfg.objective, write=trainer.is_global_zero)
+        result = test_best_checkpoint(trainer, task, datamodule, run=settings.test_after_training)
+        result = write_metrics(output_dir, result, settings.objective, write=trainer.is_global_zero)
     except BaseException as exc:
         if is_rank_zero():
             provenance.write_end(output_dir, record, "stopped" if isinstance(exc, TrainingStopped) else "failed")
@@ -308,9 +310,10 @@ def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: 
     )
 
 
-def run_notes(cfg: Any) -> list[str]:
-    """What a valid training config will not do although a user may expect it (e.g. no validation at all)."""
-    trainer, data = cfg.get("trainer") or {}, cfg.get("data") or {}
+def run_notes(cfg: Any, tested: bool) -> list[str]:
+    """What a valid training config will not do although a user may expect it (e.g. no validation at all); `tested`:
+    `test_after_training`."""
+    trainer, data = cfg.trainer, cfg.data
     every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
     if trainer.get("limit_val_batches") == 0:
         why = "trainer.limit_val_batches=0"
@@ -320,8 +323,7 @@ def run_notes(cfg: Any) -> list[str]:
         why = f"trainer.check_val_every_n_epoch={every} > trainer.max_epochs={epochs}"
     else:
         return []
-    tested = " and tested" if cfg.get("test_after_training", True) else ""
     return [
         f"no validation in this run ({why}): no best checkpoint, no early stopping and no objective value; the last "
-        f"weights are saved{tested}"
+        f"weights are saved{' and tested' if tested else ''}"
     ]

@@ -22,27 +22,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from litforge.config.settings import Tune
 from litforge.core.contracts import SteppableTask, missing_members
 from litforge.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FINDERS = ("none", "lr_find", "batch_size")
 ONE_DEVICE = ("strategy=auto trainer.devices=1", "the finders are single-device (Lightning's Tuner)")
 TB_TAG = "tune/lr_find"
 
 
-def finder_of(cfg: Any) -> str:
-    """The finder a composed config asks for (`tune.finder`; `none` without a tune group)."""
-    tune = cfg.get("tune") if cfg is not None else None
-    return str(tune.get("finder", "none")) if tune else "none"
-
-
 def check_tuning(cfg: Any) -> None:
-    """Refuse, in one line and before data or net are built, a `tune=` the finders cannot serve."""
+    """Refuse, in one line and before data or net are built, a `tune=` the finders cannot serve (the command line asks
+    it before Hydra resolves the run's folder: the tune group alone is typed here)."""
+    from litforge.core.instantiate import to_plain
     from litforge.jobs.build import runs_on_cuda, task_class
 
-    name = finder_of(cfg)
+    tune = Tune.model_validate(to_plain(cfg.tune))
+    name = tune.finder
     if name == "none":
         return
     task_cls = task_class(cfg)
@@ -51,13 +48,13 @@ def check_tuning(cfg: Any) -> None:
             f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
             f"task=language_model have); {task_cls.__name__} has none: use tune=none"
         )
-    if name == "lr_find" and cfg.tune.get("apply", True) and not callable(getattr(task_cls, "set_learning_rate", None)):
+    if name == "lr_find" and tune.apply and not callable(getattr(task_cls, "set_learning_rate", None)):
         raise ConfigError(
             f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
             f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
             "none: pass tune.apply=false"
         )
-    strategy = cfg.get("strategy") or {}
+    strategy = cfg.strategy
     if "_target_" in strategy or strategy.get("name", "auto") != "auto":
         shown = (
             f"strategy.name={strategy['name']}"
@@ -69,7 +66,7 @@ def check_tuning(cfg: Any) -> None:
             f"one-device run ({ONE_DEVICE[0]}) and pass what it found to this one (optimizer.lr, "
             "data.batch_size; task.lr_scaling=linear scales an lr to the replicas)"
         )
-    trainer = cfg.get("trainer") or {}
+    trainer = cfg.trainer
     devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
     if _device_count(devices) > 1 or nodes > 1:
         raise ConfigError(
@@ -98,7 +95,7 @@ def _device_count(devices: Any) -> int:
 
 
 def tune(
-    tune_cfg: Mapping[str, Any],
+    settings: Tune,
     task: Any,
     datamodule: Any,
     trainer_kwargs: Mapping[str, Any],
@@ -111,9 +108,10 @@ def tune(
 
     from litforge.runtime.ranks import is_rank_zero
 
-    name = str(tune_cfg.get("finder", "none"))
+    name = settings.finder
     if name == "none":
         return None
+    chosen = settings.model_dump(exclude_unset=True)  # the keys of the finder's option file (conf/tune/)
     with tempfile.TemporaryDirectory(prefix="litforge-tune-") as scratch:
         trainer = throwaway_trainer(trainer_kwargs, scratch)
         if trainer.world_size > 1:  # trainer.devices=auto on a machine with several GPUs
@@ -122,9 +120,9 @@ def tune(
                 f"{ONE_DEVICE[1]}; pass trainer.devices=1"
             )
         if name == "lr_find":
-            record, figure = _find_lr(Tuner(trainer), task, datamodule, tune_cfg)
+            record, figure = _find_lr(Tuner(trainer), task, datamodule, chosen)
         else:
-            record, figure = _find_batch_size(Tuner(trainer), task, datamodule, tune_cfg), None
+            record, figure = _find_batch_size(Tuner(trainer), task, datamodule, chosen), None
     forget_finder_steps(task)
     if is_rank_zero():
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +134,7 @@ def tune(
 
 
 def tune_before_fit(
-    cfg: Any,
+    settings: Tune,
     task: Any,
     datamodule: Any,
     trainer_kwargs: dict[str, Any],
@@ -149,16 +147,14 @@ def tune_before_fit(
     and augmentations as an untuned run; the finder restores the weights it started from."""
     from pytorch_lightning.utilities.seed import isolate_rng
 
-    from litforge.core.instantiate import to_plain
-
-    name = finder_of(cfg)
+    name = settings.finder
     if name == "none":
         return
     if resuming:  # the checkpoint's optimizer state (its lr) and data settings continue the original run
         log.info("tune=%s: skipped, this run resumes from a checkpoint", name)
         return
     with isolate_rng():
-        tune(to_plain(cfg.tune), task, datamodule, trainer_kwargs, loggers, output_dir)
+        tune(settings, task, datamodule, trainer_kwargs, loggers, output_dir)
 
 
 def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> Any:
@@ -199,7 +195,7 @@ def _find_lr(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> 
         log.info("lr_find: skipped under trainer.fast_dev_run; optimizer.lr stays %s", _lr(before))
         return {"finder": "lr_find", "skipped": "trainer.fast_dev_run", "lr": before}, None
     suggestion = finder.suggestion()
-    apply = bool(cfg.get("apply", True)) and suggestion is not None
+    apply = bool(cfg["apply"]) and suggestion is not None
     if apply:
         task.set_learning_rate(suggestion)
     steps = len(finder.results["lr"])
@@ -245,7 +241,7 @@ def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, A
     settings = {key: cfg[key] for key in ("mode", "init_val", "max_trials", "steps_per_trial", "max_val") if key in cfg}
     before = datamodule.batch_size
     found = tuner.scale_batch_size(task, datamodule=datamodule, batch_arg_name="batch_size", **settings)
-    apply = bool(cfg.get("apply", True)) and found is not None
+    apply = bool(cfg["apply"]) and found is not None
     _set_batch_size(task, datamodule, found if apply else before)
     if found is None:
         log.info("batch_size: skipped under trainer.fast_dev_run; data.batch_size stays %d", before)

@@ -342,7 +342,7 @@ def install(
     training step), and tasks without a per-step loss. Gradient clipping moves from the Trainer (which refuses it
     without automatic optimization) into the step loop. Appends the epoch-scheduler callback to `callbacks`.
     """
-    if steps == 1:  # its type and range: litforge.jobs.settings
+    if steps == 1:  # its type and range: litforge.config.settings
         return
     fix = "set steps_per_call=1"
     if not isinstance(task, SteppableTask):

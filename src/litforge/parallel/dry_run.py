@@ -56,6 +56,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from litforge.config.settings import Train, job_settings
 from litforge.core.errors import ConfigError
 
 # op name -> (kind, index of the input argument, index of the group argument (a boxed ProcessGroup or a group
@@ -280,9 +281,8 @@ class Setup:
 
 def read_setup(cfg: Any) -> Setup:
     """The world size and the parallel layout the config asks for, or one line saying why it cannot be planned."""
-    trainer = cfg.get("trainer") or {}
+    trainer, node = cfg.trainer, cfg.strategy
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1) or 1
-    node = cfg.get("strategy")
     if devices == "auto" and not (node is not None and node.get("_target_")) and nodes == 1:
         devices = 1  # the default run: one device (on a GPU machine Lightning would take them all: say how many)
     if not isinstance(devices, int) or devices < 1 or not isinstance(nodes, int):
@@ -615,15 +615,14 @@ def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
     return shard_signature(net)
 
 
-def memory_budget(cfg: Any) -> tuple[float, str]:
+def memory_budget(settings: Train) -> tuple[float, str]:
     """Each rank's device memory budget in bytes, and how the verdict names it: `dry_run_memory_gib`, else the memory
     of `dry_run_gpu` in the GPU table (litforge.runtime.flops.GPU_MEMORY_GIB)."""
     from litforge.runtime.flops import GPU_MEMORY_GIB
 
-    gib = cfg.get("dry_run_memory_gib")
+    gib, given = settings.dry_run_memory_gib, settings.dry_run_gpu
     if gib is not None:
-        return float(gib) * 2**30, f"dry_run_memory_gib={gib:g}"
-    given = str(cfg.get("dry_run_gpu", "h100"))
+        return gib * 2**30, f"dry_run_memory_gib={gib:g}"
     name = given.lower().replace("_", " ")
     if name not in GPU_MEMORY_GIB:
         names = ", ".join(n.replace(" ", "_") for n in GPU_MEMORY_GIB)
@@ -644,7 +643,8 @@ def dry_run(cfg: Any, judge: bool = True) -> dict[str, Any]:
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
 
     start = time.perf_counter()
-    budget, budget_name = memory_budget(cfg)
+    settings = job_settings(cfg, Train)
+    budget, budget_name = memory_budget(settings)
     setup = read_setup(cfg)
     datamodule = instantiate_group("data", cfg.data)
     if getattr(datamodule, "kind", None) != "text":
@@ -653,7 +653,7 @@ def dry_run(cfg: Any, judge: bool = True) -> dict[str, Any]:
             f"{getattr(datamodule, 'kind', '?')} data, whose batches it does not shape: use a GPT preset"
         )
     shape = datamodule.describe()
-    mode = str(cfg.get("activation_checkpointing", "none"))
+    mode = settings.activation_checkpointing
     batch_size, block_size = int(cfg.data.batch_size), int(shape["block_size"])
     if cfg.model.get("block_size") is not None:
         block_size = min(int(cfg.data.get("block_size", block_size)), int(cfg.model.block_size))
@@ -688,8 +688,7 @@ def dry_run(cfg: Any, judge: bool = True) -> dict[str, Any]:
             flush=True,
         )
         return result
-    trainer = cfg.get("trainer") or {}
-    lever = first_lever(run, setup, mode, budget, setup.world // int(trainer.get("num_nodes", 1) or 1))
+    lever = first_lever(run, setup, mode, budget, setup.world // int(cfg.trainer.get("num_nodes", 1) or 1))
     fix = (
         f"first lever that fits: {lever[0]} (re-planned: {size_text(lever[1])} on the fullest rank)"
         if lever

@@ -1,6 +1,6 @@
 """Durations and intervals as a user types them: `30min`, `3h55min`, `90s`, `2d`, SLURM's `04:00:00`.
 
-Torch-free: the config check (litforge.jobs.settings) judges `checkpoint_every` and `time_limit` with these before a
+Torch-free: the config check (litforge.config.settings) judges `checkpoint_every` and `time_limit` with these before a
 job starts, and the callbacks that act on them (litforge.checkpointing.clock, .time_limit) parse the same way.
 """
 

@@ -58,12 +58,13 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
     """(datamodule, task) as the training job builds them, seeded as it seeds them."""
     import pytorch_lightning as pl
 
+    from litforge.config.settings import Train, job_settings
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
     from litforge.jobs.train import check_compatible
 
     if seed:
-        pl.seed_everything(int(cfg.get("seed", 0)), workers=True, verbose=False)
+        pl.seed_everything(job_settings(cfg, Train).seed, workers=True, verbose=False)  # the job's: conf/train.yaml
     with one_line("building the data and the task as `litforge train` does"):
         datamodule = instantiate_group("data", cfg.data)
         check_compatible(task_class(cfg), datamodule)
@@ -146,11 +147,10 @@ def trusted_for(cfg: DictConfig, task: Any, datamodule: Any) -> list[str]:
     """The packages outside litforge that the config's classes live in: the project's own, which a project trusts
     (`trusted_packages`) for eval, predict and export of its checkpoints."""
     names = {type(task).__module__, type(datamodule).__module__}
-    for group in ("model", "loss", "data", "task"):
-        node = cfg.get(group)
-        if node is not None and OmegaConf.is_dict(node) and node.get("_target_"):
+    for node in (cfg[group] for group in ("model", "loss", "data", "task") if group in cfg):
+        if OmegaConf.is_dict(node) and node.get("_target_"):
             names.add(str(node._target_))
-    packages = {name.split(".")[0] for name in names} | {str(p) for p in cfg.get("trusted_packages") or ()}
+    packages = {name.split(".")[0] for name in names}
     return sorted(packages - {"litforge", "torch", "torchvision", "pytorch_lightning", "lightning", "builtins"})
 
 

@@ -103,7 +103,7 @@ def check_ddp_matches_single_process(
     import torch
 
     tmp = Path(tmp_path)
-    if "batch_size" not in (cfg.get("data") or {}):
+    if "batch_size" not in cfg.data:
         raise AssertionError("the data config has no `batch_size`: the check doubles it for the single process")
     per_rank = int(cfg.data.batch_size)
     single_cfg = prepared(cfg, tmp, "single", **{"data.batch_size": WORLD_SIZE * per_rank})
