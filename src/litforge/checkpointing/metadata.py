@@ -191,9 +191,7 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
         return
     check_trusted_targets(hparams, path, "task", trusted_prefixes(trusted))
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config")
-    if (
-        job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict))
-    ):  # no data=: its own
+    if job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict)):
         recorded_data_config(checkpoint, path, trusted)
 
 
