@@ -10,6 +10,7 @@ every default in conf/ passes (they are not too strict).
 
 from __future__ import annotations
 
+import re
 import typing
 
 import pytest
@@ -129,6 +130,9 @@ def test_each_job_reads_its_own_keys_and_the_yaml_holds_every_default():
     assert set(JobSettings.model_fields) == {k for m in JOBS.values() for k in m.model_fields}
     with pytest.raises(ConfigError, match=r"^checkpoint_async is not set, and train reads it: set it in your top"):
         job_settings(OmegaConf.masked_copy(compose(), [k for k in compose() if k != "checkpoint_async"]), TrainSettings)
+    for module in ("jobs/train", "jobs/eval", "jobs/generate", "jobs/prepare", "jobs/tuning", "testing/checks"):
+        text = (CONF.parent / "src" / "litforge" / f"{module}.py").read_text()
+        assert not re.search(r"cfg\.get\([^()]*,", text), f"{module}.py reads a config key with a default of its own"
 
 
 # ---- one bad value: (key, value, what the message must also say) ---------------------------------------------------

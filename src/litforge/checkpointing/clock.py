@@ -21,7 +21,6 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
 from litforge.checkpointing.model_checkpoint import LAST, last_checkpoint
-from litforge.core.errors import ConfigError
 from litforge.runtime.durations import parse_every
 from litforge.runtime.ranks import meets_now
 
@@ -30,11 +29,7 @@ def checkpoint_every(every: int | str, dirpath: str | Path | None = None) -> Mod
     """Lightning's ModelCheckpoint writing `last.ckpt` every `every` optimizer steps (an int) or every `every` of
     wall time (`30min`, `2h`)."""
     parsed = parse_every(every)
-    if parsed is None:
-        raise ConfigError(
-            f"checkpoint_every={every!r} is neither a step count nor a duration: pass e.g. "
-            "checkpoint_every=500 or checkpoint_every=30min"
-        )
+    assert parsed is not None, every  # the config check refused the rest (litforge.config.settings.Every)
     unit, interval = parsed
     if unit == "steps":
         return last_checkpoint(dirpath, every_n_train_steps=int(interval))

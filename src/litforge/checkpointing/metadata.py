@@ -191,7 +191,7 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
         return
     check_trusted_targets(hparams, path, "task", trusted_prefixes(trusted))
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config")
-    if job != "generate" and "data" not in cfg and (not run_config or isinstance(run_config, dict)):
+    if job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict)):
         recorded_data_config(checkpoint, path, trusted)
 
 

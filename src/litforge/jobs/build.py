@@ -102,9 +102,7 @@ def training_callbacks(
     trainer_kwargs: dict[str, Any],
     loggers: list[Any],
     record: dict[str, Any],
-    *,
-    checkpoint_every: Any,
-    time_limit: Any,
+    settings: Train,
     checkpoint_dir: Any,
 ) -> list[Any]:
     """Every callback a training run gets, in one place: the `callbacks` group as configured (less what a trainer
@@ -114,7 +112,7 @@ def training_callbacks(
     from litforge.checkpointing.clock import clock_callbacks
 
     callbacks = respect_trainer_switches(configured, trainer_kwargs, loggers)
-    callbacks += clock_callbacks(checkpoint_every, time_limit, checkpoint_dir)
+    callbacks += clock_callbacks(settings.checkpoint_every, settings.time_limit, checkpoint_dir)
     callbacks.append(ProvenanceRecorder(record))
     return callbacks
 
@@ -126,9 +124,7 @@ def build_fit_trainer(
     datamodule: Any,
     callbacks: list[Any],
     loggers: list[Any],
-    *,
-    checkpoint_async: bool,
-    steps_per_call: Any,
+    settings: Train,
 ) -> Any:
     """The Trainer that fits `task`: the strategy's own refusals first (they need the built net and callbacks, and
     run once, before any rank starts), async checkpoint saves, N steps per call, then torchrun's fresh rendezvous."""
@@ -140,9 +136,9 @@ def build_fit_trainer(
         check_task(task)  # hogwild: BatchNorm
     if callable(check_strategy_run := getattr(strategy, "check_run", None)):
         check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
-    if checkpoint_async:  # checkpoint writes in a background thread, still atomic
+    if settings.checkpoint_async:  # checkpoint writes in a background thread, still atomic
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
-    steps.install(steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)
+    steps.install(settings.steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
     init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
     return trainer
@@ -171,6 +167,8 @@ def process_count(trainer_kwargs: dict[str, Any]) -> int:
     devices, nodes = trainer_kwargs.get("devices", "auto"), int(trainer_kwargs.get("num_nodes", 1) or 1)
     if isinstance(devices, (list, tuple)) or (hasattr(devices, "__len__") and not isinstance(devices, str)):
         per_node = len(devices)
+    elif isinstance(devices, str) and "," in devices:  # device indices: "0,1"
+        per_node = len([d for d in devices.split(",") if d.strip()])
     elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
         per_node = int(devices)
     else:  # auto, -1

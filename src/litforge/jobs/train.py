@@ -113,8 +113,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer_kwargs,
             loggers,
             record,
-            checkpoint_every=settings.checkpoint_every,
-            time_limit=settings.time_limit,
+            settings,
             checkpoint_dir=output_dir / "checkpoints",
         )
         trainer = build_fit_trainer(
@@ -124,8 +123,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             datamodule,
             callbacks,
             loggers,
-            checkpoint_async=settings.checkpoint_async,
-            steps_per_call=settings.steps_per_call,
+            settings,
         )
 
         fit_or_stop(trainer, task, datamodule, ckpt_path, output_dir)

@@ -36,7 +36,7 @@ def check_tuning(cfg: Any) -> None:
     """Refuse, in one line and before data or net are built, a `tune=` the finders cannot serve (the command line asks
     it before Hydra resolves the run's folder: the tune group alone is typed here)."""
     from litforge.core.instantiate import to_plain
-    from litforge.jobs.build import runs_on_cuda, task_class
+    from litforge.jobs.build import process_count, runs_on_cuda, task_class
 
     tune = Tune.model_validate(to_plain(cfg.tune))
     name = tune.finder
@@ -68,7 +68,7 @@ def check_tuning(cfg: Any) -> None:
         )
     trainer = cfg.trainer
     devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
-    if _device_count(devices) > 1 or nodes > 1:
+    if process_count(trainer) > 1:  # devices=auto on a machine with several GPUs: all of them
         raise ConfigError(
             f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
             f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run"
@@ -78,20 +78,6 @@ def check_tuning(cfg: Any) -> None:
             "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
             "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU"
         )
-
-
-def _device_count(devices: Any) -> int:
-    """How many devices an explicit `trainer.devices` names (1 for `auto` and -1: the built Trainer tells)."""
-    if isinstance(devices, bool):
-        return 1
-    if isinstance(devices, int):
-        return max(devices, 1)
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if isinstance(devices, str) and devices not in ("auto", "-1"):
-        parts = [p for p in devices.split(",") if p.strip()]
-        return len(parts) if "," in devices else (int(devices) if devices.isdigit() else 1)
-    return 1
 
 
 def tune(
