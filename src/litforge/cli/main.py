@@ -115,11 +115,11 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
             if exc is error:
                 raise
             raise exc from error
-        message = str(exc) if isinstance(exc, LitforgeError) else config_error_message(exc)
-        log.error("%s", message)
+        lines = exc.lines if isinstance(exc, LitforgeError) else [config_error_message(exc)]  # one a mistake
+        log.error("%s", "\n".join(lines))
         if is_rank_zero() and not isinstance(exc, TrainingStopped):  # a refusal writes nothing (checkpointing.folders)
             undo_noted_folder()
-        print(f"\nlitforge: error: {message}", file=sys.stderr)
+        print("\n" + "\n".join(f"litforge: error: {line}" for line in lines), file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 1))
 
 

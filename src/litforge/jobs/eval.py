@@ -9,9 +9,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.checkpointing.restore import load_for_inference
-from litforge.config.check import check_at_start
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
+from litforge.jobs.checks import check_at_start
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
 
@@ -20,7 +20,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import RichProgressBar
 
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "eval")  # once per run: skipped where the command line's check passed it
     task, datamodule, checkpoint = load_for_inference(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}

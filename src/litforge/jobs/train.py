@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
-from litforge.config.check import check_at_start
 from litforge.core.contracts import DataModule, missing_members, trains_on
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.core.instantiate import instantiate_group, instantiate_named, to_plain
@@ -33,7 +32,8 @@ from litforge.jobs.build import (
     task_class,
     training_callbacks,
 )
-from litforge.jobs.tuning import check_tuning, tune_before_fit
+from litforge.jobs.checks import check_at_start
+from litforge.jobs.tuning import tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 from litforge.runtime.requeue import catch_early, ignore_from_now, slurm_job_id
@@ -69,12 +69,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     requeue_signal = OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal")
     catch_early(requeue_signal)  # SLURM's pre-emption signal while the job starts: noted, not fatal
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "train")  # once per run: skipped where the command line's check passed it
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 
         return dry_run(cfg)
-    check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg):
         log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
