@@ -2,9 +2,9 @@
 
 `prepare_command_line` (called by the entry just before `@hydra.main`) refuses a command line that would run something
 other than what was meant (a sweep or `hparams_search=` without `-m`, an option or key that does not exist, a moved
-key), runs the one config check on the composed config (litforge.config.check), then what a job would refuse only
-after Hydra made its run folder (:func:`check_job`). `resume=` is rewritten to continue that run in its folder. With
-`-m` every job gets the same checks before the first starts (:func:`check_sweep`). One `litforge: error:` line, exit 1.
+key), then runs the job's declared checks on the composed config (litforge.jobs.checks: the config check, and what a
+job would refuse only after Hydra made its run folder). `resume=` is rewritten to continue that run in its folder. With
+`-m` every job gets the same checks before the first starts (:func:`check_sweep`). A `litforge: error:` line a mistake.
 """
 
 from __future__ import annotations
