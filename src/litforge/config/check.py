@@ -108,6 +108,8 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, fou
     is a pydantic model is bound to its fields."""
     for key in [str(k) for k in node if not str(k).startswith("_")]:
         full = f"{scope}.{key}".lstrip(".")
+        if full in found or OmegaConf.is_interpolation(node, key) and _source(node, key) in found:
+            continue  # refused already (a moved key), or `${seed}` copying a key refused on a line of its own
         if key not in params:
             if not open_ended:
                 found[full] = (
@@ -118,8 +120,6 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, fou
         if OmegaConf.is_missing(node, key):
             found[full] = f"{full} has no value and is required: pass {full}=<value>"
             continue
-        if OmegaConf.is_interpolation(node, key) and _source(node, key) in found:
-            continue  # `${seed}`: the key it copies was refused on a line of its own
         kind, default = params[key]
         try:
             value = node[key]
