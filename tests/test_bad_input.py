@@ -470,6 +470,7 @@ SEVERAL = [  # (script, overrides with independent mistakes, the line each must 
     ("export.py", ["ckpt_path={ckpt}", "formats=[tflite]", "opset=3"], ["opset=3: expected", "unknown export format"]),
     ("train.py", ["model=resnt", "data=digitz"], ["did you mean model=resnet?", "did you mean data=digits?"]),
     ("train.py", ["seed=-1", "float8=rowwise", "trainer.accelerator=cpu"], ["seed=-1: expected", "float8=rowwise"]),
+    ("train.py", ["-m", "resume=auto", "logger=null,csv", "model=resnt"], ["continues one", "cannot switch", "resnt"]),
 ]
 
 

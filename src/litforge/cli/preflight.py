@@ -137,18 +137,20 @@ def check_sweep(
     job, parsed = job or config_name, parse(overrides)
     if parsed is None:
         return check_syntax(overrides)
-    check_options(conf_dir, parsed, job, top_dir)
+    lines = []
     for o in parsed:  # what one run only can mean: continue a run, or switch a group off (Hydra: a traceback each)
         key, value = o.key_or_group, o.get_value_element_as_str() if not o.is_sweep_override() else None
         if job == "train" and (key == "resume" and o.value() is not None or key == "ckpt_path" and value == "last"):
-            raise ConfigError(
+            lines.append(
                 f"{o.input_line} continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)"
             )
         if is_group(conf_dir, o) and o.is_sweep_override() and None in values(o):
-            raise ConfigError(
+            lines.append(
                 f"{o.input_line}: a sweep cannot switch {key} off in some of its jobs (Hydra has no option null); "
                 f"sweep over options only, and run {key}=null as a command of its own"
             )
+    found = [ConfigError(*lines)] if lines else []
+    raise_found(refuse_each(found, lambda: check_options(conf_dir, parsed, job, top_dir)))
     cfg: Any = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True) or {}  # its first job
     hydra = cfg.get("hydra") or {}
     sweeper = hydra.get("sweeper") or {}  # its params: the search space (Optuna's), or the grid in the config
