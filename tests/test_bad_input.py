@@ -471,6 +471,7 @@ SEVERAL = [  # (script, overrides with independent mistakes, the line each must 
     ("train.py", ["model=resnt", "data=digitz"], ["did you mean model=resnet?", "did you mean data=digits?"]),
     ("train.py", ["seed=-1", "float8=rowwise", "trainer.accelerator=cpu"], ["seed=-1: expected", "float8=rowwise"]),
     ("train.py", ["-m", "resume=auto", "logger=null,csv", "model=resnt"], ["continues one", "cannot switch", "resnt"]),
+    ("train.py", ["lr=0.1", "data.batch_size=0"], ["did you mean optimizer.lr=0.1?", "data.batch_size=0"]),  # the rest
 ]
 
 

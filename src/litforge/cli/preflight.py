@@ -84,18 +84,24 @@ def checked_overrides(
     # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
     searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
     cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
+    found: list[LitforgeError] = []
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
         extra = user_conf_folders([o.input_line for o in searchpath], top_dir)
-        lines = [m for o in keys if baseline and (m := unknown_key_message(baseline, o, job, conf_dir, extra))]
-        if not lines and (absent := absent_group_message(conf_dir, config_name, searchpath, groups, job)):
-            lines = [absent]  # predict: logger=
-        if lines:
-            raise ConfigError(*lines)
-        return overrides
+        unknown = {
+            o.input_line: m for o in keys if baseline and (m := unknown_key_message(baseline, o, job, conf_dir, extra))
+        }
+        if not unknown and (absent := absent_group_message(conf_dir, config_name, searchpath, groups, job)):
+            raise ConfigError(absent)  # predict: logger=
+        found = [ConfigError(*unknown.values())] if unknown else []  # the other keys: judged without these
+        kept = [o.input_line for o in [*searchpath, *groups, *keys] if o.input_line not in unknown]
+        cfg = compose(conf_dir, config_name, kept, top_dir) if found else None
+        if cfg is None:
+            raise_found(found)
+            return overrides
     dry_run = job == "train" and bool(cfg.get("dry_run"))
     found = refuse_each(
-        [],
+        found,
         lambda: check_added_keys(cfg, parsed, job),  # +test=false: a top-level key that nothing reads
         lambda: check_paths(cfg, parsed, dry_run),
         lambda: check_run_dir(cfg, parsed, job),
@@ -149,7 +155,7 @@ def check_sweep(
                 f"{o.input_line}: a sweep cannot switch {key} off in some of its jobs (Hydra has no option null); "
                 f"sweep over options only, and run {key}=null as a command of its own"
             )
-    found = [ConfigError(*lines)] if lines else []
+    found: list[LitforgeError] = [ConfigError(*lines)] if lines else []
     raise_found(refuse_each(found, lambda: check_options(conf_dir, parsed, job, top_dir)))
     cfg: Any = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True) or {}  # its first job
     hydra = cfg.get("hydra") or {}
