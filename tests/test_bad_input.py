@@ -456,6 +456,39 @@ def test_a_bad_value_stops_the_run_with_one_line_naming_key_value_and_example(
         assert not log_dir.exists(), sorted(log_dir.rglob("*"))
 
 
+SEVERAL = [  # (script, overrides with independent mistakes, the line each must give, in order)
+    (
+        "train.py",
+        ["data.batch_size=0", "optimizer.lr=-1", "trainer.max_epochs=abc"],
+        [
+            "data.batch_size=0: expected an integer >= 1",
+            "optimizer.lr=-1: expected a number > 0",
+            "trainer.max_epochs='abc'",
+        ],
+    ),
+    ("predict.py", ["ckpt_path={ckpt}", "batch_size=0", "device=tpu"], ["batch_size=0: expected", "device='tpu'"]),
+    ("export.py", ["ckpt_path={ckpt}", "formats=[tflite]", "opset=3"], ["opset=3: expected", "unknown export format"]),
+    ("train.py", ["model=resnt", "data=digitz"], ["did you mean model=resnet?", "did you mean data=digits?"]),
+    ("train.py", ["seed=-1", "float8=rowwise", "trainer.accelerator=cpu"], ["seed=-1: expected", "float8=rowwise"]),
+    ("train.py", ["-m", "resume=auto", "logger=null,csv", "model=resnt"], ["continues one", "cannot switch", "resnt"]),
+    ("train.py", ["lr=0.1", "data.batch_size=0"], ["did you mean optimizer.lr=0.1?", "data.batch_size=0"]),  # the rest
+]
+
+
+@pytest.mark.parametrize(("script", "overrides", "lines"), SEVERAL, ids=[" ".join(v[1]) for v in SEVERAL])
+def test_every_mistake_of_a_command_gets_its_own_line_in_one_run(
+    script: str, overrides: list[str], lines: list[str], checkpoint: Path, tmp_path: Path
+):
+    """Several independent mistakes: one `litforge: error:` line each, in one run, before any folder exists."""
+    log_dir = tmp_path / "logs"
+    result = run_cli(script, *[o.format(ckpt=checkpoint) for o in overrides], log_dir=log_dir)
+    errors = [text for text in result.output.splitlines() if text.startswith("litforge: error:")]
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    assert len(errors) == len(lines), result.output[-3000:]
+    assert all(want in got for want, got in zip(lines, errors, strict=True)), errors
+    assert not log_dir.exists(), sorted(log_dir.rglob("*"))
+
+
 def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
     from litforge.checkpointing.load import load_checkpoint
     from litforge.core.errors import CheckpointError

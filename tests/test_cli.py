@@ -277,8 +277,8 @@ def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, comp
     from omegaconf import open_dict
 
     from litforge.cli.preflight import checked_overrides
-    from litforge.config.check import check_at_start
     from litforge.core.errors import ConfigError
+    from litforge.jobs.checks import check_at_start
 
     with pytest.raises(ConfigError, match=f"has moved to {new.split('=')[0]}: pass {new} instead"):
         checked_overrides(CONF, "train", [override])
@@ -288,4 +288,4 @@ def test_moved_keys_are_refused_naming_the_new_key(override: str, new: str, comp
     with open_dict(cfg):
         cfg[group][leaf] = value  # as a user's own YAML would set it
     with pytest.raises(ConfigError, match=f"pass {new} instead"):
-        check_at_start(cfg)
+        check_at_start(cfg, "train")

@@ -42,15 +42,15 @@ def test_the_refusal_names_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     assert float8_refusal("tensorwise", "gpu") is None  # an H100: runs
 
 
-def test_the_job_refuses_before_converting() -> None:
-    from litforge.jobs.build import apply_float8
+def test_the_job_refuses_before_building(compose_cfg, monkeypatch) -> None:
+    """train's declared checks (litforge.jobs.checks) refuse float8 where it cannot run, also for a job called in
+    code, before any net is built; the builder itself no longer judges it again."""
+    from litforge.jobs import build
+    from litforge.jobs.train import train
 
-    net = MLP(1, (8, 8), 10, hidden_dims=(32, 32), dropout=0.0)
-    task = type("Task", (nn.Module,), {})()
-    task.net = net
+    monkeypatch.setattr(build, "build_task", lambda *a: pytest.fail("built"))
     with pytest.raises(ConfigError, match=r"float8=rowwise .* trainer.accelerator=cpu"):
-        apply_float8(task, "rowwise", None, "cpu")
-    assert not any("Float8" in type(m).__name__ for m in net.modules())
+        train(compose_cfg("float8=rowwise", "trainer.accelerator=cpu"))
 
 
 def test_gpt_conversion_keeps_names_and_the_tied_head() -> None:

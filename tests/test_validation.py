@@ -469,20 +469,21 @@ def test_each_run_is_checked_once_where_it_starts_and_the_builders_never_call_th
     """In code, the job's start checks the config; after the command line's check of the same config, nothing does
     again; and what builds (jobs/build.py, core/instantiate.py, the tasks) imports no part of the checker (the typed
     settings it reads, litforge.config.settings, are what the check returns, not the checker)."""
-    from litforge.config import check
+    from litforge.jobs import checks
     from litforge.jobs.train import train
     from test_architecture import import_graph
 
     calls: list[object] = []
-    real = check.check_config
-    monkeypatch.setattr(check, "check_config", lambda cfg: calls.append(cfg) or real(cfg))
+    real = checks.check_job
+    monkeypatch.setattr(checks, "check_job", lambda cfg, job: calls.append(cfg) or real(cfg, job))
     cfg = compose_cfg("print_config=false", "trainer.fast_dev_run=true", "logger=csv", "callbacks.progress_bar=null")
     train(cfg)
     assert len(calls) == 1
-    check.check_at_start(cfg)  # the same config again (the job after the command line's check): not judged twice
+    checks.check_at_start(cfg, "train")  # the same config again (the job after the command line's): not judged twice
     assert len(calls) == 1
     graph = import_graph()
-    checkers = {m for m in graph if m.startswith("litforge.config")} - {"litforge.config.settings"}
+    checkers = {m for m in graph if m.startswith("litforge.config") or m == "litforge.jobs.checks"}
+    checkers -= {"litforge.config.settings"}
     builders = [m for m in graph if m.startswith(("litforge.tasks", "litforge.models", "litforge.data"))]
     for module in [*builders, "litforge.jobs.build", "litforge.core.instantiate"]:
         assert not graph[module] & checkers, (module, graph[module] & checkers)

@@ -62,14 +62,13 @@ def habit_message(override: Any, trainer_defaults: dict[str, Any]) -> str | None
 
 
 def check_habits(conf_dir: Path, parsed: list[Any]) -> None:
-    """Refuse the first of `parsed` (Hydra's parsed overrides) that is one of their spellings, naming litforge's."""
+    """Refuse each of `parsed` (Hydra's parsed overrides) that is one of their spellings, naming litforge's."""
     from omegaconf import OmegaConf
 
     trainer = conf_dir / "trainer" / "default.yaml"
     defaults: Any = OmegaConf.to_container(OmegaConf.load(trainer)) if any(o.is_add() for o in parsed) else {}
-    message = next(filter(None, (habit_message(o, defaults) for o in parsed)), None)
-    if message:
-        raise ConfigError(message)
+    if lines := [m for m in (habit_message(o, defaults) for o in parsed) if m]:
+        raise ConfigError(*lines)
 
 
 def load_env_file(folder: Path | None = None) -> list[str]:

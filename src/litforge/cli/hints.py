@@ -129,11 +129,12 @@ def takes(node: Any, scope: str, argument: str) -> bool:
 
 
 def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
-    """`+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
+    """Each `+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
     from litforge.config.settings import JobSettings
 
     text, plain = OmegaConf.to_yaml(cfg), OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
+    lines = []
     for o in parsed:
         key = o.key_or_group
         if not (o.is_add() or o.is_force_add()) or "." in key or "/" in key or key == "hydra":
@@ -145,10 +146,12 @@ def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
         others = [str(k) for k, v in plain.items() if str(k) != key and not isinstance(v, dict)]
         match = closest(key, others)
         value = o.input_line.split("=", 1)[1]
-        raise ConfigError(
+        lines.append(
             f"{o.input_line}: {job} reads no top-level key `{key}`, so it would change nothing; "
             + (f"did you mean {match}={value}?" if match else f"remove it (python {job}.py --help lists the keys)")
         )
+    if lines:
+        raise ConfigError(*lines)
 
 
 def absent_group_message(conf_dir: Any, name: str, searchpath: list[Any], groups: list[Any], job: str) -> str | None:

@@ -6,8 +6,8 @@ For each job (`train`, `eval`, `predict`, `export`, `generate`) it does the same
 2. the command line is checked before anything slow starts (litforge.cli.preflight: value types and ranges, the log
    folder, `resume=`), so a typo costs a second, not a run;
 3. Hydra composes `conf/<job>.yaml` and calls the job function; a user mistake (LitforgeError, or a config error
-   from OmegaConf) ends it with one `litforge: error:` line and exit code 1, never a traceback, and the run folder as
-   it was before the command (none, or a resumed run's untouched: litforge.checkpointing.folders.undo_refused);
+   from OmegaConf) ends it with a `litforge: error:` line a mistake and exit code 1, never a traceback, the folder as
+   it was (none, or a resumed run's untouched: litforge.checkpointing.folders.undo_refused);
 4. a one-screen summary: metrics, what was written where, how to look at it.
 
 Run in a project of the user's own (a `pyproject.toml` with `[tool.litforge]`, litforge.cli.project), the
@@ -115,11 +115,11 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
             if exc is error:
                 raise
             raise exc from error
-        message = str(exc) if isinstance(exc, LitforgeError) else config_error_message(exc)
-        log.error("%s", message)
+        lines = exc.lines if isinstance(exc, LitforgeError) else [config_error_message(exc)]  # one a mistake
+        log.error("%s", "\n".join(lines))
         if is_rank_zero() and not isinstance(exc, TrainingStopped):  # a refusal writes nothing (checkpointing.folders)
             undo_noted_folder()
-        print(f"\nlitforge: error: {message}", file=sys.stderr)
+        print("\n" + "\n".join(f"litforge: error: {line}" for line in lines), file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 1))
 
 

@@ -2,9 +2,9 @@
 
 `prepare_command_line` (called by the entry just before `@hydra.main`) refuses a command line that would run something
 other than what was meant (a sweep or `hparams_search=` without `-m`, an option or key that does not exist, a moved
-key), runs the one config check on the composed config (litforge.config.check), then what a job would refuse only
-after Hydra made its run folder (:func:`check_job`). `resume=` is rewritten to continue that run in its folder. With
-`-m` every job gets the same checks before the first starts (:func:`check_sweep`). One `litforge: error:` line, exit 1.
+key), then runs the job's declared checks on the composed config (litforge.jobs.checks: the config check, and what a
+job would refuse only after Hydra made its run folder). `resume=` is rewritten to continue that run in its folder. With
+`-m` every job gets the same checks before the first starts (:func:`check_sweep`). A `litforge: error:` line a mistake.
 """
 
 from __future__ import annotations
@@ -15,19 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
-from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, user_conf_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
-from litforge.config.check import check_config
-from litforge.config.relations import MOVED_KEYS, PREDICTS, moved_key_message
-from litforge.core.errors import ConfigError, LitforgeError
-from litforge.data.tables import check_table_job
+from litforge.config.relations import MOVED_KEYS, moved_key_message
+from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
+from litforge.jobs.checks import check_job
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero
 
@@ -54,7 +52,7 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
             return
         argv[1:] = [*kept, *checked_overrides(Path(conf_dir), top_name or config_name, args, config_name, top)]
     except LitforgeError as exc:
-        print(f"\nlitforge: error: {exc}", file=sys.stderr)
+        print("\n" + "\n".join(f"litforge: error: {line}" for line in exc.lines), file=sys.stderr)
         sys.exit(1)
 
 
@@ -74,41 +72,63 @@ def checked_overrides(
     if parsed is None:  # one override Hydra's grammar cannot read: named in one line (else Hydra's message)
         check_syntax(overrides)
         return overrides
-    if not multirun:  # a sweep's job (check_sweep)
-        check_needs_multirun(parsed, job)
-    groups = check_options(conf_dir, parsed, job, top_dir)
+    groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
+    raise_found(
+        refuse_each(
+            [],
+            lambda: check_needs_multirun([] if multirun else parsed, job),  # a sweep's job: check_sweep
+            lambda: check_options(conf_dir, parsed, job, top_dir),
+        )
+    )  # each mistake of the command line's shape; the config needs them gone
     keys = [o for o in parsed if not is_group(conf_dir, o) and not is_hydra(o)]
     # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
     searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
     cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
+    found: list[LitforgeError] = []
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
         baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
         extra = user_conf_folders([o.input_line for o in searchpath], top_dir)
-        message = next(
-            filter(None, (unknown_key_message(baseline, o, job, conf_dir, extra) for o in keys if baseline)), None
-        )
-        message = message or absent_group_message(conf_dir, config_name, searchpath, groups, job)  # predict: logger=
-        if message:
-            raise ConfigError(message)
-        return overrides
-    check_added_keys(cfg, parsed, job)  # +test=false: a top-level key that nothing reads
-    check_checkpoint_early(cfg, job)  # eval/predict/export/generate's ckpt_path: before the config check imports torch
-    check_config(cfg)
-    check_paths_in_folders(cfg, parsed)  # output=<a file>/out.csv: refused now, not after the work
+        unknown = {
+            o.input_line: m for o in keys if baseline and (m := unknown_key_message(baseline, o, job, conf_dir, extra))
+        }
+        if not unknown and (absent := absent_group_message(conf_dir, config_name, searchpath, groups, job)):
+            raise ConfigError(absent)  # predict: logger=
+        found = [ConfigError(*unknown.values())] if unknown else []  # the other keys: judged without these
+        kept = [o.input_line for o in [*searchpath, *groups, *keys] if o.input_line not in unknown]
+        cfg = compose(conf_dir, config_name, kept, top_dir) if found else None
+        if cfg is None:
+            raise_found(found)
+            return overrides
+    dry_run = job == "train" and cfg.dry_run
+    found = refuse_each(
+        found,
+        lambda: check_added_keys(cfg, parsed, job),  # +test=false: a top-level key that nothing reads
+        lambda: check_paths(cfg, parsed, dry_run),
+        lambda: check_run_dir(cfg, parsed, job),
+    )
+    check_job(cfg, job, found)  # the job's declared checks (litforge.jobs.checks), after these: one line a mistake
+    if dry_run:
+        return [*overrides, *DRY_RUN_HYDRA]
+    recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
+    return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" and not multirun else overrides
+
+
+def check_paths(cfg: DictConfig, parsed: list[Any], dry_run: bool) -> None:
+    """Every path under a file (output=<a file>/out.csv: refused now, not after the work); then room and write access
+    in paths.log_dir (a dry run writes nothing there)."""
+    check_paths_in_folders(cfg, parsed)
+    if "paths" in cfg and not dry_run:
+        check_folder(Path(cfg.paths.log_dir), cfg.paths.min_free_mb, key="paths.log_dir")
+
+
+def check_run_dir(cfg: DictConfig, parsed: list[Any], job: str) -> None:
+    """hydra.run.dir=<another run's folder> (not to continue it): refused, never written into."""
     if not (job == "train" and (cfg.resume or cfg.ckpt_path == "last")):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
             if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
                 if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
                     check_not_another_run(Path(o.value()))
-    check_job(cfg, job)
-    dry_run = job == "train" and cfg.dry_run
-    if "paths" in cfg and not dry_run:  # a dry run writes nothing there
-        check_folder(Path(cfg.paths.log_dir), cfg.paths.min_free_mb, key="paths.log_dir")
-    if dry_run:
-        return [*overrides, *DRY_RUN_HYDRA]
-    recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
-    return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" and not multirun else overrides
 
 
 # dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file
@@ -123,18 +143,20 @@ def check_sweep(
     job, parsed = job or config_name, parse(overrides)
     if parsed is None:
         return check_syntax(overrides)
-    check_options(conf_dir, parsed, job, top_dir)
+    lines = []
     for o in parsed:  # what one run only can mean: continue a run, or switch a group off (Hydra: a traceback each)
         key, value = o.key_or_group, o.get_value_element_as_str() if not o.is_sweep_override() else None
         if job == "train" and (key == "resume" and o.value() is not None or key == "ckpt_path" and value == "last"):
-            raise ConfigError(
+            lines.append(
                 f"{o.input_line} continues one run; a sweep's jobs each take ckpt_path=<file> instead (or drop -m)"
             )
         if is_group(conf_dir, o) and o.is_sweep_override() and None in values(o):
-            raise ConfigError(
+            lines.append(
                 f"{o.input_line}: a sweep cannot switch {key} off in some of its jobs (Hydra has no option null); "
                 f"sweep over options only, and run {key}=null as a command of its own"
             )
+    found: list[LitforgeError] = [ConfigError(*lines)] if lines else []
+    raise_found(refuse_each(found, lambda: check_options(conf_dir, parsed, job, top_dir)))
     cfg: Any = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True) or {}  # its first job
     hydra = cfg.get("hydra") or {}
     sweeper = hydra.get("sweeper") or {}  # its params: the search space (Optuna's), or the grid in the config
@@ -150,50 +172,55 @@ def check_sweep(
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
-def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | None) -> list[Any]:
-    """A moved key, a group whose extra is not installed, an option that does not exist; the group overrides."""
-    for o in [o for o in parsed if o.key_or_group in MOVED_KEYS]:
-        raise ConfigError(
-            moved_key_message(o.key_or_group, "<value>" if o.is_sweep_override() else o.get_value_element_as_str())
-        )
-    check_extras(parsed, job)
-    check_habits(conf_dir, parsed)  # lightning-hydra-template's spellings: litforge's named (docs/migrating.md)
+def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | None) -> None:
+    """Each moved key, group whose extra is not installed, other template's spelling and option that does not exist."""
+    moved = [o for o in parsed if o.key_or_group in MOVED_KEYS]
+    lines = [
+        moved_key_message(o.key_or_group, "<value>" if o.is_sweep_override() else o.get_value_element_as_str())
+        for o in moved
+    ]
+    found = refuse_each(
+        [ConfigError(*lines)] if lines else [],
+        lambda: check_extras(parsed, job),
+        lambda: check_habits(conf_dir, parsed),  # lightning-hydra-template's spellings (docs/migrating.md)
+    )
+    said = [line for exc in found for line in exc.lines]  # an override refused above is not judged again below
     groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
-    check_group_options(conf_dir, groups, user_conf_folders([o.input_line for o in parsed], top_dir))
-    return groups
+    groups = [o for o in groups if not any(line.startswith(f"{o.input_line}:") for line in said)]
+    extra = user_conf_folders([o.input_line for o in parsed], top_dir)
+    raise_found(refuse_each(found, lambda: check_group_options(conf_dir, groups, extra)))
 
 
 def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
-    """A sweep, a search or a launcher without `-m`: Hydra refuses the first in four lines and runs the others as one
+    """Each sweep, search or launcher without `-m`: Hydra refuses the first in four lines and runs the others as one
     job, here."""
     from hydra.core.override_parser.types import ChoiceSweep
 
+    lines = []
     for override in parsed:
+        key, line = override.key_or_group, override.input_line
         if override.is_sweep_override() and not is_hydra(override):
-            line = override.input_line
-            as_list = (
-                f"; a list value is written {override.key_or_group}=[{line.split('=', 1)[1]}]"
-                if isinstance(override.value(), ChoiceSweep) and "(" not in line
-                else ""
+            listed = isinstance(override.value(), ChoiceSweep) and "(" not in line
+            as_list = f"; a list value is written {key}=[{line.split('=', 1)[1]}]" if listed else ""
+            lines.append(
+                f"{line} is a sweep (one job per value): add -m to run it (python {config_name}.py -m {line}), or "
+                f"pass one value{as_list}"
             )
-            raise ConfigError(
-                f"{line} is a sweep (one job per value): add -m to run it "
-                f"(python {config_name}.py -m {line}), or pass one value{as_list}"
-            )
-        if override.key_or_group in ("hparams_search", "hydra/launcher", "hydra/sweeper") and not override.is_delete():
-            key, value = override.key_or_group, override.get_value_element_as_str()
-            raise ConfigError(
+        elif key in ("hparams_search", "hydra/launcher", "hydra/sweeper") and not override.is_delete():
+            value = override.get_value_element_as_str()
+            lines.append(
                 f"{key}={value} is used only by a multirun: add -m (python {config_name}.py -m {key}={value}); "
                 "without it a single run would train here, with no search and no launcher"
             )
+    if lines:
+        raise ConfigError(*lines)
 
 
 def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path] = ()) -> None:
     """`model=resnt`: name the options there are, conf/'s and those of the user's own config folders (Hydra lists
-    them one per line, after its search path)."""
-    for override in groups:
-        if override.package is not None or override.is_delete():
-            continue
+    them one per line, after its search path); every such option of the command line."""
+    lines = []
+    for override in [o for o in groups if o.package is None and not o.is_delete()]:
         group = override.key_or_group
         options = group_options(group, conf_dir, extra)
         for value in values(override):
@@ -201,44 +228,6 @@ def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path]
                 if isinstance(name, str) and name not in options:
                     match = difflib.get_close_matches(name, options, n=1)
                     hint = f"; did you mean {group}={match[0]}?" if match else ""
-                    raise ConfigError(
-                        f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})"
-                    )
-
-
-def check_job(cfg: DictConfig, config_name: str) -> None:
-    """What a job would refuse only after Hydra made its run folder: asked here, of the same functions."""
-    data: Any = cfg.get("data") or {}
-    target, root = str(data.get("_target_", "")), str(data.get("root"))
-    if config_name == "prepare":
-        from litforge.jobs.prepare import check_prepare
-
-        check_prepare(cfg)
-    check_table_job(data, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))), config_name)
-    if config_name == "train" and target.endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
-        from litforge.data.streaming import read_facts
-
-        read_facts(str(data.input_dir))
-    if config_name == "train" and target.endswith("ImageFolderDataModule") and Path(root).is_dir():
-        from litforge.data.folder_layout import FolderLayout
-
-        classes = FolderLayout.scan(root).class_names  # and every layout mistake, named with its folder
-        if len(classes) == 1:  # torchmetrics' multiclass metrics would fail inside fit
-            raise ConfigError(
-                f"data.root={root} has one class folder ({classes[0]}): a classifier needs two or more; add a "
-                f"folder per class, e.g. {Path(root) / 'other' / '001.png'}"
-            )
-    if config_name == "train" and cfg.float8 != "none":
-        from litforge.models.float8 import float8_refusal
-
-        refusal = float8_refusal(cfg.float8, cfg.trainer.get("accelerator"))
-        if refusal is not None:
-            raise ConfigError(refusal)
-    if config_name == "export":
-        from litforge.jobs.export import check_export
-
-        check_export(cfg)
-    if config_name == "train" and cfg.tune.finder != "none":
-        from litforge.jobs.tuning import check_tuning
-
-        check_tuning(cfg)
+                    lines.append(f"{group}={name} is not an option of {group}{hint} (options: {', '.join(options)})")
+    if lines:
+        raise ConfigError(*lines)

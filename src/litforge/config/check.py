@@ -1,15 +1,14 @@
 """The one config check: pydantic judges a composed config against the typed signatures of what it builds.
 
 Types sit where values are used (docs/checks.md): a constructor's annotation, a library class's row in
-litforge.config.library, the jobs' own keys in litforge.config.settings, keys read together in .relations.
-Once per run, where the job starts: :func:`check_config` on the command line (litforge.cli.preflight, before Hydra
-makes a run folder), :func:`check_at_start` in each job (skipped for a config checked already). A class is read from
-its source first (litforge.config.source), so a mistake in a user's class is refused before torch loads.
+litforge.config.library, the jobs' own keys in litforge.config.settings; keys read together in .relations.
+Once per run, as part of the job's declared checks (litforge.jobs.checks: on the command line before Hydra makes a run
+folder, or where a job called in code starts), every mistake a line. A class is read from its source first
+(litforge.config.source), so a mistake in a user's class is refused before torch loads.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
 import typing
@@ -31,28 +30,18 @@ NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is
 GROUP_TARGETS = {"trainer": "pytorch_lightning.Trainer"}  # a group built without a `_target_`: what it builds
 _FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
 _ADAPTERS: dict[int, tuple[Any, TypeAdapter[Any] | None]] = {}
-_CHECKED: set[str] = set()  # digests of the configs checked in this process
 _MISSING = _UNSET = object()
 Params = dict[str, tuple[Any, Any]]  # argument -> (annotation, default)
 
 
-def check_config(cfg: Any) -> None:
-    """Everything, once: moved keys, the job's own keys, each group's values, the relations; then what needs a target
-    imported (torch with it)."""
-    for old in MOVED_KEYS:
-        if (value := OmegaConf.select(cfg, old, throw_on_missing=False)) is not None:
-            raise ConfigError(moved_key_message(old, value))
+def check_config(cfg: Any, imports: bool = True) -> None:
+    """Everything, once, every mistake (one line each): moved keys, the job's own keys, each group's values, the
+    relations of keys that passed; then, when all that passed and `imports`, what needs a target imported (torch)."""
+    found = {old: moved_key_message(old, v) for old in MOVED_KEYS if (v := OmegaConf.select(cfg, old)) is not None}
     own = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in BUILT_GROUPS and k != "hydra"])
-    bind("", own, fields(JobSettings), True, "JobSettings")
+    bind("", own, fields(JobSettings), True, "JobSettings", found)
     named = {g: [(f"{g}.{n}", cfg[g][n]) for n in cfg[g]] for g in NAMED_GROUPS if cfg.get(g)}
-    _check(cfg, [s for g in BUILT_GROUPS for s in named.get(g, [(g, cfg.get(g))])], RELATIONS)
-    _CHECKED.add(_digest(cfg))
-
-
-def check_at_start(cfg: Any) -> None:
-    """A job's start: check `cfg` unless this process checked the same config already (the command line's)."""
-    if _digest(cfg) not in _CHECKED:
-        check_config(cfg)
+    _check(cfg, [s for g in BUILT_GROUPS for s in named.get(g, [(g, cfg.get(g))])], RELATIONS, found, imports)
 
 
 def check_group(scope: str, node: Any) -> None:
@@ -60,64 +49,77 @@ def check_group(scope: str, node: Any) -> None:
     nested = OmegaConf.create({})
     OmegaConf.update(nested, scope, node, force_add=True)
     own = [r for r in RELATIONS if all(k.startswith(scope + ".") for k in r[0])]
-    _check(nested, [(scope, OmegaConf.select(nested, scope))], own)
+    _check(nested, [(scope, OmegaConf.select(nested, scope))], own, {})
 
 
-def _check(cfg: Any, scopes: list[tuple[str, Any]], relations: typing.Sequence[Any]) -> None:
+def _check(cfg: Any, scopes: list[Any], relations: Any, found: dict[str, str], imports: bool = True) -> None:
+    """Each scope, then the relations none of whose keys was refused; torch's imports (4-6 s) only when all passed."""
     pending = []
     for scope, node in [(s, n) for s, n in scopes if n is not None]:
-        check_package(scope, node)
-        pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False)]
+        try:
+            check_package(scope, node)
+        except ConfigError as exc:  # its extra is not installed: the group cannot be judged further
+            found[scope] = str(exc)
+            continue
+        pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False, found)]
     for keys, holds, message in relations:
         values = [_lookup(cfg, key) for key in keys]
+        if _MISSING in values or any(k == f or k.startswith(f + ".") for k in keys for f in found):
+            continue  # a key absent, or refused on its own (its line says so)
         try:
-            fails = _MISSING not in values and not holds(*values)
+            fails = not holds(*values)
         except TypeError:  # a value of the wrong type: its own check (below) says so
             fails = False
         if fails:
-            raise ConfigError(
-                message(*values) if callable(message) else message.format(*(shown(v, False) for v in values))
-            )
-    for key, sub in pending:
-        _bind_target(key, sub, True)
+            shown_values = (shown(v, False) for v in values)
+            found[",".join(keys)] = message(*values) if callable(message) else message.format(*shown_values)
+    for key, sub in pending if imports and not found else []:
+        _bind_target(key, sub, True, found)
+    if found:
+        raise ConfigError(*found.values())
 
 
-def _bind_target(key: str, node: Any, imports: bool) -> bool:
+def _bind_target(key: str, node: Any, imports: bool, found: dict[str, str]) -> bool:
     """Bind one node to what it builds; False when that needs the target imported (then called with `imports`)."""
     name = key if "." not in key and "_target_" not in node else str(node.get("_target_") or "")
     table = {k: (v, _UNSET) for k, v in STAND_INS.get(name, {}).items()}
     if "." not in name and name not in GROUP_TARGETS:  # a group litforge reads itself (scheduler, strategy by name)
-        bind(key, node, table, not table, name)
+        bind(key, node, table, not table, name, found)
         return True
     name = GROUP_TARGETS.get(name, name)
     if not imports:
         read = None if name.split(".")[0] in _FOREIGN else read_signature(name)
         params, open_ended = read or (table, True)
-        bind(key, node, params, open_ended, name)
+        bind(key, node, params, open_ended, name, found)
         return read is not None
     from hydra.utils import get_object
 
     try:
         params, open_ended = signature(get_object(name))
     except Exception as exc:  # the target does not import: say why, before anything runs
-        raise import_failure(key, name, exc) from None
-    bind(key, node, params | {k: (Any, d) for k, (_, d) in table.items()}, open_ended, name)  # the table's: judged
+        found[key] = str(import_failure(key, name, exc))
+        return True
+    bind(key, node, params | {k: (Any, d) for k, (_, d) in table.items()}, open_ended, name, found)  # table's: judged
     return True
 
 
-def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str) -> None:
-    """Each key of `node` against `params`; a mapping whose annotation is a pydantic model is bound to its fields."""
+def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, found: dict[str, str]) -> None:
+    """Each key of `node` against `params`, each mistake into `found` (key -> its line); a mapping whose annotation
+    is a pydantic model is bound to its fields."""
     for key in [str(k) for k in node if not str(k).startswith("_")]:
         full = f"{scope}.{key}".lstrip(".")
+        if full in found or OmegaConf.is_interpolation(node, key) and _source(node, key) in found:
+            continue  # refused already (a moved key), or `${seed}` copying a key refused on a line of its own
         if key not in params:
-            if open_ended:
-                continue
-            raise ConfigError(
-                f"{full} is not an argument of {name} (it takes: {', '.join(params)}): remove {full} or fix its "
-                "spelling"
-            )
+            if not open_ended:
+                found[full] = (
+                    f"{full} is not an argument of {name} (it takes: {', '.join(params)}): remove {full} or fix its "
+                    "spelling"
+                )
+            continue
         if OmegaConf.is_missing(node, key):
-            raise ConfigError(f"{full} has no value and is required: pass {full}=<value>")
+            found[full] = f"{full} has no value and is required: pass {full}=<value>"
+            continue
         kind, default = params[key]
         try:
             value = node[key]
@@ -125,16 +127,20 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str) -> 
                 continue  # a node of its own, bound to what it builds
             model = next((m for m in (kind, *typing.get_args(kind)) if _is_model(m)), None)
             if model is not None and OmegaConf.is_dict(value):
-                bind(full, value, fields(model), False, model.__name__)
+                bind(full, value, fields(model), False, model.__name__, found)
                 continue
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        except ConfigError:
-            raise
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked there
             continue
         judge = adapter(kind)
         if not (value is None and default is None) and judge is not None and not _passes(judge, value):
-            raise ConfigError(refusal(full, value, judge, default))  # (null with a null default: the builder fills in)
+            found[full] = refusal(full, value, judge, default)  # (null with a null default: the builder fills in)
+
+
+def _source(node: Any, key: str) -> str:
+    """The key an interpolation like `${seed}` copies."""
+    raw: Any = OmegaConf.to_container(node, resolve=False)
+    return str(raw[key]).removeprefix("${").removesuffix("}")
 
 
 def adapter(kind: Any) -> TypeAdapter[Any] | None:
@@ -280,10 +286,6 @@ def check_package(scope: str, node: Any) -> None:
                 f"{scope}.tracking_uri={uri}: no server answers there ({exc.strerror or exc}): start it "
                 f"(mlflow server --port {url.port or 5000}), or pass {scope}.tracking_uri=null for the local store"
             ) from None
-
-
-def _digest(cfg: Any) -> str:
-    return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()
 
 
 def _targets(prefix: str, node: Any) -> list[tuple[str, Any]]:

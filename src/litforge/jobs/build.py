@@ -75,16 +75,14 @@ def build_training_task(cfg: DictConfig, shape: Mapping[str, Any], settings: Tra
 
 
 def apply_float8(task: Any, recipe: str, strategy_cfg: Any, accelerator: Any) -> None:
-    """`float8=tensorwise|rowwise` (litforge.models.float8): refused where float8 matmuls cannot run, else the task's
-    net converted, before activation checkpointing, sharding and compile; float8 all-gather under FSDP2."""
+    """`float8=tensorwise|rowwise` (litforge.models.float8; refused where it cannot run by train's checks, jobs.checks):
+    the task's net converted, before activation checkpointing, sharding and compile; float8 all-gather under FSDP2."""
     if recipe == "none":
         return
     from torch import nn
 
-    from litforge.models.float8 import convert_to_float8, float8_refusal
+    from litforge.models.float8 import convert_to_float8
 
-    if (refusal := float8_refusal(recipe, accelerator)) is not None:
-        raise ConfigError(refusal)
     net = getattr(task, "net", None)
     if not isinstance(net, nn.Module):
         raise ConfigError(f"float8 converts the task's `net`, and {type(task).__name__} has none: pass float8=none")

@@ -9,10 +9,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from litforge.checkpointing.restore import load_for_inference
-from litforge.config.check import check_at_start
 from litforge.config.settings import Inference, job_settings
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
+from litforge.jobs.checks import check_at_start
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
 
@@ -21,7 +21,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import RichProgressBar
 
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "eval")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Inference)  # the job's own keys, typed
     task, datamodule, checkpoint = load_for_inference(cfg)
     pl.seed_everything(settings.seed, verbose=False)

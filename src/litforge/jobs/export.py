@@ -24,14 +24,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.check import check_at_start
-from litforge.core.errors import ConfigError
 from litforge.deploy.metadata import deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
 from litforge.deploy.onnx import check_parity, export_onnx
-from litforge.deploy.preprocess import INPUT_DTYPES, Preprocessed, as_deployed
+from litforge.deploy.preprocess import Preprocessed, as_deployed
 from litforge.deploy.quantize import (
-    QUANTIZATIONS,
     calibration_batches,
     preprocess_for_quantization,
     qat_int8_model,
@@ -40,36 +37,11 @@ from litforge.deploy.quantize import (
     torchao_dynamic,
 )
 from litforge.deploy.report import Variant, build_report, fp32_label, write_report
-
-FORMATS = ("onnx",)
-
-
-def check_export(cfg: DictConfig) -> None:
-    """The export options, refused in one line (asked by the CLI before Hydra starts the job)."""
-    formats, quantize = as_list(cfg.formats), as_list(cfg.quantize)
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise ConfigError(
-            f"formats={formats}: unknown export format {unknown or '(none)'}; supported: "
-            f"{', '.join(FORMATS)} (e.g. formats=[onnx])"
-        )
-    bad = [q for q in quantize if q not in QUANTIZATIONS]
-    if bad:
-        raise ConfigError(
-            f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} (or quantize=[])"
-        )
-
-    input_dtype = str(cfg.get("input_dtype", "uint8"))
-    if input_dtype not in INPUT_DTYPES:
-        raise ConfigError(
-            f"input_dtype={input_dtype}: not a deployable input; choose from {', '.join(INPUT_DTYPES)} "
-            "(e.g. input_dtype=uint8)"
-        )
+from litforge.jobs.checks import check_at_start
 
 
 def export(cfg: DictConfig) -> dict[str, Any]:
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
-    check_export(cfg)
+    check_at_start(cfg, "export")  # once per run: skipped where the command line's check passed it
     quantize = as_list(cfg.quantize)
     input_dtype = str(cfg.get("input_dtype", "uint8"))
 

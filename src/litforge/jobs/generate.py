@@ -8,17 +8,17 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.check import check_at_start
 from litforge.config.settings import Generate, job_settings
 from litforge.core.contracts import GenerateTask
 from litforge.core.errors import ConfigError
+from litforge.jobs.checks import check_at_start
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.load import load_checkpoint
     from litforge.checkpointing.restore import inference_device, restore_task
 
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "generate")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Generate)  # the job's own keys, typed
     path = str(settings.ckpt_path)
     task = restore_task(load_checkpoint(path), path, settings.trusted_packages).to(inference_device(settings.device))

@@ -16,13 +16,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.check import check_at_start
 from litforge.core.contracts import ArraySplits, InputReader, check_predictable, check_prediction
 from litforge.core.errors import ConfigError
+from litforge.jobs.checks import check_at_start
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "predict")  # once per run: skipped where the command line's check passed it
 
     import torch
 

@@ -12,28 +12,17 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.config.check import check_at_start
 from litforge.config.settings import Prepare, job_settings
-from litforge.core.errors import ConfigError
 from litforge.core.instantiate import instantiate_group
-
-
-def check_prepare(cfg: Any) -> None:
-    """prepare reads a source datamodule (asked before Hydra starts too: litforge.cli.preflight.check_job)."""
-    if "data" not in cfg or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
-        raise ConfigError(
-            "prepare needs a source datamodule: pass data=digits, mnist, cifar10 or image_folder "
-            "(data=streaming reads what prepare writes)"
-        )
+from litforge.jobs.checks import check_at_start
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Write the shards and the facts file; returns the sample counts (shown in the summary)."""
     from litforge.data.streaming import write_shards
 
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "prepare")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Prepare)  # the job's own keys, typed
-    check_prepare(cfg)
     datamodule = instantiate_group("data", cfg.data)
     if hasattr(datamodule, "prepare_data"):
         datamodule.prepare_data()  # downloads (torchvision datasets), on this one process

@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
-from litforge.config.check import check_at_start
 from litforge.config.settings import Train, job_settings
 from litforge.core.contracts import DataModule, missing_members, trains_on
 from litforge.core.errors import ConfigError, TrainingStopped
@@ -34,7 +33,8 @@ from litforge.jobs.build import (
     task_class,
     training_callbacks,
 )
-from litforge.jobs.tuning import check_tuning, tune_before_fit
+from litforge.jobs.checks import check_at_start
+from litforge.jobs.tuning import tune_before_fit
 from litforge.records.metrics import scalar_metrics
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 from litforge.runtime.requeue import catch_early, ignore_from_now, slurm_job_id
@@ -70,13 +70,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     requeue_signal = OmegaConf.select(cfg, "callbacks.checkpoint_on_signal.requeue_signal")
     catch_early(requeue_signal)  # SLURM's pre-emption signal while the job starts: noted, not fatal
-    check_at_start(cfg)  # once per run: skipped where the command line's check passed it
+    check_at_start(cfg, "train")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Train)  # the job's own keys, typed: read from here on, not from cfg
     if settings.dry_run:  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 
         return dry_run(cfg)
-    check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg, tested=settings.test_after_training):
         log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
