@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
+from litforge.cli import hints
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, user_conf_folders
@@ -70,6 +71,7 @@ def checked_overrides(
     top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
     the same); `multirun`: one job of a sweep (:func:`check_sweep`)."""
     job = job or config_name
+    overrides = hints.decision_overrides(overrides, job)  # task.threshold=0.3: a decision of eval/predict/export
     parsed = parse(overrides)
     if parsed is None:  # one override Hydra's grammar cannot read: named in one line (else Hydra's message)
         check_syntax(overrides)

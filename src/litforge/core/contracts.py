@@ -202,14 +202,46 @@ PREDICTION_KEYS: tuple[str, ...] = ("predicted", "confidence")
 
 
 @runtime_checkable
-class PredictTask(Protocol):
+class HasNet(Protocol):
+    """A task that keeps its net as `net`: what sharding, pruning, QAT, transfer learning, FLOP counts and export
+    work on (every litforge task; a user's task that keeps none is refused where a net is needed)."""
+
+    net: nn.Module
+
+
+def net_of(task: object) -> nn.Module | None:
+    """The task's `net` (:class:`HasNet`), or None for a task that keeps none: where a net is optional."""
+    return task.net if isinstance(task, HasNet) else None
+
+
+@runtime_checkable
+class DecidingTask(Protocol):
+    """A task that declares which of its settings are decisions that may change after training (a classifier's
+    `threshold`): eval, predict and export set them from their `task.*` keys (`task.threshold=0.3`).
+    LitforgeTask has these members (no decisions unless a subclass names them)."""
+
+    decisions: tuple[str, ...]
+
+    def set_decisions(self, values: Mapping[str, Any], job: str) -> None:
+        """Set each named decision (checked against the constructor's annotation); refuse any other name."""
+        ...
+
+    def decision_values(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PredictTask(DecidingTask, Protocol):
     """A task predict.py runs: its own `predict_step` returns a mapping with `predicted` (and, for classes,
     `confidence`), one entry per sample: the CSV's columns.
 
     Lightning's default `predict_step` returns the bare forward output, so a task must define its own; litforge's
-    ClassificationTask and RegressionTask do. Optional attributes name the columns: `class_names` (a `class_name`
-    column beside `predicted`) and `target_names` (one column per predicted value).
+    ClassificationTask and RegressionTask do. The columns are named by `class_names` (a `class_name` column beside
+    `predicted`; a negative `predicted` is no class, e.g. below `task.threshold`) and `target_names` (one column per
+    predicted value); LitforgeTask declares both as None (numbered columns).
     """
+
+    class_names: Sequence[str] | None
+    target_names: Sequence[str] | None
 
     def predict_step(self, batch: Any, batch_idx: int) -> Mapping[str, Tensor]: ...
 
@@ -254,12 +286,12 @@ class ArraySplits(Protocol):
 
 
 @runtime_checkable
-class ExportTask(Protocol):
-    """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output (or, where the
-    deployed module differs from the trained one, `deployable_net()`: regression adds its target scale). Only
-    tasks of a fixed input shape export (not `text`, `rl`)."""
+class ExportTask(HasNet, DecidingTask, Protocol):
+    """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output, or what
+    `deployable_net()` returns where the deployed module differs from the trained one (regression adds its target
+    scale; LitforgeTask's returns `net`). Only tasks of a fixed input shape export (not `text`, `rl`)."""
 
-    net: nn.Module
+    def deployable_net(self) -> nn.Module: ...
 
 
 @runtime_checkable
@@ -354,19 +386,17 @@ def no_predicted(name: str, got: str, where: str) -> ConfigError:
     )
 
 
-def check_exportable(task: Any, datamodule: Any, where: str) -> None:
+def check_exportable(task: object, datamodule: object, where: str) -> None:
     """Refuse in one line, before export.py does any work, a task or datamodule without what it needs
     (:class:`ExportTask`; for image data :class:`ImageExportData`; for other data :class:`ArraySplits` or a
     `test_dataloader` of its own, the parity check's inputs)."""
-    if not (isinstance(task, ExportTask) or callable(getattr(task, "deployable_net", None))):
+    if missing := missing_members(task, ExportTask):
         raise ConfigError(
-            f"{where}: task `{type(task).__name__}` lacks `net`: export deploys the task's `net` (an nn.Module from "
-            "its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
+            f"{where}: task `{type(task).__name__}` lacks {lacks(missing)}: export deploys the task's `net` (an "
+            "nn.Module from its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
         )
-    kind = getattr(datamodule, "kind", None)
-    if kind == "image":
-        missing = missing_members(datamodule, ImageExportData)
-        if missing:
+    if isinstance(datamodule, DataModule) and datamodule.kind == "image":
+        if missing := missing_members(datamodule, ImageExportData):
             raise ConfigError(
                 f"{where}: image data `{type(datamodule).__name__}` lacks {lacks(missing)}: export measures parity "
                 "on the test split's images and writes their classes and normalisation into the model "
@@ -378,6 +408,18 @@ def check_exportable(task: Any, datamodule: Any, where: str) -> None:
             "checks the ONNX model against the task on the test split's inputs; give the datamodule a "
             "`test_dataloader()` (litforge.SplitDataModule has one)"
         )
+
+
+def check_evaluable(task: object, datamodule: object, where: str) -> None:
+    """Refuse in one line, before eval.py tests anything, a task without a `test_step` of its own or a datamodule
+    without a `test_dataloader` of its own (Lightning's defaults raise deep inside `trainer.test`)."""
+    for obj, role, member in ((task, "task", "test_step"), (datamodule, "data", "test_dataloader")):
+        if not defines_own(obj, member):
+            raise ConfigError(
+                f"{where}: {role} `{type(obj).__name__}` lacks `{member}`: eval runs `trainer.test`, which calls the "
+                "task's `test_step(batch, batch_idx)` on the datamodule's `test_dataloader()` (litforge's tasks and "
+                "SplitDataModule have them)"
+            )
 
 
 def trains_on(task: Any) -> tuple[str, ...]:

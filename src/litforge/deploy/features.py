@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from litforge.data.tabular import standardize
-from litforge.deploy.metadata import provenance_props, write_metadata
+from litforge.deploy.metadata import decision_props, provenance_props, write_metadata
 from litforge.deploy.net import batched
 from litforge.deploy.onnx import check_parity, export_onnx
 
@@ -113,7 +113,7 @@ def export_features(
             ref = batched(net, x_test)
         props = plain_metadata(task, x_test, ckpt, checkpoint)
     path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=cfg.get("opset"), names=NAMES)
-    write_metadata(path, props, variant="fp32")
+    write_metadata(path, props | decision_props(task), variant="fp32")
     parity = check_parity(
         path,
         x_test,

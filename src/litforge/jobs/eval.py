@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from litforge.checkpointing.restore import load_for_inference
 from litforge.config.check import check_at_start
+from litforge.core.contracts import check_evaluable
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
 from litforge.records.metrics import scalar_metrics
@@ -22,6 +23,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     task, datamodule, checkpoint = load_for_inference(cfg)
+    check_evaluable(task, datamodule, f"ckpt_path={cfg.ckpt_path}")  # the eval contract, before any work
+    task.set_decisions(cfg.task, "eval")  # task.threshold=0.3: the metrics at that decision (the task's `decisions`)
     pl.seed_everything(cfg.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}
     trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
@@ -30,6 +33,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     result = {
         "metrics": scalar_metrics(trainer.callback_metrics),
         "checkpoint": str(cfg.ckpt_path),
+        "decisions": task.decision_values(),
         "trained_at_commit": describe_origin(checkpoint),
         "output_dir": str(output_dir),
     }

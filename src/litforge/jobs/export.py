@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
 from litforge.core.errors import ConfigError
-from litforge.deploy.metadata import deployment_metadata, write_metadata
+from litforge.deploy.metadata import decision_props, deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
 from litforge.deploy.onnx import check_parity, export_onnx
 from litforge.deploy.preprocess import INPUT_DTYPES, Preprocessed, as_deployed
@@ -77,7 +77,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
 
     ckpt_path = Path(str(cfg.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
-    if getattr(datamodule, "kind", "image") != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
+    if datamodule.kind != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
         from litforge.deploy.features import export_features
 
         return export_features(cfg, task, datamodule, net, checkpoint)
@@ -104,7 +104,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         ckpt_path,
         checkpoint,
         task=type(task).__module__.rsplit(".", 1)[-1],
-    )
+    ) | decision_props(task)
     onnx_path = export_onnx(deployed(net), x_test[:2], out_dir / "model.onnx", opset=cfg.get("opset"))
     write_metadata(onnx_path, props, variant="fp32")
     parity = check_parity(

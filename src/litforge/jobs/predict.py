@@ -29,6 +29,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
+    task.set_decisions(cfg.task, "predict")  # task.threshold=0.3: a decision of the task (its `decisions`)
     where = f"ckpt_path={cfg.ckpt_path}"
     check_predictable(task, datamodule, str(cfg.input) if cfg.get("input") else None, where)
     device = inference_device(str(cfg.get("device", "auto")))
@@ -124,9 +125,9 @@ def prediction_rows(task: Any, out: dict[str, Any]) -> list[dict[str, Any]]:
     """One CSV row per sample: `predicted`, `class_name`, `confidence` for classes; one column per target for values."""
     predicted = out["predicted"]
     if "confidence" in out:
-        names = getattr(task, "class_names", None)
-        return [
-            {"predicted": p, **({"class_name": names[p]} if names else {}), "confidence": round(c, 6)}
+        names = task.class_names
+        return [  # a negative index: no class (the task abstained, e.g. below task.threshold)
+            {"predicted": p, **({"class_name": names[p] if p >= 0 else ""} if names else {}), "confidence": round(c, 6)}
             for p, c in zip(predicted.tolist(), out["confidence"].tolist(), strict=True)
         ]
     values = predicted.reshape(len(predicted), -1).tolist()
