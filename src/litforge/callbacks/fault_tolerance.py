@@ -31,7 +31,7 @@ from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_late
 from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
-from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
+from litforge.runtime.host_reads import KeepsLosses, StepLosses, Where, writes_step_metrics
 from litforge.runtime.ranks import meets_now
 from litforge.runtime.requeue import Requeue, requeue_slurm_job, take_early_signal
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
@@ -60,22 +60,19 @@ class StopOnNonFiniteLoss(Callback):
         self._task_kept = -1
         self._steps = 0
 
-    def _losses(self, pl_module: Any) -> StepLosses:
-        task = getattr(pl_module, "step_losses", None)
-        return task if isinstance(task, StepLosses) else self._own
+    def _losses(self, pl_module: object) -> StepLosses:
+        return pl_module.step_losses if isinstance(pl_module, KeepsLosses) else self._own
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._where = (trainer.global_step, trainer.current_epoch, batch_idx)
-        task = getattr(pl_module, "step_losses", None)
-        self._task_kept = task.kept if isinstance(task, StepLosses) else -1
+        self._task_kept = pl_module.step_losses.kept if isinstance(pl_module, KeepsLosses) else -1
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        task = getattr(pl_module, "step_losses", None)
-        if not (isinstance(task, StepLosses) and task.kept > self._task_kept):  # the module did not keep it
+        if not (isinstance(pl_module, KeepsLosses) and pl_module.step_losses.kept > self._task_kept):  # not kept there
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if not isinstance(loss, torch.Tensor):  # a skipped step (training_step returned None)
                 return
@@ -100,7 +97,7 @@ class StopOnNonFiniteLoss(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.check(trainer, pl_module)
 
-    def check(self, trainer: pl.Trainer, pl_module: Any = None) -> None:
+    def check(self, trainer: pl.Trainer, pl_module: object = None) -> None:
         """Read what is still on the device (one copy), check every host value since the last check, raise at the
         first non-finite one; with several ranks, raise on all of them when any rank found one."""
         found = None

@@ -146,7 +146,7 @@ class QuantizationAwareTraining(pl.Callback):
     # ---- test: convert the tested weights, evaluate and save the int8 model ----------------------------------------
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._int8 = convert_int8(self._net(pl_module)).to("cpu")
-        num_classes = int(pl_module.hparams.get("num_classes", 0)) if hasattr(pl_module, "hparams") else 0
+        num_classes = int(pl_module.hparams.get("num_classes", 0))
         # the metric lives on the module's device, not beside the CPU int8 net: compute() gathers its state across
         # ranks, and NCCL has no CPU backend ("No backend type associated with device type cpu")
         self._acc = (

@@ -10,6 +10,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from litforge.core.contracts import net_of
+
 log = logging.getLogger(__name__)
 
 
@@ -46,7 +48,7 @@ class Throughput(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = time.perf_counter()
         self._samples = 0
-        self._log_every = max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))
+        self._log_every = max(1, trainer.log_every_n_steps or 50)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = self._window_start = time.perf_counter()
@@ -137,7 +139,7 @@ def net_forward(pl_module: pl.LightningModule, batch: Any) -> Any:
     from litforge.tasks.classification import ClassificationTask
     from litforge.tasks.language_model import LanguageModelTask
 
-    net = getattr(pl_module, "net", None)
+    net = net_of(pl_module)
     if not isinstance(net, torch.nn.Module) or not isinstance(batch, (tuple, list)) or not batch:
         return None
     if isinstance(pl_module, LanguageModelTask):
@@ -158,8 +160,8 @@ def set_summary_example(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
     from litforge.callbacks.tensorboard import example_input
     from litforge.tasks.language_model import LanguageModelTask
 
-    net = getattr(pl_module, "net", None)
-    if getattr(pl_module, "example_input_array", None) is not None or not isinstance(net, torch.nn.Module):
+    net = net_of(pl_module)
+    if pl_module.example_input_array is not None or not isinstance(net, torch.nn.Module):
         return
     if compiled(net) or any(p.is_meta or type(p) is not torch.nn.Parameter for p in net.parameters()):
         return

@@ -172,6 +172,33 @@ class PipelineModel(Model, Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksTask(Protocol):
+    """A strategy with refusals of its own that need the built task (hogwild: BatchNorm; pipeline: a cuttable net),
+    asked once before any rank starts."""
+
+    def check_task(self, task: Any) -> None: ...
+
+
+@runtime_checkable
+class ChecksRun(Protocol):
+    """A strategy with refusals of its own that need the datamodule, the Trainer's arguments and the callbacks
+    (pipeline: batch size, clipping), asked once before any rank starts; it may add callbacks of its own."""
+
+    def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None: ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """A logger that keeps a run of its own on a tracking server (litforge.records.tracking: MLflow, W&B): its run
+    id goes into checkpoints under `tracker`, it logs the resolved run config as params and the run's files."""
+
+    tracker: str
+    run_config: Mapping[str, Any] | None
+
+    def log_run_files(self, run_dir: Any, result: Mapping[str, Any], record: Mapping[str, Any]) -> None: ...
+
+
 class Callback(Protocol):
     """A `pytorch_lightning.Callback` with one job, in its own file, configured by one conf/callbacks YAML.
 
@@ -286,10 +313,46 @@ class ArraySplits(Protocol):
 
 
 @runtime_checkable
+class FileSplits(Protocol):
+    """A datamodule whose samples are files (image_folder): predict names each test row by its file."""
+
+    def split_samples(self, split: str) -> list[tuple[str, int]]:
+        """(file path, class index) of each sample of "train", "val" or "test", in `split_arrays` order."""
+        ...
+
+
+@runtime_checkable
+class DatasetSplits(Protocol):
+    """An image datamodule that reads its files as it goes (image_folder streaming): a split as a map-style dataset
+    of (image, label), which prepare shards without decoding the whole split up front."""
+
+    def split_dataset(self, split: str) -> Any: ...
+
+
+@runtime_checkable
+class StandardizedRows(ArraySplits, Protocol):
+    """A datamodule of encoded table rows standardised by training statistics (data=csv, TabularDataModule):
+    export takes the raw encoded rows and standardises them inside the graph; the metadata names the columns."""
+
+    feature_names: Sequence[str]
+    encoding: list[dict[str, Any]]
+
+    def standardization(self) -> tuple[list[float], list[float]]:
+        """(mean, std) per encoded column, of the training split."""
+        ...
+
+
+@runtime_checkable
 class ExportTask(HasNet, DecidingTask, Protocol):
     """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output, or what
     `deployable_net()` returns where the deployed module differs from the trained one (regression adds its target
-    scale; LitforgeTask's returns `net`). Only tasks of a fixed input shape export (not `text`, `rl`)."""
+    scale; LitforgeTask's returns `net`). Only tasks of a fixed input shape export (not `text`, `rl`). The names
+    go into the exported file's metadata (LitforgeTask declares them as None: numbered)."""
+
+    hparams: Mapping[str, Any]
+    class_names: Sequence[str] | None
+    target_names: Sequence[str] | None
+    feature_names: Sequence[str] | None
 
     def deployable_net(self) -> nn.Module: ...
 

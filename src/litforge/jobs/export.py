@@ -153,7 +153,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         "onnx": str(onnx_path),
         "report": rows,
         "output_dir": str(out_dir),
-        "written": [str(v.path) for v in variants.values() if getattr(v, "path", None)] + [str(written)],
+        "written": [str(v.path) for v in variants.values() if v.path] + [str(written)],
     }
     (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -12,13 +12,24 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
 from litforge.config.check import check_at_start
-from litforge.core.contracts import ArraySplits, InputReader, check_predictable, check_prediction
+from litforge.core.contracts import (
+    ArraySplits,
+    FileSplits,
+    InputReader,
+    PredictTask,
+    check_predictable,
+    check_prediction,
+)
 from litforge.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytorch_lightning import LightningDataModule
+    from torch import Tensor
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -77,7 +88,7 @@ def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, 
         targets = None
     elif isinstance(datamodule, ArraySplits):
         raw, targets = datamodule.split_arrays("test")
-        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
+        if isinstance(datamodule, FileSplits):  # data read from files (image_folder): name each row by its file
             names = [path for path, _ in datamodule.split_samples("test")]
         else:
             names = [f"test[{i}]" for i in range(len(raw))]
@@ -110,18 +121,17 @@ def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
     )
 
 
-def loader_batches(datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
+def loader_batches(datamodule: LightningDataModule) -> Iterator[tuple[list[str], Any, Any]]:
     datamodule.setup("test")
     seen = 0
     for batch in datamodule.test_dataloader():
-        if hasattr(datamodule, "on_after_batch_transfer"):
-            batch = datamodule.on_after_batch_transfer(batch, 0)
+        batch = datamodule.on_after_batch_transfer(batch, 0)
         inputs, targets = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
         yield [f"test[{seen + i}]" for i in range(len(inputs))], inputs, targets
         seen += len(inputs)
 
 
-def prediction_rows(task: Any, out: dict[str, Any]) -> list[dict[str, Any]]:
+def prediction_rows(task: PredictTask, out: dict[str, Any]) -> list[dict[str, Any]]:
     """One CSV row per sample: `predicted`, `class_name`, `confidence` for classes; one column per target for values."""
     predicted = out["predicted"]
     if "confidence" in out:
@@ -131,13 +141,13 @@ def prediction_rows(task: Any, out: dict[str, Any]) -> list[dict[str, Any]]:
             for p, c in zip(predicted.tolist(), out["confidence"].tolist(), strict=True)
         ]
     values = predicted.reshape(len(predicted), -1).tolist()
-    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(len(values[0]))]
+    columns = task.target_names or [f"predicted_{i}" for i in range(len(values[0]))]
     return [{name: round(v, 6) for name, v in zip(columns, row, strict=True)} for row in values]
 
 
-def true_values(task: Any, target: Any) -> dict[str, Any]:
+def true_values(task: PredictTask, target: Tensor) -> dict[str, Any]:
     """The known answer beside a prediction of the test split: `label`, or `true_<target>` per value."""
     if target.ndim == 0 and not target.is_floating_point():
         return {"label": int(target)}
-    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(target.numel())]
+    columns = task.target_names or [f"predicted_{i}" for i in range(target.numel())]
     return {f"true_{name}": round(float(v), 6) for name, v in zip(columns, target.reshape(-1).tolist(), strict=True)}

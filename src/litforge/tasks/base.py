@@ -76,10 +76,11 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     #: change on a trained task (`litforge predict ckpt_path=... task.threshold=0.3`, :meth:`set_decisions`).
     decisions: tuple[str, ...] = ()
 
-    #: What predict names its columns by (litforge.core.contracts.PredictTask): a class name per class index, a
-    #: name per predicted value; None = numbered.
+    #: What predict and export name columns by (litforge.core.contracts.PredictTask, ExportTask): a class name per
+    #: class index, a name per predicted value, per input feature; None = numbered.
     class_names: list[str] | None = None
     target_names: list[str] | None = None
+    feature_names: list[str] | None = None  # the encoded input columns of features data (export's metadata)
 
     def __init__(
         self,
