@@ -586,3 +586,18 @@ def test_export_records_the_decisions_in_the_metadata() -> None:
     task = ClassificationTask(net=net, optimizer={}, input_shape=[3], num_classes=2)
     task.set_decisions({"threshold": 0.3}, "export")
     assert decision_props(task) == {"decisions": '{"threshold": 0.3}'} and task.threshold == 0.3
+
+
+def test_a_decision_that_is_no_constructor_argument_is_one_line_naming_the_member_and_the_job() -> None:
+    """A wrongly declared `decisions` (a string, or a name the constructor does not take) is named before any
+    value is set: the checkpoint rebuilds the task from its constructor's arguments."""
+    from litforge.tasks.classification import ClassificationTask
+
+    class Typo(ClassificationTask):
+        decisions = ("treshold",)
+
+    net = {"_target_": "litforge.models.mlp.MLP", "hidden_dims": [4]}
+    task = Typo(net=net, optimizer={}, input_shape=[3], num_classes=2)
+    with pytest.raises(ConfigError, match=r"^eval: task `Typo` declares `decisions = \('treshold',\)`") as refused:
+        task.set_decisions({}, "eval")
+    assert "\n" not in str(refused.value)

@@ -32,7 +32,7 @@ from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
 from litforge.runtime.host_reads import KeepsLosses, StepLosses, Where, writes_step_metrics
-from litforge.runtime.ranks import meets_now
+from litforge.runtime.ranks import decision_interval, meets_now
 from litforge.runtime.requeue import Requeue, requeue_slurm_job, take_early_signal
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
@@ -192,8 +192,7 @@ class CheckpointOnSignal(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Lightning's connectors set it; Trainer does not declare it
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))  # type: ignore[attr-defined]
-        decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
-        every = max(every, int(decide_every or 1))
+        every = max(every, decision_interval(trainer))  # hogwild: its rare meetings
         self._every = every
         self._agree = agree_on_sigterm_every(trainer, every)
         if self.hang_grace is not None and self.watchdog is None:
@@ -208,9 +207,9 @@ class CheckpointOnSignal(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after Lightning's register_signal_handlers (which restores the handler found before fit when fit ends)
         if self.requeue_signal and self._agree is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(getattr(signal, self.requeue_signal), self._on_requeue_signal)
+            signal.signal(signal.Signals[self.requeue_signal], self._on_requeue_signal)
             if take_early_signal():  # it came while the job was starting (litforge.runtime.requeue.catch_early)
-                self._agree.note(getattr(signal, self.requeue_signal), requeue=True)
+                self._agree.note(signal.Signals[self.requeue_signal], requeue=True)
 
     def _on_requeue_signal(self, signum: int, _frame: Any) -> None:
         """The pre-emption signal's handler: flags only (see the class docstring)."""

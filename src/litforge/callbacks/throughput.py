@@ -48,7 +48,7 @@ class Throughput(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = time.perf_counter()
         self._samples = 0
-        self._log_every = max(1, trainer.log_every_n_steps or 50)
+        self._log_every = max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))  # set by a connector, if at all
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = self._window_start = time.perf_counter()

@@ -84,7 +84,7 @@ class TimeLimit(Callback):
         self.slowest_step = self.slowest_validation = self.slowest_save = 0.0
         self._step_start = self._validation_start = None  # type: float | None
 
-    def margin(self, pl_module: Any) -> float:
+    def margin(self, pl_module: pl.LightningModule | None) -> float:
         """Seconds the rest of a step, a validation and the save may need, as measured so far."""
         save = self.slowest_save
         if save == 0.0 and pl_module is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from litforge.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pytorch_lightning as pl
     from torch import Tensor, nn
 
 #: What `describe()` returns for litforge's own data kinds: the keyword arguments the tasks of that kind take.
@@ -116,7 +117,7 @@ def steps_through_step_loss(training_step: Any) -> Any:
     return training_step
 
 
-def own_training_step(task: Any) -> str | None:
+def own_training_step(task: object) -> str | None:
     """The class that gives `task` a `training_step` of its own (one not marked by :func:`steps_through_step_loss`),
     or None. A loop that replaces `training_step` by calls to `step_loss` would silently skip that code, so it
     refuses such a task instead."""
@@ -177,7 +178,7 @@ class ChecksTask(Protocol):
     """A strategy with refusals of its own that need the built task (hogwild: BatchNorm; pipeline: a cuttable net),
     asked once before any rank starts."""
 
-    def check_task(self, task: Any) -> None: ...
+    def check_task(self, task: pl.LightningModule) -> None: ...
 
 
 @runtime_checkable
@@ -185,7 +186,9 @@ class ChecksRun(Protocol):
     """A strategy with refusals of its own that need the datamodule, the Trainer's arguments and the callbacks
     (pipeline: batch size, clipping), asked once before any rank starts; it may add callbacks of its own."""
 
-    def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None: ...
+    def check_run(
+        self, datamodule: pl.LightningDataModule, trainer_kwargs: dict[str, Any], callbacks: list[pl.Callback]
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -197,6 +200,22 @@ class Tracker(Protocol):
     run_config: Mapping[str, Any] | None
 
     def log_run_files(self, run_dir: Any, result: Mapping[str, Any], record: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ConfiguresFsdp(Protocol):
+    """A strategy with FSDP2 options of its own (strategy=fsdp|fsdp_tp: mixed precision, resharding), which the
+    task's `configure_model` hands to `fully_shard`."""
+
+    def fsdp_kwargs(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class MeetsRarely(Protocol):
+    """A strategy whose ranks meet for a collective decision (a checkpoint by the clock, the NaN stop, SIGTERM)
+    only every `decide_every` optimizer steps, the same steps on every rank (hogwild)."""
+
+    decide_every: int
 
 
 class Callback(Protocol):
@@ -285,10 +304,11 @@ class InputReader(Protocol):
 @runtime_checkable
 class ImageInputs(Protocol):
     """An image datamodule whose new inputs are image files (`predict.py input=<image or folder>`): the files are
-    decoded at `input_shape` (C, H, W), then normalised as in training. ImageDataModule has these members; an
-    optional `decoder` attribute names the decoder training used."""
+    decoded at `input_shape` (C, H, W) by the `decoder` training used (`torchvision` or `pil`), then normalised as
+    in training. ImageDataModule has these members."""
 
     input_shape: Sequence[int]
+    decoder: str
 
     def ensure_stats(self) -> None:
         """Make `normalize` usable: statistics from the config, the checkpoint, or else the training split."""
@@ -395,7 +415,7 @@ def defines_own(obj: object, name: str) -> bool:
     return owner is not None and not owner.__module__.startswith(("pytorch_lightning.", "lightning."))
 
 
-def check_predict_task(task: Any, where: str) -> None:
+def check_predict_task(task: object, where: str) -> None:
     """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
     (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
     if not defines_own(task, "predict_step"):
@@ -412,7 +432,7 @@ def no_predict_step(name: str, where: str) -> ConfigError:
     )
 
 
-def check_predictable(task: Any, datamodule: Any, input_path: str | None, where: str) -> None:
+def check_predictable(task: object, datamodule: object, input_path: str | None, where: str) -> None:
     """Refuse in one line, before predict.py does any work, a task or datamodule without what it needs
     (:class:`PredictTask`; for `input=`, :class:`InputReader` or :class:`ImageInputs`; for the test split,
     :class:`ArraySplits` or a `test_dataloader` of its own). `where`: the `key=value` the line starts with."""
@@ -435,7 +455,7 @@ def check_predictable(task: Any, datamodule: Any, input_path: str | None, where:
         )
 
 
-def check_prediction(task: Any, out: Any, where: str) -> None:
+def check_prediction(task: object, out: object, where: str) -> None:
     """What `predict_step` returned for the first batch has the keys predict.py reads (:data:`PREDICTION_KEYS`)."""
     if not isinstance(out, Mapping) or "predicted" not in out:
         got = f"a mapping of {sorted(out)}" if isinstance(out, Mapping) else f"a {type(out).__name__}"
@@ -485,7 +505,7 @@ def check_evaluable(task: object, datamodule: object, where: str) -> None:
             )
 
 
-def trains_on(task: Any) -> tuple[str, ...]:
+def trains_on(task: object) -> tuple[str, ...]:
     """The data kinds a task class (or task) declares in `data_kind`: one name or a tuple of names; () if none."""
     kind = getattr(task, "data_kind", None)
     if isinstance(kind, str):

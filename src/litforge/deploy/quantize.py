@@ -12,7 +12,11 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from torch import nn
 
 QUANTIZATIONS = ("torchao_dynamic", "onnx_dynamic", "onnx_static")  # the names `quantize=[...]` accepts
 
@@ -30,7 +34,7 @@ def _quiet_root_logger() -> Iterator[None]:
 
 
 # ---- torchao -----------------------------------------------------------------------------------------------------
-def torchao_dynamic(net: Any, task: Any, path: Path) -> tuple[Any, Path]:
+def torchao_dynamic(net: nn.Module, task: pl.LightningModule, path: Path) -> tuple[nn.Module, Path]:
     """torchao dynamic int8 of the PyTorch net (the QAT callback's conversion, on a never-prepared net), saved as
     the QAT callback saves its int8 model; returns (module, file)."""
     from litforge.callbacks.qat import convert_int8, save_int8_model

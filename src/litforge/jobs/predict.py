@@ -115,9 +115,8 @@ def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
     files = find_images(path)  # for a folder: the files data=image_folder would train on
     channels, height, width = datamodule.input_shape
     datamodule.ensure_stats()
-    decoder = getattr(datamodule, "decoder", "torchvision")  # the decoder training used (data.decoder)
     return [str(f) for f in files], torch.stack(
-        [load_image_tensor(f, channels, (height, width), decoder) for f in files]
+        [load_image_tensor(f, channels, (height, width), datamodule.decoder) for f in files]
     )
 
 

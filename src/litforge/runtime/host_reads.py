@@ -32,7 +32,7 @@ def writes_step_metrics(trainer: pl.Trainer, step_at_batch_start: int) -> bool:
     more than at its start, is a multiple of `trainer.log_every_n_steps`, or when the run stops.
     tests/test_compat.py compares this with Lightning's own decision at every batch of such runs.
     """
-    every = trainer.log_every_n_steps
+    every = getattr(trainer, "log_every_n_steps", 1)  # set by Lightning's logger connector (not in barebones mode)
     ends_on = max(trainer.global_step, step_at_batch_start + 1)
     return bool(every) and (ends_on % every == 0 or trainer.should_stop)
 

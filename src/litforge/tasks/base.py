@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from torch import nn
 
 from litforge.checkpointing.load import CHECKPOINT_KEY  # the entry this task writes: task class, run config
-from litforge.core.contracts import net_of, steps_through_step_loss
+from litforge.core.contracts import ConfiguresFsdp, net_of, steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.core.instantiate import call_partial
@@ -106,6 +106,12 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         pass silently."""
         hints = typing.get_type_hints(type(self).__init__, include_extras=True)
         name_of = type(self).__name__
+        wrong = [d for d in self.decisions if d not in hints] if isinstance(self.decisions, tuple) else self.decisions
+        if wrong:  # a decision is a constructor argument: the checkpoint rebuilds the task from them
+            raise ConfigError(
+                f"{job}: task `{name_of}` declares `decisions = {self.decisions!r}`, but {wrong!r} is not an annotated "
+                "argument of its constructor: `decisions` is a tuple of such names, e.g. ('threshold',)"
+            )
         for name, value in values.items():
             if name not in self.decisions:
                 declared = ", ".join(f"task.{d}" for d in self.decisions) or "none"
@@ -195,8 +201,8 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         from litforge.parallel.plans import shard
 
         strategy = self.trainer.strategy if attached_trainer(self) is not None else None
-        fsdp_kwargs = getattr(strategy, "fsdp_kwargs", None)  # strategy=fsdp|fsdp_tp options (mixed precision, ...)
-        shard(net, self.device_mesh, fsdp_kwargs() if callable(fsdp_kwargs) else None)
+        # strategy=fsdp|fsdp_tp options (mixed precision, ...)
+        shard(net, self.device_mesh, strategy.fsdp_kwargs() if isinstance(strategy, ConfiguresFsdp) else None)
         from litforge.parallel.meta_init import is_meta, materialize
 
         if is_meta(net):  # built on the meta device (strategy.meta_init): storage for this rank's shards only
