@@ -26,6 +26,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.bounds import Count, Positive
@@ -70,7 +71,7 @@ class StopOnNonFiniteLoss(Callback):
         self._task_kept = pl_module.step_losses.kept if isinstance(pl_module, KeepsLosses) else -1
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         if not (isinstance(pl_module, KeepsLosses) and pl_module.step_losses.kept > self._task_kept):  # not kept there
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -227,7 +228,7 @@ class CheckpointOnSignal(Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import pytorch_lightning as pl
 import torch
 from pydantic import Field
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from litforge.callbacks.tensorboard import tensorboard_loggers
@@ -52,7 +53,7 @@ class ClassificationImages(pl.Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,

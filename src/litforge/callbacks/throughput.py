@@ -9,6 +9,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.core.contracts import net_of
 
@@ -55,7 +56,7 @@ class Throughput(pl.Callback):
         self._samples = self._window_samples = self._batches = 0
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         self._samples += _batch_size(batch)
         self._last_batch_end = time.perf_counter()

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from litforge.core.contracts import ArraySplits
+
 if TYPE_CHECKING:
     import pytorch_lightning as pl
     from torch import nn
@@ -88,7 +90,7 @@ def quantize_onnx_dynamic(pre: Path, out_dir: Path) -> Path:
 
 
 def calibration_batches(
-    datamodule: Any, size: int, batch_size: int, seed: int, prepare: Callable[[Any], Any] | None = None
+    datamodule: ArraySplits, size: int, batch_size: int, seed: int, prepare: Callable[[Any], Any] | None = None
 ) -> list[Any]:
     """A seeded random subset of the training split for static quantization, in the form the graph takes:
     `prepare(raw images)` (the export job: the deployed input, normalisation in the graph), by default normalised

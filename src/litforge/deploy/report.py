@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from litforge.deploy.net import batched
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
 
 
 @dataclass
@@ -67,7 +67,9 @@ def file_bytes(variant: Variant) -> bytes:
     return data + (external.read_bytes() if external.exists() else b"")
 
 
-def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, report_cfg: Any) -> list[dict[str, Any]]:
+def build_report(
+    variants: dict[str, Variant], x: Tensor, labels: Tensor, ref: Tensor, report_cfg: Any
+) -> list[dict[str, Any]]:
     """One row per variant (the first is the baseline): sizes, test accuracy, fp32 agreement, latency, speed-up."""
     import torch
 
