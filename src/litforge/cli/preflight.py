@@ -49,6 +49,7 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
     if not is_rank_zero() or flags & _HYDRA_FLAGS:  # a DDP rank Lightning launched: rank 0 checked this line
         return
     top = Path(top_dir).resolve() if top_dir else None
+    argv[1:] = [*kept, *(args := hints.decision_overrides(args, config_name))]  # task.threshold=: eval/predict/export
     try:
         if flags & {"--multirun", "-m"}:
             check_sweep(Path(conf_dir), top_name or config_name, [a for a in args if a[:1] != "-"], top, config_name)
@@ -71,7 +72,6 @@ def checked_overrides(
     top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
     the same); `multirun`: one job of a sweep (:func:`check_sweep`)."""
     job = job or config_name
-    overrides = hints.decision_overrides(overrides, job)  # task.threshold=0.3: a decision of eval/predict/export
     parsed = parse(overrides)
     if parsed is None:  # one override Hydra's grammar cannot read: named in one line (else Hydra's message)
         check_syntax(overrides)
