@@ -277,7 +277,8 @@ class CheckpointOnSignal(Callback):
 
 
 def _last_good(trainer: pl.Trainer) -> str:
-    last = latest_path(trainer) or getattr(trainer.checkpoint_callback, "best_model_path", "")
+    checkpoint_cb = trainer.checkpoint_callback
+    last = latest_path(trainer) or (checkpoint_cb.best_model_path if isinstance(checkpoint_cb, ModelCheckpoint) else "")
     if last and Path(last).exists():
         return f"The last good checkpoint is {last}."
     return "No checkpoint had been written yet."

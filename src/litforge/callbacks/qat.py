@@ -26,6 +26,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torch import Tensor, nn
 from torch.nn.utils import prune
@@ -190,8 +191,7 @@ class QuantizationAwareTraining(pl.Callback):
 
 def _checkpoint_dir(trainer: pl.Trainer) -> Path | None:
     callback = trainer.checkpoint_callback
-    dirpath = getattr(callback, "dirpath", None)
-    return Path(dirpath) if dirpath else None
+    return Path(callback.dirpath) if isinstance(callback, ModelCheckpoint) and callback.dirpath else None
 
 
 def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path, source: str | None = None) -> Path:

@@ -34,7 +34,7 @@ def writes_step_metrics(trainer: pl.Trainer, step_at_batch_start: int) -> bool:
     """
     every = getattr(trainer, "log_every_n_steps", 1)  # set by Lightning's logger connector (not in barebones mode)
     ends_on = max(trainer.global_step, step_at_batch_start + 1)
-    return bool(every) and (ends_on % every == 0 or trainer.should_stop)
+    return bool(every) and (ends_on % every == 0 or bool(trainer.should_stop))
 
 
 class StepLosses:

@@ -61,7 +61,7 @@ def register_resolvers() -> None:
 def decision_interval(trainer: pl.Trainer) -> int:
     """Optimizer steps between the ranks' collective decisions: 1, or a hogwild strategy's `decide_every`."""
     strategy = trainer.strategy
-    return max(1, strategy.decide_every) if isinstance(strategy, MeetsRarely) else 1
+    return max(1, int(strategy.decide_every)) if isinstance(strategy, MeetsRarely) else 1
 
 
 def meets_now(trainer: pl.Trainer) -> bool:
