@@ -515,3 +515,89 @@ def test_the_predict_task_check_works_on_the_class_alone_before_anything_is_buil
     check_predict_task(ClassificationTask, "ckpt_path=a.ckpt")
     with pytest.raises(ConfigError, match=r"^ckpt_path=b.ckpt: task `LanguageModelTask` lacks `predict_step`"):
         check_predict_task(LanguageModelTask, "ckpt_path=b.ckpt")
+
+
+# ---- decisions: a task's settings that may change after training (task.threshold=...) -------------------------------
+@pytest.fixture(scope="module")
+def classifier_ckpt(tmp_path_factory) -> Path:
+    """One training step of the default classifier: its top-class probabilities are far below 0.99."""
+    from litforge.testing.checks import job_config, trained_checkpoint
+
+    tmp = tmp_path_factory.mktemp("decisions")
+    cfg = job_config("train", tmp, "train", **{"model.hidden_dims": [8]})
+    return trained_checkpoint(cfg, tmp, "train")[0]
+
+
+def _rows(path: Path) -> list[list[str]]:
+    return [line.split(",") for line in path.read_text().splitlines()[1:]]
+
+
+@pytest.mark.slow
+def test_a_threshold_given_at_predict_time_changes_the_rows(classifier_ckpt: Path, tmp_path: Path) -> None:
+    """`task.threshold=` (and `+task.threshold=`, which was accepted and ignored) is the classifier's decision:
+    below it predict writes no class (-1, an empty class_name); 0.0 gives every row its class."""
+    from conftest import run_cli
+
+    outputs = {}
+    for i, override in enumerate(("task.threshold=0.0", "+task.threshold=0.99")):
+        out = outputs[override] = tmp_path / f"{i}.csv"
+        result = run_cli("predict.py", f"ckpt_path={classifier_ckpt}", override, f"output={out}", log_dir=tmp_path)
+        assert result.returncode == 0, result.output[-3000:]
+    every, none = _rows(outputs["task.threshold=0.0"]), _rows(outputs["+task.threshold=0.99"])
+    assert len(every) == len(none) > 0
+    assert all(int(row[1]) >= 0 and row[2] for row in every), every[:3]
+    assert all(row[1:3] == ["-1", ""] for row in none), none[:3]  # one step of training: no probability near 0.99
+    assert [row[3] for row in every] == [row[3] for row in none]  # the same confidences, another decision
+
+
+@pytest.mark.slow
+def test_an_undeclared_or_mistyped_decision_is_one_line_naming_the_declared_ones(classifier_ckpt, tmp_path) -> None:
+    from conftest import run_cli
+
+    for override, expected in (
+        ("task.nope=1", "task.nope=1: task `ClassificationTask` declares no decision `nope`; predict may set only"),
+        ("task.threshold=2", "task.threshold=2: input should be less than or equal to 1"),
+    ):
+        result = run_cli("predict.py", f"ckpt_path={classifier_ckpt}", override, log_dir=tmp_path)
+        errors = [line for line in result.output.splitlines() if line.startswith("litforge: error:")]
+        assert result.returncode == 1 and len(errors) == 1, result.output[-3000:]
+        assert expected in errors[0] and "Traceback" not in result.output, errors
+        assert "task.threshold" in errors[0]  # the true hint: the decision there is (was: "did you mean task_name")
+
+
+def test_eval_reports_its_metrics_at_the_threshold_given(classifier_ckpt: Path, tmp_path: Path) -> None:
+    """eval's test/acc counts an abstained sample wrong; its coverage is the share that got a class."""
+    from litforge.jobs.eval import evaluate
+    from litforge.testing.checks import job_config
+
+    (tmp_path / "plain").mkdir(), (tmp_path / "strict").mkdir()  # Hydra makes the run folder; no Hydra here
+    plain = evaluate(job_config("eval", tmp_path, "plain", ckpt_path=str(classifier_ckpt)))
+    strict = evaluate(job_config("eval", tmp_path, "strict", ckpt_path=str(classifier_ckpt), task={"threshold": 0.99}))
+    assert plain["metrics"]["test/acc"] > 0 and "test/coverage" not in plain["metrics"]
+    assert strict["metrics"]["test/acc"] == 0 and strict["metrics"]["test/coverage"] == 0
+    assert (plain["decisions"], strict["decisions"]) == ({"threshold": 0.0}, {"threshold": 0.99})
+
+
+def test_export_records_the_decisions_in_the_metadata() -> None:
+    from litforge.deploy.metadata import decision_props
+    from litforge.tasks.classification import ClassificationTask
+
+    net = {"_target_": "litforge.models.mlp.MLP", "hidden_dims": [4]}
+    task = ClassificationTask(net=net, optimizer={}, input_shape=[3], num_classes=2)
+    task.set_decisions({"threshold": 0.3}, "export")
+    assert decision_props(task) == {"decisions": '{"threshold": 0.3}'} and task.threshold == 0.3
+
+
+def test_a_decision_that_is_no_constructor_argument_is_one_line_naming_the_member_and_the_job() -> None:
+    """A wrongly declared `decisions` (a string, or a name the constructor does not take) is named before any
+    value is set: the checkpoint rebuilds the task from its constructor's arguments."""
+    from litforge.tasks.classification import ClassificationTask
+
+    class Typo(ClassificationTask):
+        decisions = ("treshold",)
+
+    net = {"_target_": "litforge.models.mlp.MLP", "hidden_dims": [4]}
+    task = Typo(net=net, optimizer={}, input_shape=[3], num_classes=2)
+    with pytest.raises(ConfigError, match=r"^eval: task `Typo` declares `decisions = \('treshold',\)`") as refused:
+        task.set_decisions({}, "eval")
+    assert "\n" not in str(refused.value)

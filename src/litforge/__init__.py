@@ -49,6 +49,8 @@ HOMES: dict[str, str] = {
     "PipelineModel": "litforge.core.contracts",
     "Callback": "litforge.core.contracts",
     "SHAPE_FACTS": "litforge.core.contracts",
+    "HasNet": "litforge.core.contracts",
+    "DecidingTask": "litforge.core.contracts",
     # ... what predict and export need (checked when those jobs start)
     "PredictTask": "litforge.core.contracts",
     "PREDICTION_KEYS": "litforge.core.contracts",

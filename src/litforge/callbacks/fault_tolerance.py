@@ -26,13 +26,14 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.checkpointing.model_checkpoint import LAST, latest_path, save_latest
 from litforge.core.bounds import Count, Positive
 from litforge.core.errors import TrainingStopped
 from litforge.runtime.compat import StopAgreement, agree_on_sigterm_every, restart_validation_on_resume
-from litforge.runtime.host_reads import StepLosses, Where, writes_step_metrics
-from litforge.runtime.ranks import meets_now
+from litforge.runtime.host_reads import KeepsLosses, StepLosses, Where, writes_step_metrics
+from litforge.runtime.ranks import decision_interval, meets_now
 from litforge.runtime.requeue import Requeue, requeue_slurm_job, take_early_signal
 from litforge.runtime.watchdog import HangWatchdog, run_log_file
 
@@ -60,22 +61,19 @@ class StopOnNonFiniteLoss(Callback):
         self._task_kept = -1
         self._steps = 0
 
-    def _losses(self, pl_module: Any) -> StepLosses:
-        task = getattr(pl_module, "step_losses", None)
-        return task if isinstance(task, StepLosses) else self._own
+    def _losses(self, pl_module: object) -> StepLosses:
+        return pl_module.step_losses if isinstance(pl_module, KeepsLosses) else self._own
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._where = (trainer.global_step, trainer.current_epoch, batch_idx)
-        task = getattr(pl_module, "step_losses", None)
-        self._task_kept = task.kept if isinstance(task, StepLosses) else -1
+        self._task_kept = pl_module.step_losses.kept if isinstance(pl_module, KeepsLosses) else -1
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
-        task = getattr(pl_module, "step_losses", None)
-        if not (isinstance(task, StepLosses) and task.kept > self._task_kept):  # the module did not keep it
+        if not (isinstance(pl_module, KeepsLosses) and pl_module.step_losses.kept > self._task_kept):  # not kept there
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if not isinstance(loss, torch.Tensor):  # a skipped step (training_step returned None)
                 return
@@ -100,7 +98,7 @@ class StopOnNonFiniteLoss(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.check(trainer, pl_module)
 
-    def check(self, trainer: pl.Trainer, pl_module: Any = None) -> None:
+    def check(self, trainer: pl.Trainer, pl_module: object = None) -> None:
         """Read what is still on the device (one copy), check every host value since the last check, raise at the
         first non-finite one; with several ranks, raise on all of them when any rank found one."""
         found = None
@@ -195,8 +193,7 @@ class CheckpointOnSignal(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Lightning's connectors set it; Trainer does not declare it
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))  # type: ignore[attr-defined]
-        decide_every = getattr(getattr(trainer, "strategy", None), "decide_every", 1)  # hogwild: its rare meetings
-        every = max(every, int(decide_every or 1))
+        every = max(every, decision_interval(trainer))  # hogwild: its rare meetings
         self._every = every
         self._agree = agree_on_sigterm_every(trainer, every)
         if self.hang_grace is not None and self.watchdog is None:
@@ -211,9 +208,9 @@ class CheckpointOnSignal(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after Lightning's register_signal_handlers (which restores the handler found before fit when fit ends)
         if self.requeue_signal and self._agree is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(getattr(signal, self.requeue_signal), self._on_requeue_signal)
+            signal.signal(signal.Signals[self.requeue_signal], self._on_requeue_signal)
             if take_early_signal():  # it came while the job was starting (litforge.runtime.requeue.catch_early)
-                self._agree.note(getattr(signal, self.requeue_signal), requeue=True)
+                self._agree.note(signal.Signals[self.requeue_signal], requeue=True)
 
     def _on_requeue_signal(self, signum: int, _frame: Any) -> None:
         """The pre-emption signal's handler: flags only (see the class docstring)."""
@@ -231,7 +228,7 @@ class CheckpointOnSignal(Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,
@@ -280,7 +277,8 @@ class CheckpointOnSignal(Callback):
 
 
 def _last_good(trainer: pl.Trainer) -> str:
-    last = latest_path(trainer) or getattr(trainer.checkpoint_callback, "best_model_path", "")
+    checkpoint_cb = trainer.checkpoint_callback
+    last = latest_path(trainer) or (checkpoint_cb.best_model_path if isinstance(checkpoint_cb, ModelCheckpoint) else "")
     if last and Path(last).exists():
         return f"The last good checkpoint is {last}."
     return "No checkpoint had been written yet."

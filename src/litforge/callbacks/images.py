@@ -12,10 +12,12 @@ from typing import Annotated, Any, Literal
 import pytorch_lightning as pl
 import torch
 from pydantic import Field
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from litforge.callbacks.tensorboard import tensorboard_loggers
 from litforge.core.bounds import Count
+from litforge.core.contracts import DataModule, PredictTask
 
 # confusion-matrix cells: null = counts | true | pred | all (`normalize=true` arrives as a YAML bool)
 Normalize = Annotated[Literal[True, "true", "pred", "all"] | None, Field(description="true, pred, all or null")]
@@ -33,8 +35,9 @@ class ClassificationImages(pl.Callback):
 
     def _active(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
         return (
-            getattr(getattr(trainer, "datamodule", None), "kind", None) == "image"  # table rows have no images
-            and hasattr(pl_module, "class_names")
+            isinstance(datamodule := trainer.datamodule, DataModule)  # type: ignore[attr-defined]
+            and datamodule.kind == "image"  # table rows have no images
+            and bool(class_names(pl_module))
             and any(True for _ in tensorboard_loggers(trainer))
         )
 
@@ -50,7 +53,7 @@ class ClassificationImages(pl.Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,
@@ -92,7 +95,7 @@ class ClassificationImages(pl.Callback):
 
 def class_names(pl_module: pl.LightningModule) -> list[str]:
     """The task's class names (image classifiers keep them as a plain attribute, a hyperparameter)."""
-    return list(getattr(pl_module, "class_names", ()))
+    return list(pl_module.class_names or ()) if isinstance(pl_module, PredictTask) else []
 
 
 def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> Any:

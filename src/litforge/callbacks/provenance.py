@@ -11,6 +11,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from litforge.core.contracts import Tracker
 from litforge.records.provenance import CHECKPOINT_KEY, summary
 
 
@@ -24,6 +25,8 @@ class ProvenanceRecorder(pl.Callback):
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
 
-    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        runs = {lg.tracker: str(lg.version) for lg in trainer.loggers if getattr(lg, "tracker", None) and lg.version}
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        runs = {lg.tracker: str(lg.version) for lg in trainer.loggers if isinstance(lg, Tracker) and lg.version}
         checkpoint[CHECKPOINT_KEY] = {**summary(self.record), "tracker_runs": runs}

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torch import Tensor, nn
 from torch.nn.utils import prune
 from torchmetrics.classification import MulticlassAccuracy
@@ -146,7 +148,7 @@ class QuantizationAwareTraining(pl.Callback):
     # ---- test: convert the tested weights, evaluate and save the int8 model ----------------------------------------
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._int8 = convert_int8(self._net(pl_module)).to("cpu")
-        num_classes = int(pl_module.hparams.get("num_classes", 0)) if hasattr(pl_module, "hparams") else 0
+        num_classes = int(pl_module.hparams.get("num_classes", 0))
         # the metric lives on the module's device, not beside the CPU int8 net: compute() gathers its state across
         # ranks, and NCCL has no CPU backend ("No backend type associated with device type cpu")
         self._acc = (
@@ -158,7 +160,7 @@ class QuantizationAwareTraining(pl.Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,
@@ -189,8 +191,7 @@ class QuantizationAwareTraining(pl.Callback):
 
 def _checkpoint_dir(trainer: pl.Trainer) -> Path | None:
     callback = trainer.checkpoint_callback
-    dirpath = getattr(callback, "dirpath", None)
-    return Path(dirpath) if dirpath else None
+    return Path(callback.dirpath) if isinstance(callback, ModelCheckpoint) and callback.dirpath else None
 
 
 def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Path, source: str | None = None) -> Path:

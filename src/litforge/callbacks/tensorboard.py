@@ -16,6 +16,7 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from litforge.core.contracts import net_of
 from litforge.records.metrics import scalar_metrics
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class ModelGraph(pl.Callback):
         loggers = list(tensorboard_loggers(trainer))
         if not loggers or trainer.world_size > 1 or not trainer.is_global_zero or trainer.sanity_checking:
             return
-        net = getattr(pl_module, "net", None)
+        net = net_of(pl_module)
         if not isinstance(net, torch.nn.Module):
             log.warning("Model graph not logged to TensorBoard: the task has no plain `net` module to trace")
             return
@@ -106,7 +107,7 @@ class ModelGraph(pl.Callback):
 
 
 def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.Tensor | None:
-    example = getattr(pl_module, "example_input_array", None)
+    example = pl_module.example_input_array
     if isinstance(example, torch.Tensor):
         return example
     # Lightning's connectors set it; Trainer does not declare it

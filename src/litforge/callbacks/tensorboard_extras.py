@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.callbacks.images import ClassificationImages, Normalize
 from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
@@ -50,7 +51,7 @@ class TensorBoardExtras(pl.Callback):
             self.throughput.on_train_epoch_start(trainer, pl_module)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         if self.throughput is not None:
             self.throughput.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
@@ -75,7 +76,7 @@ class TensorBoardExtras(pl.Callback):
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
-        outputs: Any,
+        outputs: STEP_OUTPUT,
         batch: Any,
         batch_idx: int,
         dataloader_idx: int = 0,

@@ -18,6 +18,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from torch import nn
 
 from litforge.core.bounds import Count, Positive, Seed
+from litforge.core.contracts import net_of
 from litforge.models.meta import is_meta
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class TextSamples(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.current_epoch % self.every_n_epochs:
             return
-        net = getattr(pl_module, "net", None)
+        net = net_of(pl_module)
         if isinstance(net, nn.Module) and is_meta(net):  # strategy=pipeline: each rank holds only its own stages
             if not self.skipped:
                 log.warning("text samples skipped: the net is split over pipeline ranks (try generate.py)")

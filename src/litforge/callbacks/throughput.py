@@ -9,6 +9,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.types import STEP_OUTPUT
+
+from litforge.core.contracts import net_of
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +49,14 @@ class Throughput(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = time.perf_counter()
         self._samples = 0
-        self._log_every = max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))
+        self._log_every = max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))  # set by a connector, if at all
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last_batch_end = self._window_start = time.perf_counter()
         self._samples = self._window_samples = self._batches = 0
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         self._samples += _batch_size(batch)
         self._last_batch_end = time.perf_counter()
@@ -137,7 +140,7 @@ def net_forward(pl_module: pl.LightningModule, batch: Any) -> Any:
     from litforge.tasks.classification import ClassificationTask
     from litforge.tasks.language_model import LanguageModelTask
 
-    net = getattr(pl_module, "net", None)
+    net = net_of(pl_module)
     if not isinstance(net, torch.nn.Module) or not isinstance(batch, (tuple, list)) or not batch:
         return None
     if isinstance(pl_module, LanguageModelTask):
@@ -158,8 +161,8 @@ def set_summary_example(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
     from litforge.callbacks.tensorboard import example_input
     from litforge.tasks.language_model import LanguageModelTask
 
-    net = getattr(pl_module, "net", None)
-    if getattr(pl_module, "example_input_array", None) is not None or not isinstance(net, torch.nn.Module):
+    net = net_of(pl_module)
+    if pl_module.example_input_array is not None or not isinstance(net, torch.nn.Module):
         return
     if compiled(net) or any(p.is_meta or type(p) is not torch.nn.Parameter for p in net.parameters()):
         return

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.checkpointing.model_checkpoint import save_latest
 from litforge.core.errors import ConfigError, TrainingStopped
@@ -84,7 +85,7 @@ class TimeLimit(Callback):
         self.slowest_step = self.slowest_validation = self.slowest_save = 0.0
         self._step_start = self._validation_start = None  # type: float | None
 
-    def margin(self, pl_module: Any) -> float:
+    def margin(self, pl_module: pl.LightningModule | None) -> float:
         """Seconds the rest of a step, a validation and the save may need, as measured so far."""
         save = self.slowest_save
         if save == 0.0 and pl_module is not None:
@@ -105,7 +106,7 @@ class TimeLimit(Callback):
             self.slowest_validation = max(self.slowest_validation, self.clock() - self._validation_start)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         now = self.clock()
         if self._step_start is not None:

@@ -128,6 +128,19 @@ def takes(node: Any, scope: str, argument: str) -> bool:
     return argument in {**(read or ({}, True))[0], **STAND_INS.get(name, {})}
 
 
+#: the jobs that rebuild a trained task and may change its decisions (litforge.core.contracts.DecidingTask)
+DECIDING_JOBS = ("eval", "predict", "export")
+
+
+def decision_overrides(overrides: list[str], job: str) -> list[str]:
+    """`task.threshold=0.3` at eval/predict/export: a decision of the checkpoint's task, which the job's config
+    cannot list (its `task: {}` is filled from the command line; the task is known only from the checkpoint), so
+    it is handed to Hydra as `++task.threshold=0.3`; the job sets it, or refuses a name the task does not declare."""
+    if job not in DECIDING_JOBS:
+        return overrides
+    return [f"++{o}" if o.startswith("task.") else o for o in overrides]
+
+
 def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
     """Each `+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
     from litforge.config.settings import JobSettings

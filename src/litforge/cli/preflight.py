@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
+from litforge.cli import hints
 from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
 from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, user_conf_folders
@@ -46,6 +47,7 @@ def prepare_command_line(conf_dir: str | Path, config_name: str, argv: list[str]
     if not is_rank_zero() or flags & _HYDRA_FLAGS:  # a DDP rank Lightning launched: rank 0 checked this line
         return
     top = Path(top_dir).resolve() if top_dir else None
+    argv[1:] = [*kept, *(args := hints.decision_overrides(args, config_name))]  # task.threshold=: eval/predict/export
     try:
         if flags & {"--multirun", "-m"}:
             check_sweep(Path(conf_dir), top_name or config_name, [a for a in args if a[:1] != "-"], top, config_name)

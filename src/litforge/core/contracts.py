@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from litforge.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pytorch_lightning as pl
     from torch import Tensor, nn
 
 #: What `describe()` returns for litforge's own data kinds: the keyword arguments the tasks of that kind take.
@@ -116,7 +117,7 @@ def steps_through_step_loss(training_step: Any) -> Any:
     return training_step
 
 
-def own_training_step(task: Any) -> str | None:
+def own_training_step(task: object) -> str | None:
     """The class that gives `task` a `training_step` of its own (one not marked by :func:`steps_through_step_loss`),
     or None. A loop that replaces `training_step` by calls to `step_loss` would silently skip that code, so it
     refuses such a task instead."""
@@ -172,6 +173,51 @@ class PipelineModel(Model, Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksTask(Protocol):
+    """A strategy with refusals of its own that need the built task (hogwild: BatchNorm; pipeline: a cuttable net),
+    asked once before any rank starts."""
+
+    def check_task(self, task: pl.LightningModule) -> None: ...
+
+
+@runtime_checkable
+class ChecksRun(Protocol):
+    """A strategy with refusals of its own that need the datamodule, the Trainer's arguments and the callbacks
+    (pipeline: batch size, clipping), asked once before any rank starts; it may add callbacks of its own."""
+
+    def check_run(
+        self, datamodule: pl.LightningDataModule, trainer_kwargs: dict[str, Any], callbacks: list[pl.Callback]
+    ) -> None: ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """A logger that keeps a run of its own on a tracking server (litforge.records.tracking: MLflow, W&B): its run
+    id goes into checkpoints under `tracker`, it logs the resolved run config as params and the run's files."""
+
+    tracker: str
+    run_config: Mapping[str, Any] | None
+
+    def log_run_files(self, run_dir: Any, result: Mapping[str, Any], record: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ConfiguresFsdp(Protocol):
+    """A strategy with FSDP2 options of its own (strategy=fsdp|fsdp_tp: mixed precision, resharding), which the
+    task's `configure_model` hands to `fully_shard`."""
+
+    def fsdp_kwargs(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class MeetsRarely(Protocol):
+    """A strategy whose ranks meet for a collective decision (a checkpoint by the clock, the NaN stop, SIGTERM)
+    only every `decide_every` optimizer steps, the same steps on every rank (hogwild)."""
+
+    decide_every: int
+
+
 class Callback(Protocol):
     """A `pytorch_lightning.Callback` with one job, in its own file, configured by one conf/callbacks YAML.
 
@@ -202,14 +248,46 @@ PREDICTION_KEYS: tuple[str, ...] = ("predicted", "confidence")
 
 
 @runtime_checkable
-class PredictTask(Protocol):
+class HasNet(Protocol):
+    """A task that keeps its net as `net`: what sharding, pruning, QAT, transfer learning, FLOP counts and export
+    work on (every litforge task; a user's task that keeps none is refused where a net is needed)."""
+
+    net: nn.Module
+
+
+def net_of(task: object) -> nn.Module | None:
+    """The task's `net` (:class:`HasNet`), or None for a task that keeps none: where a net is optional."""
+    return task.net if isinstance(task, HasNet) else None
+
+
+@runtime_checkable
+class DecidingTask(Protocol):
+    """A task that declares which of its settings are decisions that may change after training (a classifier's
+    `threshold`): eval, predict and export set them from their `task.*` keys (`task.threshold=0.3`).
+    LitforgeTask has these members (no decisions unless a subclass names them)."""
+
+    decisions: tuple[str, ...]
+
+    def set_decisions(self, values: Mapping[str, Any], job: str) -> None:
+        """Set each named decision (checked against the constructor's annotation); refuse any other name."""
+        ...
+
+    def decision_values(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PredictTask(DecidingTask, Protocol):
     """A task predict.py runs: its own `predict_step` returns a mapping with `predicted` (and, for classes,
     `confidence`), one entry per sample: the CSV's columns.
 
     Lightning's default `predict_step` returns the bare forward output, so a task must define its own; litforge's
-    ClassificationTask and RegressionTask do. Optional attributes name the columns: `class_names` (a `class_name`
-    column beside `predicted`) and `target_names` (one column per predicted value).
+    ClassificationTask and RegressionTask do. The columns are named by `class_names` (a `class_name` column beside
+    `predicted`; a negative `predicted` is no class, e.g. below `task.threshold`) and `target_names` (one column per
+    predicted value); LitforgeTask declares both as None (numbered columns).
     """
+
+    class_names: Sequence[str] | None
+    target_names: Sequence[str] | None
 
     def predict_step(self, batch: Any, batch_idx: int) -> Mapping[str, Tensor]: ...
 
@@ -226,10 +304,11 @@ class InputReader(Protocol):
 @runtime_checkable
 class ImageInputs(Protocol):
     """An image datamodule whose new inputs are image files (`predict.py input=<image or folder>`): the files are
-    decoded at `input_shape` (C, H, W), then normalised as in training. ImageDataModule has these members; an
-    optional `decoder` attribute names the decoder training used."""
+    decoded at `input_shape` (C, H, W) by the `decoder` training used (`torchvision` or `pil`), then normalised as
+    in training. ImageDataModule has these members."""
 
     input_shape: Sequence[int]
+    decoder: str
 
     def ensure_stats(self) -> None:
         """Make `normalize` usable: statistics from the config, the checkpoint, or else the training split."""
@@ -254,12 +333,48 @@ class ArraySplits(Protocol):
 
 
 @runtime_checkable
-class ExportTask(Protocol):
-    """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output (or, where the
-    deployed module differs from the trained one, `deployable_net()`: regression adds its target scale). Only
-    tasks of a fixed input shape export (not `text`, `rl`)."""
+class FileSplits(Protocol):
+    """A datamodule whose samples are files (image_folder): predict names each test row by its file."""
 
-    net: nn.Module
+    def split_samples(self, split: str) -> list[tuple[str, int]]:
+        """(file path, class index) of each sample of "train", "val" or "test", in `split_arrays` order."""
+        ...
+
+
+@runtime_checkable
+class DatasetSplits(Protocol):
+    """An image datamodule that reads its files as it goes (image_folder streaming): a split as a map-style dataset
+    of (image, label), which prepare shards without decoding the whole split up front."""
+
+    def split_dataset(self, split: str) -> Any: ...
+
+
+@runtime_checkable
+class StandardizedRows(ArraySplits, Protocol):
+    """A datamodule of encoded table rows standardised by training statistics (data=csv, TabularDataModule):
+    export takes the raw encoded rows and standardises them inside the graph; the metadata names the columns."""
+
+    feature_names: Sequence[str]
+    encoding: list[dict[str, Any]]
+
+    def standardization(self) -> tuple[list[float], list[float]]:
+        """(mean, std) per encoded column, of the training split."""
+        ...
+
+
+@runtime_checkable
+class ExportTask(HasNet, DecidingTask, Protocol):
+    """A task export.py deploys: its `net`, a plain `nn.Module` from the task's input to its output, or what
+    `deployable_net()` returns where the deployed module differs from the trained one (regression adds its target
+    scale; LitforgeTask's returns `net`). Only tasks of a fixed input shape export (not `text`, `rl`). The names
+    go into the exported file's metadata (LitforgeTask declares them as None: numbered)."""
+
+    hparams: Mapping[str, Any]
+    class_names: Sequence[str] | None
+    target_names: Sequence[str] | None
+    feature_names: Sequence[str] | None
+
+    def deployable_net(self) -> nn.Module: ...
 
 
 @runtime_checkable
@@ -300,7 +415,7 @@ def defines_own(obj: object, name: str) -> bool:
     return owner is not None and not owner.__module__.startswith(("pytorch_lightning.", "lightning."))
 
 
-def check_predict_task(task: Any, where: str) -> None:
+def check_predict_task(task: object, where: str) -> None:
     """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
     (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
     if not defines_own(task, "predict_step"):
@@ -317,7 +432,7 @@ def no_predict_step(name: str, where: str) -> ConfigError:
     )
 
 
-def check_predictable(task: Any, datamodule: Any, input_path: str | None, where: str) -> None:
+def check_predictable(task: object, datamodule: object, input_path: str | None, where: str) -> None:
     """Refuse in one line, before predict.py does any work, a task or datamodule without what it needs
     (:class:`PredictTask`; for `input=`, :class:`InputReader` or :class:`ImageInputs`; for the test split,
     :class:`ArraySplits` or a `test_dataloader` of its own). `where`: the `key=value` the line starts with."""
@@ -340,7 +455,7 @@ def check_predictable(task: Any, datamodule: Any, input_path: str | None, where:
         )
 
 
-def check_prediction(task: Any, out: Any, where: str) -> None:
+def check_prediction(task: object, out: object, where: str) -> None:
     """What `predict_step` returned for the first batch has the keys predict.py reads (:data:`PREDICTION_KEYS`)."""
     if not isinstance(out, Mapping) or "predicted" not in out:
         got = f"a mapping of {sorted(out)}" if isinstance(out, Mapping) else f"a {type(out).__name__}"
@@ -354,19 +469,17 @@ def no_predicted(name: str, got: str, where: str) -> ConfigError:
     )
 
 
-def check_exportable(task: Any, datamodule: Any, where: str) -> None:
+def check_exportable(task: object, datamodule: object, where: str) -> None:
     """Refuse in one line, before export.py does any work, a task or datamodule without what it needs
     (:class:`ExportTask`; for image data :class:`ImageExportData`; for other data :class:`ArraySplits` or a
     `test_dataloader` of its own, the parity check's inputs)."""
-    if not (isinstance(task, ExportTask) or callable(getattr(task, "deployable_net", None))):
+    if missing := missing_members(task, ExportTask):
         raise ConfigError(
-            f"{where}: task `{type(task).__name__}` lacks `net`: export deploys the task's `net` (an nn.Module from "
-            "its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
+            f"{where}: task `{type(task).__name__}` lacks {lacks(missing)}: export deploys the task's `net` (an "
+            "nn.Module from its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
         )
-    kind = getattr(datamodule, "kind", None)
-    if kind == "image":
-        missing = missing_members(datamodule, ImageExportData)
-        if missing:
+    if isinstance(datamodule, DataModule) and datamodule.kind == "image":
+        if missing := missing_members(datamodule, ImageExportData):
             raise ConfigError(
                 f"{where}: image data `{type(datamodule).__name__}` lacks {lacks(missing)}: export measures parity "
                 "on the test split's images and writes their classes and normalisation into the model "
@@ -380,7 +493,19 @@ def check_exportable(task: Any, datamodule: Any, where: str) -> None:
         )
 
 
-def trains_on(task: Any) -> tuple[str, ...]:
+def check_evaluable(task: object, datamodule: object, where: str) -> None:
+    """Refuse in one line, before eval.py tests anything, a task without a `test_step` of its own or a datamodule
+    without a `test_dataloader` of its own (Lightning's defaults raise deep inside `trainer.test`)."""
+    for obj, role, member in ((task, "task", "test_step"), (datamodule, "data", "test_dataloader")):
+        if not defines_own(obj, member):
+            raise ConfigError(
+                f"{where}: {role} `{type(obj).__name__}` lacks `{member}`: eval runs `trainer.test`, which calls the "
+                "task's `test_step(batch, batch_idx)` on the datamodule's `test_dataloader()` (litforge's tasks and "
+                "SplitDataModule have them)"
+            )
+
+
+def trains_on(task: object) -> tuple[str, ...]:
     """The data kinds a task class (or task) declares in `data_kind`: one name or a tuple of names; () if none."""
     kind = getattr(task, "data_kind", None)
     if isinstance(kind, str):

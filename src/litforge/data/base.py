@@ -146,6 +146,7 @@ class ImageDataModule(InMemorySplits):
     """
 
     kind = "image"  # tasks check this to refuse an incompatible data family early
+    decoder = "torchvision"  # how image files are decoded (image_folder's data.decoder); predict decodes alike
 
     def __init__(
         self,

@@ -255,7 +255,7 @@ class ImageFolderDataModule(ImageDataModule):
             return
         samples = self._scan()
         n_bytes = sum(len(s) for s in samples.values()) * int(np.prod(self.input_shape))
-        ranks_per_node = int(getattr(self.trainer, "num_devices", 1) or 1) if self.trainer is not None else 1
+        ranks_per_node = max(1, self.trainer.num_devices) if self.trainer is not None else 1
         in_memory = hold_in_memory(self.max_in_memory_mb, n_bytes, ranks_per_node)
         need_stats = self._mean is None or self._std is None
         if in_memory:

@@ -8,10 +8,13 @@ device is CUDA. In-memory and on-device loaders never go through a DataLoader an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 
-def pin_memory_for(trainer: Any) -> bool:
+def pin_memory_for(trainer: pl.Trainer | None) -> bool:
     """True when the loaders of a datamodule attached to `trainer` feed a CUDA device."""
     if trainer is None:
         return False

@@ -22,20 +22,29 @@ global RNG shifts every later dropout mask. Evaluation loaders with workers need
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import Dataset
 
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
 
 def stateful_train_loader(
-    dataset: Dataset, *, batch_size: int, seed: int, num_workers: int = 0, trainer: Any = None, **kwargs: Any
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    seed: int,
+    num_workers: int = 0,
+    trainer: pl.Trainer | None = None,
+    **kwargs: Any,
 ) -> Any:
     """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
     over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    shards = getattr(trainer, "distributed_sampler_kwargs", None)  # {"num_replicas", "rank"}, or None on one process
+    shards = trainer.distributed_sampler_kwargs if trainer is not None else None  # {"num_replicas", "rank"} or None
     if shards:
         from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 

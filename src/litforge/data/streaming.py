@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
 from litforge.core.bounds import Count, NonNegativeInt, Seed
+from litforge.core.contracts import DataModule, DatasetSplits
 from litforge.core.errors import ConfigError, DataError
 from litforge.data.augment import Augment
 from litforge.data.base import ImageDataModule
@@ -49,10 +50,11 @@ def split_dir(root: str, split: str) -> str:
 # ---- writing ----------------------------------------------------------------------------------------------------
 def source_facts(datamodule: Any) -> dict[str, Any]:
     """What a net and the normalisation need, from a built image datamodule (its `describe()` plus mean/std)."""
-    if getattr(datamodule, "kind", None) != "image":
+    kind = datamodule.kind if isinstance(datamodule, DataModule) else None
+    if kind != "image":
         raise ConfigError(
             f"prepare writes image datamodules only; data={type(datamodule).__name__} has kind "
-            f"{getattr(datamodule, 'kind', None)!r}: choose data=digits, mnist, cifar10 or image_folder"
+            f"{kind!r}: choose data=digits, mnist, cifar10 or image_folder"
         )
     datamodule.ensure_stats()
     stats = datamodule.state_dict()  # the normalisation a checkpoint of a `data=<dm>` run would carry
@@ -69,9 +71,8 @@ def source_facts(datamodule: Any) -> dict[str, Any]:
 def split_dataset(datamodule: Any, split: str) -> Dataset:
     """A map-style dataset of `(image, label)` for one split: the datamodule's own file-backed dataset when it
     streams from disk (nothing is decoded up front), else its in-memory tensors."""
-    own = getattr(datamodule, "split_dataset", None)
-    if callable(own):
-        return own(split)
+    if isinstance(datamodule, DatasetSplits):
+        return datamodule.split_dataset(split)
     return TensorDataset(*datamodule.split_arrays(split))
 
 

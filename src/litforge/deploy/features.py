@@ -20,11 +20,13 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from litforge.config.settings import Export, job_settings
+from litforge.core.contracts import ExportTask, StandardizedRows
 from litforge.data.tabular import standardize
-from litforge.deploy.metadata import provenance_props, write_metadata
+from litforge.deploy.metadata import decision_props, provenance_props, write_metadata
 from litforge.deploy.net import batched
 from litforge.deploy.onnx import check_parity, export_onnx
 
@@ -47,7 +49,7 @@ class StandardizedFeatures(nn.Module):
         return self.net(standardize(features, self.mean, self.std))
 
 
-def test_inputs(datamodule: Any) -> Tensor:
+def test_inputs(datamodule: LightningDataModule) -> Tensor:
     """The whole test split's inputs, batch by batch through the datamodule's own per-batch transform."""
     datamodule.setup("test")
     inputs = []
@@ -57,8 +59,8 @@ def test_inputs(datamodule: Any) -> Tensor:
     return torch.cat(inputs)
 
 
-def plain_metadata(task: Any, x: Tensor, ckpt: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
-    names = getattr(task, "feature_names", None) or task.hparams.get("feature_names")
+def plain_metadata(task: ExportTask, x: Tensor, ckpt: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
+    names = task.feature_names or task.hparams.get("feature_names")
     return {
         "input_name": NAMES[0],
         "input_shape": json.dumps(["batch", *x.shape[1:]]),
@@ -72,9 +74,14 @@ def plain_metadata(task: Any, x: Tensor, ckpt: Path, checkpoint: dict[str, Any])
 
 
 def features_metadata(
-    task: Any, datamodule: Any, mean: list[float], std: list[float], ckpt: Path, checkpoint: dict[str, Any]
+    task: ExportTask,
+    datamodule: StandardizedRows,
+    mean: list[float],
+    std: list[float],
+    ckpt: Path,
+    checkpoint: dict[str, Any],
 ) -> dict[str, str]:
-    classes = getattr(task, "class_names", None)
+    classes = task.class_names
     return {
         "input_name": NAMES[0],
         "input_layout": "[batch, features]",
@@ -88,19 +95,19 @@ def features_metadata(
         "output_name": NAMES[1],
         "outputs": "logits" if classes else "values",
         **({"class_names": json.dumps(list(classes))} if classes else {}),
-        **({} if classes else {"target_names": json.dumps(list(getattr(task, "target_names", [])))}),
+        **({} if classes else {"target_names": json.dumps(list(task.target_names or []))}),
         "task": type(task).__module__.rsplit(".", 1)[-1],
         **provenance_props(ckpt, checkpoint),
     }
 
 
 def export_features(
-    cfg: DictConfig, task: Any, datamodule: Any, net: nn.Module, checkpoint: dict[str, Any]
+    cfg: DictConfig, task: ExportTask, datamodule: LightningDataModule, net: nn.Module, checkpoint: dict[str, Any]
 ) -> dict[str, Any]:
     """ONNX of a model of rows, parity-checked with onnxruntime on the test split (int8 variants are for image nets)."""
     settings = job_settings(cfg, Export)  # the export job's own keys, typed
     ckpt, out_dir = Path(str(settings.ckpt_path)), Path(settings.paths.output_dir)
-    if callable(getattr(datamodule, "standardization", None)):  # data=csv: raw encoded rows in, standardised inside
+    if isinstance(datamodule, StandardizedRows):  # data=csv: raw encoded rows in, standardised inside
         x_test, _ = datamodule.split_arrays("test")
         mean, std = datamodule.standardization()
         deployed: nn.Module = StandardizedFeatures(net, mean, std).eval()
@@ -114,7 +121,7 @@ def export_features(
             ref = batched(net, x_test)
         props = plain_metadata(task, x_test, ckpt, checkpoint)
     path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=settings.opset, names=NAMES)
-    write_metadata(path, props, variant="fp32")
+    write_metadata(path, props | decision_props(task), variant="fp32")
     parity = check_parity(
         path,
         x_test,

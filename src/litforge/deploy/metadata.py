@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from litforge.core.contracts import DecidingTask
 from litforge.records.provenance import CHECKPOINT_KEY
 from litforge.records.provenance import FILE as PROVENANCE_FILE
 
@@ -71,6 +72,11 @@ def deployment_metadata(
         "task": task,
         **provenance_props(ckpt_path, checkpoint),
     }
+
+
+def decision_props(task: DecidingTask) -> dict[str, str]:
+    """The task's decisions as export applied them (`task.threshold=0.3`): a deployer applies them to the outputs."""
+    return {"decisions": json.dumps(task.decision_values())}
 
 
 def provenance_props(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, str]:

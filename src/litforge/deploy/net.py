@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from litforge.core.contracts import ExportTask, trains_on
 from litforge.core.errors import CheckpointError
 
 # key prefixes that wrappers leave on state-dict keys (torch.compile, DDP/FSDP wrappers); a consolidated checkpoint
@@ -29,6 +30,7 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
+    task.set_decisions(cfg.task, "export")  # recorded in the exported files' metadata (`decisions`)
     check_exportable(task, datamodule, f"ckpt_path={path}")  # the export contract, before any work
     return task, datamodule, exportable_net(task, path), checkpoint
 
@@ -47,14 +49,12 @@ def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return checkpoint
 
 
-def exportable_net(task: Any, path: str) -> Any:
-    """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` where it has one (regression: the
-    net with its target scale), else its `net`; a task without a fixed input shape (language models, DQN) gets a
-    clear refusal (a user's task of another kind exports its `net` on its test loader's inputs)."""
-    import torch
-
-    net = task.deployable_net() if callable(getattr(task, "deployable_net", None)) else getattr(task, "net", None)
-    if not isinstance(net, torch.nn.Module) or getattr(task, "data_kind", None) in ("text", "rl"):
+def exportable_net(task: ExportTask, path: str) -> Any:
+    """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` (regression: the net with its target
+    scale; else its `net`); a task without a fixed input shape (language models, DQN) gets a clear refusal (a user's
+    task of another kind exports its `net` on its test loader's inputs)."""
+    net = task.deployable_net()
+    if set(trains_on(task)) & {"text", "rl"}:
         raise CheckpointError(
             f"{path} holds a {type(task).__name__}, which has no fixed input shape: export.py exports "
             "classifiers and regressors of images or features (task=classification, task=regression)"

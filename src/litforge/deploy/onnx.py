@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litforge.core.errors import ConfigError
 from litforge.deploy.net import batched
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 MAX_EMBEDDED_BYTES = 1 << 30  # protobuf's limit is 2 GiB; beyond 1 GiB keep weights in model.onnx.data
 
 
 def export_onnx(
-    net: Any, example: Any, path: Path, opset: int | None = None, names: tuple[str, str] = ("images", "logits")
+    net: nn.Module, example: Tensor, path: Path, opset: int | None = None, names: tuple[str, str] = ("images", "logits")
 ) -> Path:
     """Dynamo export with a dynamic batch axis; weights embedded unless they exceed ~1 GiB (then `model.onnx` +
     `model.onnx.data`, which must stay together)."""
@@ -60,8 +63,8 @@ def ort_session(path: Path | str) -> Any:
 
 def check_parity(
     onnx_path: Path,
-    x: Any,
-    ref: Any,
+    x: Tensor,
+    ref: Tensor,
     atol: float,
     min_agreement: float,
     input_name: str = "images",

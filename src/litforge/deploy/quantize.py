@@ -12,7 +12,13 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from litforge.core.contracts import ArraySplits
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from torch import nn
 
 QUANTIZATIONS = ("torchao_dynamic", "onnx_dynamic", "onnx_static")  # the names `quantize=[...]` accepts
 
@@ -30,7 +36,7 @@ def _quiet_root_logger() -> Iterator[None]:
 
 
 # ---- torchao -----------------------------------------------------------------------------------------------------
-def torchao_dynamic(net: Any, task: Any, path: Path) -> tuple[Any, Path]:
+def torchao_dynamic(net: nn.Module, task: pl.LightningModule, path: Path) -> tuple[nn.Module, Path]:
     """torchao dynamic int8 of the PyTorch net (the QAT callback's conversion, on a never-prepared net), saved as
     the QAT callback saves its int8 model; returns (module, file)."""
     from litforge.callbacks.qat import convert_int8, save_int8_model
@@ -84,7 +90,7 @@ def quantize_onnx_dynamic(pre: Path, out_dir: Path) -> Path:
 
 
 def calibration_batches(
-    datamodule: Any, size: int, batch_size: int, seed: int, prepare: Callable[[Any], Any] | None = None
+    datamodule: ArraySplits, size: int, batch_size: int, seed: int, prepare: Callable[[Any], Any] | None = None
 ) -> list[Any]:
     """A seeded random subset of the training split for static quantization, in the form the graph takes:
     `prepare(raw images)` (the export job: the deployed input, normalisation in the graph), by default normalised

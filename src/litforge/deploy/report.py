@@ -15,9 +15,12 @@ import zlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litforge.deploy.net import batched
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 
 @dataclass
@@ -33,7 +36,7 @@ class Variant:
     path: Path | None = None
 
 
-def weight_sparsity(net: Any) -> float:
+def weight_sparsity(net: nn.Module) -> float:
     """Fraction of exactly-zero weights in Linear/Conv layers (what pruning leaves)."""
     from litforge.callbacks.pruning import PRUNABLE
 
@@ -45,7 +48,7 @@ def weight_sparsity(net: Any) -> float:
     return zeros / max(total, 1)
 
 
-def fp32_label(net: Any) -> str:
+def fp32_label(net: nn.Module) -> str:
     """How the report names the checkpoint's own net: "fp32", or "pruned fp32 (50% zeros)" after pruning."""
     sparsity = weight_sparsity(net)
     return f"pruned fp32 ({sparsity:.0%} zeros)" if sparsity >= 0.01 else "fp32"
@@ -64,7 +67,9 @@ def file_bytes(variant: Variant) -> bytes:
     return data + (external.read_bytes() if external.exists() else b"")
 
 
-def build_report(variants: dict[str, Variant], x: Any, labels: Any, ref: Any, report_cfg: Any) -> list[dict[str, Any]]:
+def build_report(
+    variants: dict[str, Variant], x: Tensor, labels: Tensor, ref: Tensor, report_cfg: Any
+) -> list[dict[str, Any]]:
     """One row per variant (the first is the baseline): sizes, test accuracy, fp32 agreement, latency, speed-up."""
     import torch
 

@@ -14,6 +14,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.config.settings import Train
+from litforge.core.contracts import ChecksRun, ChecksTask, net_of
 from litforge.core.errors import ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain, unexpected_argument, unknown_argument
 
@@ -83,7 +84,7 @@ def apply_float8(task: Any, recipe: str, strategy_cfg: Any, accelerator: Any) ->
 
     from litforge.models.float8 import convert_to_float8
 
-    net = getattr(task, "net", None)
+    net = net_of(task)
     if not isinstance(net, nn.Module):
         raise ConfigError(f"float8 converts the task's `net`, and {type(task).__name__} has none: pass float8=none")
     convert_to_float8(net, recipe, fsdp_all_gather=shards_data(strategy_cfg))
@@ -130,10 +131,10 @@ def build_fit_trainer(
     from litforge.loops import steps_per_call as steps
     from litforge.parallel.elastic import init_elastic_process_group
 
-    if callable(check_task := getattr(strategy, "check_task", None)):
-        check_task(task)  # hogwild: BatchNorm
-    if callable(check_strategy_run := getattr(strategy, "check_run", None)):
-        check_strategy_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
+    if isinstance(strategy, ChecksTask):
+        strategy.check_task(task)  # hogwild: BatchNorm
+    if isinstance(strategy, ChecksRun):
+        strategy.check_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
     if settings.checkpoint_async:  # checkpoint writes in a background thread, still atomic
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
     steps.install(settings.steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from litforge.checkpointing.restore import load_for_inference
 from litforge.config.settings import Inference, job_settings
+from litforge.core.contracts import check_evaluable
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
 from litforge.jobs.checks import check_at_start
@@ -24,6 +25,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_at_start(cfg, "eval")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Inference)  # the job's own keys, typed
     task, datamodule, checkpoint = load_for_inference(cfg)
+    check_evaluable(task, datamodule, f"ckpt_path={settings.ckpt_path}")  # the eval contract, before any work
+    task.set_decisions(cfg.task, "eval")  # task.threshold=0.3: the metrics at that decision (the task's `decisions`)
     pl.seed_everything(settings.seed, verbose=False)
     trainer_kwargs = {**instantiate_group("trainer", cfg.trainer), "enable_model_summary": False}
     trainer = build_trainer(trainer_kwargs, logger=False, callbacks=[RichProgressBar(leave=False)])
@@ -32,6 +35,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     result = {
         "metrics": scalar_metrics(trainer.callback_metrics),
         "checkpoint": str(settings.ckpt_path),
+        "decisions": task.decision_values(),
         "trained_at_commit": describe_origin(checkpoint),
         "output_dir": str(output_dir),
     }

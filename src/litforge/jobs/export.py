@@ -24,7 +24,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.deploy.metadata import deployment_metadata, write_metadata
+from litforge.config.settings import Export, job_settings
+from litforge.deploy.metadata import decision_props, deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
 from litforge.deploy.onnx import check_parity, export_onnx
 from litforge.deploy.preprocess import Preprocessed, as_deployed
@@ -42,22 +43,23 @@ from litforge.jobs.checks import check_at_start
 
 def export(cfg: DictConfig) -> dict[str, Any]:
     check_at_start(cfg, "export")  # once per run: skipped where the command line's check passed it
-    quantize = as_list(cfg.quantize)
-    input_dtype = str(cfg.get("input_dtype", "uint8"))
+    settings = job_settings(cfg, Export)  # the job's own keys, typed
+    quantize = as_list(settings.quantize)
+    input_dtype = settings.input_dtype
 
     import torch
 
-    ckpt_path = Path(str(cfg.ckpt_path))
+    ckpt_path = Path(str(settings.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
-    if getattr(datamodule, "kind", "image") != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
+    if datamodule.kind != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
         from litforge.deploy.features import export_features
 
         return export_features(cfg, task, datamodule, net, checkpoint)
-    out_dir = Path(cfg.paths.output_dir)
+    out_dir = Path(settings.paths.output_dir)
 
     # every variant takes what an image decoder gives (uint8 0..255 or float [0, 1], NCHW) and normalises inside;
     # the reference is the bare net on those very pixels normalised as in training (for uint8 images, the split's own)
-    torch.manual_seed(int(cfg.seed))
+    torch.manual_seed(settings.seed)
     images, labels = datamodule.split_arrays("test")
     x_test = as_deployed(images, input_dtype).contiguous()
     stats = datamodule.state_dict()
@@ -76,11 +78,11 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         ckpt_path,
         checkpoint,
         task=type(task).__module__.rsplit(".", 1)[-1],
-    )
-    onnx_path = export_onnx(deployed(net), x_test[:2], out_dir / "model.onnx", opset=cfg.get("opset"))
+    ) | decision_props(task)
+    onnx_path = export_onnx(deployed(net), x_test[:2], out_dir / "model.onnx", opset=settings.opset)
     write_metadata(onnx_path, props, variant="fp32")
     parity = check_parity(
-        onnx_path, x_test, ref, atol=float(cfg.parity.atol), min_agreement=float(cfg.parity.min_agreement)
+        onnx_path, x_test, ref, atol=settings.parity.atol, min_agreement=settings.parity.min_agreement
     )
 
     # the variants, eager fp32 first: the report's baseline
@@ -104,9 +106,9 @@ def export(cfg: DictConfig) -> dict[str, Any]:
         if "onnx_static" in quantize:
             calib = calibration_batches(
                 datamodule,
-                int(cfg.calibration.size),
-                int(cfg.calibration.batch_size),
-                int(cfg.seed),
+                settings.calibration.size,
+                settings.calibration.batch_size,
+                settings.seed,
                 prepare=lambda b: as_deployed(b, input_dtype),
             )
             path = quantize_onnx_static(pre, out_dir, calib)
@@ -114,18 +116,18 @@ def export(cfg: DictConfig) -> dict[str, Any]:
             variants["PTQ int8 static QDQ, onnxruntime"] = Variant("ort", path=path)
         pre.unlink(missing_ok=True)
 
-    rows = build_report(variants, x_test, labels, ref, cfg.report)
-    written = write_report(rows, out_dir, cfg.report)
+    rows = build_report(variants, x_test, labels, ref, settings.report)
+    written = write_report(rows, out_dir, settings.report)
     metrics = {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]}
     for row in rows:
         metrics[f"acc/{row['variant']}"] = row["test_acc"]
     result = {
         "metrics": metrics,
-        "checkpoint": str(cfg.ckpt_path),
+        "checkpoint": str(settings.ckpt_path),
         "onnx": str(onnx_path),
         "report": rows,
         "output_dir": str(out_dir),
-        "written": [str(v.path) for v in variants.values() if getattr(v, "path", None)] + [str(written)],
+        "written": [str(v.path) for v in variants.values() if v.path] + [str(written)],
     }
     (out_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -12,30 +12,44 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from litforge.core.contracts import ArraySplits, InputReader, check_predictable, check_prediction
+from litforge.core.contracts import (
+    ArraySplits,
+    FileSplits,
+    InputReader,
+    PredictTask,
+    check_predictable,
+    check_prediction,
+)
+from litforge.config.settings import Predict, job_settings
 from litforge.core.errors import ConfigError
 from litforge.jobs.checks import check_at_start
+
+if TYPE_CHECKING:
+    from pytorch_lightning import LightningDataModule
+    from torch import Tensor
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
     check_at_start(cfg, "predict")  # once per run: skipped where the command line's check passed it
+    settings = job_settings(cfg, Predict)  # the job's own keys, typed
 
     import torch
 
     from litforge.checkpointing.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
-    where = f"ckpt_path={cfg.ckpt_path}"
-    check_predictable(task, datamodule, str(cfg.input) if cfg.get("input") else None, where)
-    device = inference_device(str(cfg.get("device", "auto")))
+    task.set_decisions(cfg.task, "predict")  # task.threshold=0.3: a decision of the task (its `decisions`)
+    where = f"ckpt_path={settings.ckpt_path}"
+    check_predictable(task, datamodule, settings.input or None, where)
+    device = inference_device(settings.device)
     task.to(device)
     rows: list[dict[str, Any]] = []
     with torch.inference_mode():
-        for names, inputs, targets in batches(cfg, datamodule):
+        for names, inputs, targets in batches(settings, datamodule):
             out = task.predict_step(inputs.to(device), 0)
             if not rows:
                 check_prediction(task, out, where)
@@ -43,7 +57,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
                 if targets is not None:
                     row.update(true_values(task, targets[i]))
                 rows.append({"input": names[i], **row})
-    output = predictions_file(cfg.get("output"), Path(cfg.paths.output_dir))
+    output = predictions_file(settings.output, Path(settings.paths.output_dir))
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -56,7 +70,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     if true:
         errors = [abs(float(r[k[len("true_") :]]) - float(r[k])) for r in rows for k in true]
         metrics["mae"] = sum(errors) / len(errors)
-    return {"metrics": metrics, "written": str(output), "output_dir": str(cfg.paths.output_dir)}
+    return {"metrics": metrics, "written": str(output), "output_dir": str(settings.paths.output_dir)}
 
 
 def predictions_file(output: str | None, run_dir: Path) -> Path:
@@ -68,15 +82,15 @@ def predictions_file(output: str | None, run_dir: Path) -> Path:
     return path / "predictions.csv" if path.is_dir() or str(output).endswith(("/", "\\")) else path
 
 
-def batches(cfg: DictConfig, datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
-    """(row names, normalised inputs, targets or None) per batch of `cfg.batch_size`."""
-    size = int(cfg.batch_size)
-    if cfg.get("input"):
-        names, raw = read_inputs(str(cfg.input), datamodule)
+def batches(settings: Predict, datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
+    """(row names, normalised inputs, targets or None) per batch of `batch_size`."""
+    size = settings.batch_size
+    if settings.input:
+        names, raw = read_inputs(settings.input, datamodule)
         targets = None
     elif isinstance(datamodule, ArraySplits):
         raw, targets = datamodule.split_arrays("test")
-        if hasattr(datamodule, "split_samples"):  # data read from files (image_folder): name each row by its file
+        if isinstance(datamodule, FileSplits):  # data read from files (image_folder): name each row by its file
             names = [path for path, _ in datamodule.split_samples("test")]
         else:
             names = [f"test[{i}]" for i in range(len(raw))]
@@ -103,40 +117,38 @@ def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
     files = find_images(path)  # for a folder: the files data=image_folder would train on
     channels, height, width = datamodule.input_shape
     datamodule.ensure_stats()
-    decoder = getattr(datamodule, "decoder", "torchvision")  # the decoder training used (data.decoder)
     return [str(f) for f in files], torch.stack(
-        [load_image_tensor(f, channels, (height, width), decoder) for f in files]
+        [load_image_tensor(f, channels, (height, width), datamodule.decoder) for f in files]
     )
 
 
-def loader_batches(datamodule: Any) -> Iterator[tuple[list[str], Any, Any]]:
+def loader_batches(datamodule: LightningDataModule) -> Iterator[tuple[list[str], Any, Any]]:
     datamodule.setup("test")
     seen = 0
     for batch in datamodule.test_dataloader():
-        if hasattr(datamodule, "on_after_batch_transfer"):
-            batch = datamodule.on_after_batch_transfer(batch, 0)
+        batch = datamodule.on_after_batch_transfer(batch, 0)
         inputs, targets = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
         yield [f"test[{seen + i}]" for i in range(len(inputs))], inputs, targets
         seen += len(inputs)
 
 
-def prediction_rows(task: Any, out: dict[str, Any]) -> list[dict[str, Any]]:
+def prediction_rows(task: PredictTask, out: dict[str, Any]) -> list[dict[str, Any]]:
     """One CSV row per sample: `predicted`, `class_name`, `confidence` for classes; one column per target for values."""
     predicted = out["predicted"]
     if "confidence" in out:
-        names = getattr(task, "class_names", None)
-        return [
-            {"predicted": p, **({"class_name": names[p]} if names else {}), "confidence": round(c, 6)}
+        names = task.class_names
+        return [  # a negative index: no class (the task abstained, e.g. below task.threshold)
+            {"predicted": p, **({"class_name": names[p] if p >= 0 else ""} if names else {}), "confidence": round(c, 6)}
             for p, c in zip(predicted.tolist(), out["confidence"].tolist(), strict=True)
         ]
     values = predicted.reshape(len(predicted), -1).tolist()
-    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(len(values[0]))]
+    columns = task.target_names or [f"predicted_{i}" for i in range(len(values[0]))]
     return [{name: round(v, 6) for name, v in zip(columns, row, strict=True)} for row in values]
 
 
-def true_values(task: Any, target: Any) -> dict[str, Any]:
+def true_values(task: PredictTask, target: Tensor) -> dict[str, Any]:
     """The known answer beside a prediction of the test split: `label`, or `true_<target>` per value."""
     if target.ndim == 0 and not target.is_floating_point():
         return {"label": int(target)}
-    columns = getattr(task, "target_names", None) or [f"predicted_{i}" for i in range(target.numel())]
+    columns = task.target_names or [f"predicted_{i}" for i in range(target.numel())]
     return {f"true_{name}": round(float(v), 6) for name, v in zip(columns, target.reshape(-1).tolist(), strict=True)}

@@ -265,11 +265,13 @@ def forget_finder_steps(task: Any) -> None:
     states (else the first epoch's `train/acc` counts the finder's batches) and the kept step losses."""
     from torchmetrics import Metric
 
+    from litforge.runtime.host_reads import KeepsLosses, StepLosses  # torch: preflight imports this module torch-free
+
     for module in task.modules():
         if isinstance(module, Metric):
             module.reset()
-    if hasattr(task, "step_losses"):
-        task.step_losses = type(task.step_losses)()
+    if isinstance(task, KeepsLosses):
+        task.step_losses = StepLosses()
 
 
 def _plot(finder: Any, suggestion: float | None) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from litforge.core.contracts import net_of
 from litforge.core.errors import ConfigError
 
 
@@ -33,7 +34,7 @@ def apply_speed_options(
     task: nn.Module, compile: bool | str | dict[str, Any] = False, channels_last: bool = False
 ) -> None:
     """Apply the configured switches to `task.net` (the plain nn.Module a litforge task trains)."""
-    net = getattr(task, "net", None)
+    net = net_of(task)
     if not isinstance(net, nn.Module):
         if compile or channels_last:
             raise ConfigError(

@@ -8,23 +8,31 @@ every net to declare them, the head is found by a rule that fits all nets here: 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 from litforge.core.errors import CheckpointError
 
 
+@runtime_checkable
+class HasHead(Protocol):
+    """A net that names its classifier head's parameters itself (the head is not one `head` module or the last
+    `nn.Linear`): what transfer learning replaces and BackboneFinetuning leaves trainable."""
+
+    def head_parameters(self) -> Iterator[nn.Parameter]: ...
+
+
 def head_name(net: nn.Module) -> str:
     """Dotted name of the classifier head module inside `net`."""
-    if hasattr(net, "head_parameters"):
-        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-        head = {id(p) for p in net.head_parameters()}  # type: ignore[operator]
+    if isinstance(net, HasHead):
+        head = {id(p) for p in net.head_parameters()}
         for name, module in net.named_modules():
             own = {id(p) for p in module.parameters()}
             if own == head:
                 return name
-    if isinstance(getattr(net, "head", None), nn.Module):
+    if isinstance(dict(net.named_children()).get("head"), nn.Module):
         return "head"
     linears = [name for name, m in net.named_modules() if isinstance(m, nn.Linear)]
     if not linears:
@@ -43,7 +51,7 @@ def backbone(net: nn.Module) -> nn.ModuleList:
     module = net
     for part in parts:
         siblings += [child for name, child in module.named_children() if name != part]
-        module = getattr(module, part)
+        module = module.get_submodule(part)
     return nn.ModuleList(siblings)
 
 

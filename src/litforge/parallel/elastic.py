@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytorch_lightning.strategies import Strategy
 
 
 def under_torchrun(env: Any = os.environ) -> bool:
@@ -45,7 +48,7 @@ def check_restartable_across_nodes(env: Any = os.environ) -> None:
         )
 
 
-def init_elastic_process_group(strategy: Any, timeout: timedelta = timedelta(minutes=30)) -> bool:
+def init_elastic_process_group(strategy: Strategy, timeout: timedelta = timedelta(minutes=30)) -> bool:
     """Start the default process group on torchrun's store, prefixed by the restart count; True if it did."""
     import torch
     import torch.distributed as dist

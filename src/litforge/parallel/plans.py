@@ -12,9 +12,12 @@ litforge.core.contracts.Model and TensorParallelModel, docs/extending.md):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 from litforge.core.contracts import Model, TensorParallelModel, missing_members
 from litforge.core.errors import ConfigError
@@ -28,7 +31,7 @@ def sharding_units(net: nn.Module) -> list[nn.Module]:
     return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
-def apply_fsdp(net: nn.Module, mesh: Any, **fsdp_kwargs: Any) -> int:
+def apply_fsdp(net: nn.Module, mesh: DeviceMesh, **fsdp_kwargs: Any) -> int:
     """`fully_shard` every unit, then the net itself (the root gathers whatever is left: embeddings, head).
 
     `fsdp_kwargs` go to every `fully_shard` call (mp_policy, reshard_after_forward, offload_policy: the
@@ -69,7 +72,7 @@ def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
     return plan
 
 
-def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
+def apply_tensor_parallel(net: nn.Module, mesh: DeviceMesh) -> int:
     """Parallelise `net` over the 1-D tensor-parallel `mesh` by its own plan; returns the number of split layers."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -81,7 +84,7 @@ def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     return len(plan)
 
 
-def hsdp_mesh(dp_mesh: Any, replicate_size: int) -> Any:
+def hsdp_mesh(dp_mesh: DeviceMesh, replicate_size: int) -> DeviceMesh:
     """The 2-D `(replicate, shard)` mesh over the data-parallel ranks that makes `fully_shard` hybrid (HSDP).
 
     FSDP2 shards over the mesh's last dimension and all-reduces gradients over the first, so each group of
@@ -102,7 +105,7 @@ def hsdp_mesh(dp_mesh: Any, replicate_size: int) -> Any:
     )
 
 
-def shard(net: nn.Module, device_mesh: Any, fsdp_kwargs: dict[str, Any] | None = None) -> None:
+def shard(net: nn.Module, device_mesh: DeviceMesh, fsdp_kwargs: dict[str, Any] | None = None) -> None:
     """Apply the plan the mesh asks for: tensor parallel over `tensor_parallel` (>1), then FSDP2 over `data_parallel`
     (hybrid, over :func:`hsdp_mesh`, when `fsdp_kwargs` holds a `replicate_size` > 1).
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
+from litforge.core.contracts import Tracker
 from litforge.records.provenance import DIFF_FILE, FILE
 
 log = logging.getLogger(__name__)
@@ -233,12 +234,12 @@ def continue_runs(logger_cfg: Mapping[str, Any] | None, tracker_runs: Mapping[st
 def give_run_config(loggers: list[Any], run_config: Mapping[str, Any]) -> None:
     """Hand the resolved run config to every tracker that logs it as params (Lightning gives them hparams only)."""
     for lg in loggers:
-        if hasattr(lg, "run_config"):
+        if isinstance(lg, Tracker):
             lg.run_config = run_config
 
 
 def log_run_files(loggers: list[Any], run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
     """Hand the run's files to every tracker that takes them (after provenance.json has its end time)."""
     for lg in loggers:
-        if hasattr(lg, "log_run_files"):
+        if isinstance(lg, Tracker):
             lg.log_run_files(run_dir, result, record)

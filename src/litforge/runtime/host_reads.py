@@ -11,15 +11,18 @@ sync per `log_every_n_steps` steps in steady state; tests/test_speed.py counts t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
 Where = tuple[int, int, int]  # (global step of the first optimizer step, epoch, batch index)
 
 
-def writes_step_metrics(trainer: Any, step_at_batch_start: int) -> bool:
+def writes_step_metrics(trainer: pl.Trainer, step_at_batch_start: int) -> bool:
     """Whether Lightning's loggers write the step metrics of the training batch that began at global step
     `step_at_batch_start` (asked during the batch: in the training step or at its end).
 
@@ -29,9 +32,9 @@ def writes_step_metrics(trainer: Any, step_at_batch_start: int) -> bool:
     more than at its start, is a multiple of `trainer.log_every_n_steps`, or when the run stops.
     tests/test_compat.py compares this with Lightning's own decision at every batch of such runs.
     """
-    every = getattr(trainer, "log_every_n_steps", 1)
-    ends_on = max(int(getattr(trainer, "global_step", 0)), step_at_batch_start + 1)
-    return bool(every) and (ends_on % every == 0 or bool(getattr(trainer, "should_stop", False)))
+    every = getattr(trainer, "log_every_n_steps", 1)  # set by Lightning's logger connector (not in barebones mode)
+    ends_on = max(trainer.global_step, step_at_batch_start + 1)
+    return bool(every) and (ends_on % every == 0 or bool(trainer.should_stop))
 
 
 class StepLosses:
@@ -74,3 +77,11 @@ def host_scalar(value: float) -> Tensor:
     tensor stays on the CPU through Lightning's result collection. float64 keeps the Python float exactly.
     """
     return torch.tensor(value, dtype=torch.float64)
+
+
+@runtime_checkable
+class KeepsLosses(Protocol):
+    """A task that keeps its training losses here, on the device, and reads them only on logging steps
+    (LitforgeTask): the non-finite-loss check reads them from it instead of from each step's output."""
+
+    step_losses: StepLosses

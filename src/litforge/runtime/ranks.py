@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
+
+from litforge.core.contracts import MeetsRarely
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 
 def is_rank_zero() -> bool:
@@ -53,12 +58,18 @@ def register_resolvers() -> None:
     slurm.register_resolvers()  # one run folder per SLURM job; what hydra/launcher=slurm asks for
 
 
-def meets_now(trainer: Any) -> bool:
+def decision_interval(trainer: pl.Trainer) -> int:
+    """Optimizer steps between the ranks' collective decisions: 1, or a hogwild strategy's `decide_every`."""
+    strategy = trainer.strategy
+    return max(1, int(strategy.decide_every)) if isinstance(strategy, MeetsRarely) else 1
+
+
+def meets_now(trainer: pl.Trainer) -> bool:
     """Whether the ranks may take a collective decision at this training step (callbacks ask before they do).
 
     Always True for synchronous strategies; under hogwild only every `strategy.decide_every` optimizer steps, the
     same steps on every rank (each rank counts its own), so the waits are rare and never mismatched."""
-    every = int(getattr(getattr(trainer, "strategy", None), "decide_every", 1) or 1)
+    every = decision_interval(trainer)
     return every <= 1 or trainer.global_step % every == 0
 
 

@@ -74,7 +74,7 @@ def catch_early(signal_name: str | None) -> None:
     (:func:`take_early_signal`): it stops at the first agreed step and requeues."""
     if not signal_name or slurm_job_id() is None or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(getattr(signal, signal_name), lambda signum, _frame: _early.append(signum))
+    signal.signal(signal.Signals[signal_name], lambda signum, _frame: _early.append(signum))
 
 
 def ignore_from_now(signal_name: str | None) -> None:
@@ -86,7 +86,7 @@ def ignore_from_now(signal_name: str | None) -> None:
     FAILED). An ignored signal stays ignored to the end."""
     if not signal_name or slurm_job_id() is None or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(getattr(signal, signal_name), signal.SIG_IGN)
+    signal.signal(signal.Signals[signal_name], signal.SIG_IGN)
 
 
 def take_early_signal() -> bool:

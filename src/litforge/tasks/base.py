@@ -8,15 +8,18 @@ nothing but the file.
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from pydantic import TypeAdapter, ValidationError
 from torch import nn
 
 from litforge.checkpointing.load import CHECKPOINT_KEY  # the entry this task writes: task class, run config
-from litforge.core.contracts import steps_through_step_loss
+from litforge.core.contracts import ConfiguresFsdp, net_of, steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.core.instantiate import call_partial
@@ -68,6 +71,17 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     #: what `datamodule.kind` this task consumes; checked before training so a wrong pair fails early
     data_kind: str | tuple[str, ...] = "image"
 
+    #: The settings that decide what the trained net's outputs become, not how it learns (a classifier's
+    #: `threshold`): constructor arguments, kept as attributes of the same name, that eval, predict and export may
+    #: change on a trained task (`litforge predict ckpt_path=... task.threshold=0.3`, :meth:`set_decisions`).
+    decisions: tuple[str, ...] = ()
+
+    #: What predict and export name columns by (litforge.core.contracts.PredictTask, ExportTask): a class name per
+    #: class index, a name per predicted value, per input feature; None = numbered.
+    class_names: list[str] | None = None
+    target_names: list[str] | None = None
+    feature_names: list[str] | None = None  # the encoded input columns of features data (export's metadata)
+
     def __init__(
         self,
         optimizer: dict[str, Any],
@@ -84,6 +98,46 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         # training losses kept on the device, read once per logging step (litforge.runtime.host_reads)
         self.step_losses = StepLosses()
         self.step_at_batch_start = 0  # the global step as the current training batch began (on_train_batch_start)
+
+    def set_decisions(self, values: Mapping[str, Any], job: str) -> None:
+        """Set `job`'s `task.<name>=<value>` keys on this trained task: each a declared decision, checked against its
+        constructor annotation, and recorded in the hparams (what eval's metrics and export's metadata report).
+        Anything else is refused in one line naming the decisions there are: a key the task would not read must not
+        pass silently."""
+        hints = typing.get_type_hints(type(self).__init__, include_extras=True)
+        name_of = type(self).__name__
+        wrong = [d for d in self.decisions if d not in hints] if isinstance(self.decisions, tuple) else self.decisions
+        if wrong:  # a decision is a constructor argument: the checkpoint rebuilds the task from them
+            raise ConfigError(
+                f"{job}: task `{name_of}` declares `decisions = {self.decisions!r}`, but {wrong!r} is not an annotated "
+                "argument of its constructor: `decisions` is a tuple of such names, e.g. ('threshold',)"
+            )
+        for name, value in values.items():
+            if name not in self.decisions:
+                declared = ", ".join(f"task.{d}" for d in self.decisions) or "none"
+                raise ConfigError(
+                    f"task.{name}={value}: task `{name_of}` declares no decision `{name}`; {job} may set only the "
+                    f"decisions of the checkpoint's task ({declared}: its class attribute `decisions`)"
+                )
+            try:
+                value = TypeAdapter(hints.get(name, Any)).validate_python(value, strict=True)
+            except ValidationError as exc:
+                problem = exc.errors()[0]["msg"]
+                raise ConfigError(f"task.{name}={value}: {problem[0].lower()}{problem[1:]}") from None
+            setattr(self, name, value)
+            self.hparams[name] = value
+
+    def deployable_net(self) -> nn.Module:
+        """What export converts (litforge.core.contracts.ExportTask): the net, from the task's input to its output;
+        a task that applies something after its net overrides this (regression: the target scale)."""
+        net = net_of(self)
+        if not isinstance(net, nn.Module):
+            raise ConfigError(f"{type(self).__name__} keeps no `net` to export (litforge.ExportTask)")
+        return net
+
+    def decision_values(self) -> dict[str, Any]:
+        """The decisions this task applies now (for export's metadata)."""
+        return {name: self.hparams.get(name) for name in self.decisions}
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -141,14 +195,14 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         """
         if self.device_mesh is None:
             return
-        net = getattr(self, "net", None)
+        net = net_of(self)
         if not isinstance(net, nn.Module):
             raise ConfigError(f"{type(self).__name__} keeps no `net` to shard: use strategy=ddp for this task")
         from litforge.parallel.plans import shard
 
         strategy = self.trainer.strategy if attached_trainer(self) is not None else None
-        fsdp_kwargs = getattr(strategy, "fsdp_kwargs", None)  # strategy=fsdp|fsdp_tp options (mixed precision, ...)
-        shard(net, self.device_mesh, fsdp_kwargs() if callable(fsdp_kwargs) else None)
+        # strategy=fsdp|fsdp_tp options (mixed precision, ...)
+        shard(net, self.device_mesh, strategy.fsdp_kwargs() if isinstance(strategy, ConfiguresFsdp) else None)
         from litforge.parallel.meta_init import is_meta, materialize
 
         if is_meta(net):  # built on the meta device (strategy.meta_init): storage for this rank's shards only

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from litforge.checkpointing.load import load_checkpoint
-from litforge.core.bounds import Positive
+from litforge.core.bounds import Positive, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.models import transfer
 from litforge.models.factory import build_net, input_keywords
@@ -20,6 +20,7 @@ from litforge.tasks.mixing import build_mixer
 
 log = logging.getLogger(__name__)
 
+ABSTAIN = -1  # the class index of a sample whose top-class probability is below task.threshold: no class written
 TRAIN_ACC_BATCHES = 32  # training steps whose predictions go into one train/acc update (see _keep_train_predictions)
 
 
@@ -31,6 +32,9 @@ class ClassificationTask(LitforgeTask):
     """
 
     data_kind = ("image", "features")
+    # task.threshold: the least top-class probability that gets a class; below it predict writes no class (ABSTAIN,
+    # an empty class_name) and eval counts the sample wrong. A decision: eval/predict/export may change it
+    decisions = ("threshold",)
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class ClassificationTask(LitforgeTask):
         lr_scaling: Literal["none", "linear", "sqrt"] = "none",
         mix: Literal["none", "mixup", "cutmix"] = "none",
         mix_alpha: Positive = 0.2,
+        threshold: UnitInterval = 0.0,
         run_config: dict[str, Any] | None = None,
     ) -> None:
         if num_classes < 2:  # torchmetrics' multiclass metrics would fail with a traceback inside fit
@@ -59,6 +64,7 @@ class ClassificationTask(LitforgeTask):
         # rebuild the task from a checkpoint that already holds the trained weights) never need that file. Older
         # checkpoints recorded it in their net config (model.init_from)
         self.init_from: str | None = init_from or net.get("init_from")
+        self.threshold = threshold
         self.feature_names = feature_names  # features data: the encoded columns, in order (for predict and export)
         self.net = build_net(net, **input_keywords(input_shape), num_classes=num_classes)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
@@ -71,7 +77,8 @@ class ClassificationTask(LitforgeTask):
         # training predictions wait here (on the device) and reach train_acc in one update per TRAIN_ACC_BATCHES
         self._train_preds: list[tuple[Tensor, Tensor]] = []
         self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        # validate_args=False: test predictions include ABSTAIN, which micro accuracy counts as wrong
+        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro", validate_args=False)
 
     @property
     def backbone(self) -> nn.Module:
@@ -154,12 +161,20 @@ class ClassificationTask(LitforgeTask):
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         loss, logits, labels = self._shared_step(batch)
-        self.test_acc.update(logits, labels)
+        predicted, _ = self.decide(logits)
+        self.test_acc.update(predicted, labels)
         self.log("test/loss", loss, on_epoch=True, batch_size=len(labels), sync_dist=True)
         self.log("test/acc", self.test_acc, on_epoch=True)
+        if self.threshold > 0:  # the share of samples that get a class at this threshold
+            answered = (predicted != ABSTAIN).float().mean()
+            self.log("test/coverage", answered, on_epoch=True, batch_size=len(labels), sync_dist=True)
+
+    def decide(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """(class index per sample, or ABSTAIN below `threshold`; its top-class probability)."""
+        confidence, predicted = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+        return predicted.masked_fill(confidence < self.threshold, ABSTAIN), confidence
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
-        probs = torch.softmax(self(images).float(), dim=-1)
-        confidence, predicted = probs.max(dim=-1)
+        predicted, confidence = self.decide(self(images))
         return {"predicted": predicted, "confidence": confidence}
