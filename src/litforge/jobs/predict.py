@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
+from litforge.config.settings import Predict, job_settings
 from litforge.core.contracts import (
     ArraySplits,
     FileSplits,
@@ -24,7 +25,6 @@ from litforge.core.contracts import (
     check_predictable,
     check_prediction,
 )
-from litforge.config.settings import Predict, job_settings
 from litforge.core.errors import ConfigError
 from litforge.jobs.checks import check_at_start
 
