@@ -12,7 +12,7 @@ free of torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -338,6 +338,31 @@ def group_size(group: Any) -> int:
     return int(dist.ProcessGroup.unbox(group).size())
 
 
+@contextmanager
+def storage_resizes_seen(seen: Callable[[Any, int], None]) -> Iterator[None]:
+    """Inside, every `torch.UntypedStorage.resize_(size)` first calls `seen(storage, size)`; the original method is
+    back on exit, also after an error (tests/test_compat.py checks both).
+
+    FSDP2 frees and re-allocates its gathered weights by resizing their storages in place; `resize_` is a method of
+    the storage, not a dispatched op, so the dry run's dispatch mode (litforge.parallel.dry_run) would not see those
+    bytes come and go. torch has no hook for it: this is the one process-wide patch litforge makes, and only for
+    the duration of the dry run's count. Upstream: pytorch/pytorch's FSDP2 (`_fsdp_param.free_storage` /
+    `alloc_storage`) calls `untyped_storage().resize_` directly."""
+    import torch
+
+    original = torch.UntypedStorage.resize_
+
+    def resize_(storage: Any, size: int) -> Any:
+        seen(storage, int(size))
+        return original(storage, size)
+
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
+
+
 class ChunksByIndex(Sequence[Any]):
     """`torch.chunk(tensor, num_chunks, dim)` padded with empty tensors to `num_chunks` (FSDP2's
     `_chunk_with_empty`), each chunk made only when read: reading two of them costs the same at any `num_chunks`."""
@@ -376,3 +401,17 @@ def fsdp_chunks_by_index() -> None:
     from torch.distributed.fsdp._fully_shard import _fsdp_param
 
     _fsdp_param._chunk_with_empty = ChunksByIndex  # type: ignore[assignment]
+
+
+# ---- Hydra ---------------------------------------------------------------------------------------------------------
+
+
+def job_error(job_return: Any) -> BaseException | None:
+    """The exception a failed Hydra job raised, or None (a job that completed, or failed without one).
+
+    Hydra's `JobReturn` keeps it in the private `_return_value` (facebookresearch/hydra#1465, "Support partial
+    failures in multirun mode"); its public `return_value` re-raises it and first writes "Error executing job with
+    overrides: ..." to stderr, so a sweep that goes on past a failed job (records/sweeps.py's summary, the Optuna
+    sweeper's failed trial) would print that line again for every job it reads. No public getter exists."""
+    value = getattr(job_return, "_return_value", None)
+    return value if isinstance(value, BaseException) else None
