@@ -485,3 +485,48 @@ def test_hydra_failed_job_exception():
     with pytest.raises(ValueError, match="bad lr"):
         _ = failed.return_value  # what job_error avoids: the public getter re-raises
     assert compat.job_error(JobReturn(status=JobStatus.COMPLETED, _return_value=0.5)) is None
+
+
+def test_activation_checkpointing_is_taken_off_for_a_count_and_put_back():
+    """compat.recompute_in_backward (idempotent) and compat.without_recompute: inside, the class's forward runs;
+    after it, also after an error, the unit recomputes again. Nothing else in src/ assigns a method onto an object
+    (the scan below)."""
+    import torch
+
+    from litforge.runtime import compat
+
+    unit = torch.nn.Linear(3, 3)
+    net = torch.nn.Sequential(unit, torch.nn.ReLU())
+    compat.recompute_in_backward(unit)
+    compat.recompute_in_backward(unit)
+    assert compat.is_checkpointed(unit) and not compat.is_checkpointed(net)
+    with compat.without_recompute(net):
+        assert "forward" not in vars(unit)
+    assert compat.is_checkpointed(unit)
+    with pytest.raises(RuntimeError, match="boom"), compat.without_recompute(net):
+        raise RuntimeError("boom")
+    assert compat.is_checkpointed(unit)
+    x = torch.randn(2, 3, requires_grad=True)
+    net(x).sum().backward()  # still trains through the recompute
+    assert x.grad is not None
+
+
+def test_no_method_is_assigned_onto_an_object_outside_compat():
+    """`obj.forward = ...`, `setattr(obj, name, ...)` of a method, `Class.method = ...`: only runtime/compat.py may
+    (issue #49: what runs is what the classes say). Assignments to `self.x` in a class's own methods are its state."""
+    methods = {"forward", "training_step", "validation_step", "test_step", "predict_step", "resize_"}
+    methods |= {f"{split}_dataloader" for split in ("train", "val", "test", "predict")}
+    offences = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "compat.py" and path.parent.name == "runtime":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in methods:
+                    offences.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(target)}")
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and len(node.args) == 3:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and name.value in methods:
+                    offences.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node)}")
+    assert not offences, "methods assigned onto objects outside litforge/runtime/compat.py:\n" + "\n".join(offences)

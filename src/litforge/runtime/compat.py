@@ -262,6 +262,58 @@ def forward_only(schedule: Any) -> Any:
     return schedule
 
 
+# ---- activation checkpointing ---------------------------------------------------------------------------------------
+
+
+def recompute_in_backward(unit: Any) -> None:
+    """Make `unit` (an nn.Module) keep only its inputs in the forward pass and recompute its activations in the
+    backward pass: its `forward`, on this instance, becomes its class's forward run through
+    `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` (the public, non-reentrant API; it works with DDP,
+    FSDP2 and DTensors). Idempotent.
+
+    The one method litforge assigns onto an object, kept here because neither of torch's own ways fits yet: the
+    module wrapper (`torch.distributed.algorithms._checkpoint.checkpoint_wrapper`) adds `_checkpoint_wrapped_module.`
+    to every name below the unit, which breaks the nets' tensor-parallel plans (keyed by those names) and the
+    `fsdp_units()` that pick units by class (`isinstance(layer, nn.Linear)`); the composable one
+    (`torch.distributed._composable.checkpoint`, forward hooks, names kept) registers local closures, so a task
+    using it cannot be pickled, which `strategy=ddp_spawn` does to start its ranks. Both paths are private.
+    Applied per instance, parameter names, state dicts and checkpoints are exactly those of the plain net, and a
+    partial of a module-level function pickles. Upstream: pytorch/pytorch's composable checkpoint has no public home.
+    :func:`without_recompute` takes it off for a while (the FLOP count); tests/test_compat.py checks both."""
+    import functools
+
+    if not is_checkpointed(unit):
+        unit.forward = functools.partial(_recomputed_forward, unit)
+
+
+def is_checkpointed(unit: Any) -> bool:
+    """Whether :func:`recompute_in_backward` was applied to `unit`."""
+    forward = vars(unit).get("forward")
+    return getattr(forward, "func", None) is _recomputed_forward
+
+
+def _recomputed_forward(unit: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    # type(unit).forward: the class's own forward (FSDP2 swaps the class for a subclass that inherits it); the RNG
+    # state is restored for the recompute (preserve_rng_state), so dropout masks match the first pass
+    return checkpoint(type(unit).forward, unit, *args, use_reentrant=False, **kwargs)
+
+
+@contextmanager
+def without_recompute(net: Any) -> Iterator[None]:
+    """Inside, the checkpointed units of `net` run their class's forward once, as without activation checkpointing
+    (what a count of model FLOPs needs); checkpointed again on exit, also after an error."""
+    units = [m for m in net.modules() if is_checkpointed(m)]
+    for unit in units:
+        del unit.forward
+    try:
+        yield
+    finally:
+        for unit in units:
+            recompute_in_backward(unit)
+
+
 # ---- gymnasium -----------------------------------------------------------------------------------------------------
 
 
