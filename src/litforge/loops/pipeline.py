@@ -51,27 +51,28 @@ MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # the schedules that run seve
 
 
 class GivenOutput(nn.Module):
-    """A stand-in net whose forward returns the output it was given (the pipeline's, for one micro-batch)."""
+    """A stand-in net whose forward returns the output it was last given (the pipeline's, for one micro-batch)."""
 
-    def __init__(self, output: Tensor) -> None:
-        super().__init__()
-        self.output = output
+    output: Tensor | None = None
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor | None:
         return self.output
 
 
 @contextmanager
-def given_output(task: Any, output: Tensor) -> Iterator[None]:
-    """Inside, the task's `net` is a :class:`GivenOutput` of `output` (the pipeline's result): the task's own
-    `forward` and `step_loss` run, and where they call the net they get the pipeline's output. The net's stages
-    are held by the schedule, so they are not touched; the net is back on exit."""
-    net = task.net
-    task.net = GivenOutput(output)
+def given_output(task: Any, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
+    """Inside, the task's `net` is a :class:`GivenOutput` of `output` (the pipeline's result; `stand_in`, reused
+    per step, or a new one): the task's own `forward` and `step_loss` run, and where they call the net they get the
+    pipeline's output. The net's stages are held by the schedule, so they are not touched; the net is back on
+    exit."""
+    stand_in = stand_in if stand_in is not None else GivenOutput()
+    net, stand_in.output = task.net, output
+    task.net = stand_in
     try:
         yield
     finally:
         task.net = net
+        stand_in.output = None
 
 
 def micro_batches(batch: tuple[Any, ...], n: int, num_ranks: int = 1) -> list[tuple[Any, ...]]:
@@ -135,6 +136,7 @@ class PipelineLoop:
         self._schedules: dict[Any, Any] = {}
         self._micro: list[tuple[Any, ...]] = []
         self._inferring = False
+        self._stand_in = GivenOutput()  # the task's net while its step_loss / eval step reads the pipeline's output
         self.dp_group = dp_group
         self.replicas = dist.get_world_size(dp_group) if dp_group is not None else 1
 
@@ -191,7 +193,7 @@ class PipelineLoop:
         if self._inferring:
             self._inferring = False
             return output.float().sum() * 0.0
-        with given_output(self.task, output):
+        with given_output(self.task, output, self._stand_in):
             return self.task.step_loss(self._micro[int(index.item())])
 
     def run(self, batch: tuple[Any, ...], train: bool) -> tuple[Tensor, list[tuple[Any, ...]], list[Tensor]]:
@@ -213,7 +215,7 @@ class PipelineLoop:
         if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
             with torch.no_grad():
                 for part, out in zip(micro, output.tensor_split(n), strict=True):
-                    with given_output(self.task, out):
+                    with given_output(self.task, out, self._stand_in):
                         losses.append(self.task.step_loss(part))
         return output, micro, losses
 
@@ -320,5 +322,5 @@ class PipelineLoop:
     def evaluation_step(self, task_step: Callable[..., Any], batch: Any, batch_idx: int, *args: Any) -> Any:
         """The task's validation or test step (`task_step`), run on every rank on the forward pipeline's output."""
         output, _, _ = self.run(tuple(batch), train=False)
-        with given_output(self.task, output):
+        with given_output(self.task, output, self._stand_in):
             return task_step(batch, batch_idx, *args)
