@@ -266,19 +266,15 @@ def forward_only(schedule: Any) -> Any:
 
 
 def recompute_in_backward(unit: Any) -> None:
-    """Make `unit` (an nn.Module) keep only its inputs in the forward pass and recompute its activations in the
-    backward pass: its `forward`, on this instance, becomes its class's forward run through
-    `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` (the public, non-reentrant API; it works with DDP,
-    FSDP2 and DTensors). Idempotent.
+    """Make `unit` (an nn.Module) recompute its activations in the backward pass: its `forward`, on this instance,
+    runs its class's forward through `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`. Idempotent.
 
-    The one method litforge assigns onto an object, kept here because neither of torch's own ways fits yet: the
-    module wrapper (`torch.distributed.algorithms._checkpoint.checkpoint_wrapper`) adds `_checkpoint_wrapped_module.`
-    to every name below the unit, which breaks the nets' tensor-parallel plans (keyed by those names) and the
-    `fsdp_units()` that pick units by class (`isinstance(layer, nn.Linear)`); the composable one
-    (`torch.distributed._composable.checkpoint`, forward hooks, names kept) registers local closures, so a task
-    using it cannot be pickled, which `strategy=ddp_spawn` does to start its ranks. Both paths are private.
-    Applied per instance, parameter names, state dicts and checkpoints are exactly those of the plain net, and a
-    partial of a module-level function pickles. Upstream: pytorch/pytorch's composable checkpoint has no public home.
+    The one method litforge assigns onto an object. torch's own ways do not fit yet, and both are private: the
+    wrapper (`torch.distributed.algorithms._checkpoint.checkpoint_wrapper`) renames everything below the unit, which
+    breaks the nets' tensor-parallel plans (keyed by name) and `fsdp_units()` picked by class; the composable
+    `torch.distributed._composable.checkpoint` (forward hooks, names kept) registers local closures, so the task no
+    longer pickles for `strategy=ddp_spawn`. Here names, state dicts and checkpoints are the plain net's, and the
+    partial pickles. Upstream: pytorch/pytorch's composable checkpoint has no public home yet.
     :func:`without_recompute` takes it off for a while (the FLOP count); tests/test_compat.py checks both."""
     import functools
 
@@ -392,14 +388,13 @@ def group_size(group: Any) -> int:
 
 @contextmanager
 def storage_resizes_seen(seen: Callable[[Any, int], None]) -> Iterator[None]:
-    """Inside, every `torch.UntypedStorage.resize_(size)` first calls `seen(storage, size)`; the original method is
-    back on exit, also after an error (tests/test_compat.py checks both).
+    """Inside, every `torch.UntypedStorage.resize_(size)` first calls `seen(storage, size)`; torch's own method is
+    back on exit, also after an error (tests/test_compat.py).
 
-    FSDP2 frees and re-allocates its gathered weights by resizing their storages in place; `resize_` is a method of
-    the storage, not a dispatched op, so the dry run's dispatch mode (litforge.parallel.dry_run) would not see those
-    bytes come and go. torch has no hook for it: this is the one process-wide patch litforge makes, and only for
-    the duration of the dry run's count. Upstream: pytorch/pytorch's FSDP2 (`_fsdp_param.free_storage` /
-    `alloc_storage`) calls `untyped_storage().resize_` directly."""
+    FSDP2 frees and re-allocates its gathered weights by resizing their storages in place (`_fsdp_param`'s
+    `free_storage` / `alloc_storage`); `resize_` is no dispatched op, so the dry run's dispatch mode
+    (litforge.parallel.dry_run) would not see those bytes, and torch has no hook for it. The one process-wide patch
+    litforge makes, for the duration of the dry run's count only."""
     import torch
 
     original = torch.UntypedStorage.resize_
