@@ -13,7 +13,8 @@ import torch
 
 from litforge.core.errors import ConfigError
 from litforge.models.gpt import GPT
-from litforge.parallel.activation_checkpointing import apply_activation_checkpointing, is_checkpointed
+from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+from litforge.runtime.compat import is_checkpointed
 
 
 class _Task(torch.nn.Module):

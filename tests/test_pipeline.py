@@ -317,3 +317,23 @@ def test_pipeline_cli_trains_like_one_process_and_eval_reads_its_checkpoint(tmp_
     assert evaluated.returncode == 0, evaluated.output[-3000:]
     eval_metrics = read_metrics(single_run(tmp_path / "eval", "eval"))["metrics"]
     assert eval_metrics["test/acc"] == pytest.approx(pipe_metrics["test/acc"], abs=1e-6), eval_metrics
+
+
+def test_the_pipeline_strategy_runs_the_steps_and_the_task_keeps_its_own_methods() -> None:
+    """What runs is what the classes say: Lightning calls the pipeline strategy's training/validation/test steps
+    (its own extension points), and the loop assigns no method onto the task; the pipeline's output reaches the
+    task's own forward through a stand-in net, and the net is back afterwards."""
+    from types import SimpleNamespace
+
+    from litforge.loops.pipeline import GivenOutput, PipelineLoop, given_output
+    from litforge.parallel.pipeline import Pipeline
+
+    task = _task("mlp")
+    PipelineLoop.install(SimpleNamespace(task=task, dp_group=None))  # type: ignore[arg-type]
+    assert task.automatic_optimization is False
+    assert not {"training_step", "validation_step", "test_step", "forward"} & set(vars(task))
+    assert {"training_step", "validation_step", "test_step"} <= set(vars(Pipeline))
+    net, output = task.net, torch.zeros(5, 3)
+    with given_output(task, output):
+        assert isinstance(task.net, GivenOutput) and task(torch.ones(5, 1, 4, 4)) is output
+    assert task.net is net and "forward" not in vars(task)

@@ -206,3 +206,27 @@ def test_the_pipeline_loop_refuses_a_task_that_overrides_training_step():
     loud = namespace["LoudTask"].__new__(namespace["LoudTask"])
     with pytest.raises(ConfigError, match=r"strategy=pipeline .*LoudTask overrides training_step: move that code"):
         PipelineLoop.install(SimpleNamespace(task=loud))  # type: ignore[arg-type]
+
+
+def test_steps_per_call_is_a_strategy_and_leaves_the_task_and_datamodule_as_their_classes_say(compose_cfg):
+    """What runs is what the classes say: the N steps are Lightning's strategy extension points (the training step
+    and the training loader), not methods assigned onto the user's task and datamodule."""
+    from pytorch_lightning.strategies import SingleDeviceStrategy
+
+    from litforge.core.instantiate import instantiate_group
+    from litforge.jobs.build import build_task
+    from litforge.loops.steps_per_call import EpochSchedulers, GroupedBatches, StepsPerCall, install
+
+    cfg = compose_cfg("print_config=false")
+    datamodule = instantiate_group("data", cfg.data)
+    task = build_task(cfg, datamodule.describe())
+    callbacks: list = []
+    strategy = install(4, task, datamodule, {"accelerator": "cpu"}, "auto", callbacks)
+    assert isinstance(strategy, StepsPerCall) and isinstance(strategy, SingleDeviceStrategy)
+    assert strategy.steps == 4 and strategy.root_device == torch.device("cpu")
+    assert [type(cb) for cb in callbacks] == [EpochSchedulers] and task.automatic_optimization is False
+    assert "training_step" not in vars(task) and "train_dataloader" not in vars(datamodule)
+    assert install(1, task, datamodule, {}, "auto", []) == "auto"  # N=1: Lightning's own strategy
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    assert not isinstance(loader, GroupedBatches)  # the datamodule's loader is its own; the strategy groups it

@@ -27,6 +27,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from litforge.runtime.compat import job_error
 from litforge.runtime.override_text import override_text
 
 log = logging.getLogger(__name__)
@@ -312,8 +313,8 @@ def job_outcome(result: Any) -> tuple[float | None, str | None]:
     from hydra.core.utils import JobStatus
 
     if result.status != JobStatus.COMPLETED:
-        error = getattr(result, "_return_value", None)
-        return None, f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(result.status)
+        error = job_error(result)
+        return None, f"{type(error).__name__}: {error}" if error is not None else str(result.status)
     value = result.return_value
     try:
         number = float(value)

@@ -137,7 +137,7 @@ def build_fit_trainer(
         strategy.check_run(datamodule, trainer_kwargs, callbacks)  # pipeline: batch size, clipping; its callbacks
     if settings.checkpoint_async:  # checkpoint writes in a background thread, still atomic
         trainer_kwargs["plugins"] = with_async_saves(trainer_kwargs.get("plugins"), strategy)
-    steps.install(settings.steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)
+    strategy = steps.install(settings.steps_per_call, task, datamodule, trainer_kwargs, strategy, callbacks)
     trainer = build_trainer(trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=loggers or False)
     init_elastic_process_group(trainer.strategy)  # torchrun: a fresh rendezvous on every restart (parallel/elastic.py)
     return trainer

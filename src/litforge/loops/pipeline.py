@@ -2,15 +2,15 @@
 
 Why a loop of litforge's own: Lightning has no pipeline-parallel strategy (its DeepSpeed one is GPU-only and not a
 `torch.distributed.pipelining` schedule), and a pipeline schedule runs forward, backward and the gradient
-accumulation of all micro-batches itself, so the step cannot be Lightning's automatic optimization. As
-litforge.loops.steps_per_call does for several steps per call, :class:`PipelineLoop` replaces the task's
-`training_step`, `validation_step` and `test_step` on the instance (the task's class stays as it is) and drives
-the optimizer itself under manual optimization.
+accumulation of all micro-batches itself, so the step cannot be Lightning's automatic optimization. The pipeline
+strategy (litforge.parallel.pipeline.Pipeline) fills in Lightning's strategy extension points `training_step`,
+`validation_step` and `test_step` with :class:`PipelineLoop`'s (Lightning calls the strategy's, which by default call
+the task's), and the loop drives the optimizer itself under manual optimization.
 
 Tasks stay unchanged because the loss is the task's own `step_loss(micro_batch)`: the schedule's `loss_fn` on the
-last stage calls it with the task's `forward` answering with the pipeline's output for that micro-batch
-(:func:`given_output`), so the task's loss, its metrics and its batch layout all keep working. The last stage then
-broadcasts the batch's output to every rank, where the same `step_loss` calls (or the task's own
+last stage calls it with the task's `net` standing aside for a module that answers with the pipeline's output for
+that micro-batch (:func:`given_output`), so the task's loss, its metrics and its batch layout all keep working. The
+last stage then broadcasts the batch's output to every rank, where the same `step_loss` calls (or the task's own
 `validation_step` / `test_step`) run on it: every rank logs the same loss and holds the same metric states (their
 end-of-epoch syncs then meet on every rank). That broadcast costs one output tensor per batch (B x classes, or
 B x T x vocab for a language model).
@@ -50,14 +50,29 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")  # strategy.sch
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # the schedules that run several stages per rank
 
 
+class GivenOutput(nn.Module):
+    """A stand-in net whose forward returns the output it was last given (the pipeline's, for one micro-batch)."""
+
+    output: Tensor | None = None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor | None:
+        return self.output
+
+
 @contextmanager
-def given_output(task: nn.Module, output: Tensor) -> Iterator[None]:
-    """Inside, `task(...)` returns `output` (the pipeline's result) instead of running the net."""
-    task.forward = lambda *args, **kwargs: output
+def given_output(task: Any, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
+    """Inside, the task's `net` is a :class:`GivenOutput` of `output` (the pipeline's result; `stand_in`, reused
+    per step, or a new one): the task's own `forward` and `step_loss` run, and where they call the net they get the
+    pipeline's output. The net's stages are held by the schedule, so they are not touched; the net is back on
+    exit."""
+    stand_in = stand_in if stand_in is not None else GivenOutput()
+    net, stand_in.output = task.net, output
+    task.net = stand_in
     try:
         yield
     finally:
-        del task.forward
+        task.net = net
+        stand_in.output = None
 
 
 def micro_batches(batch: tuple[Any, ...], n: int, num_ranks: int = 1) -> list[tuple[Any, ...]]:
@@ -81,7 +96,8 @@ def interleavable(microbatches: int, num_ranks: int) -> bool:
 
 
 class PipelineLoop:
-    """One rank's part of the pipeline: its stage(s), the schedules, and the task's replaced steps.
+    """One rank's part of the pipeline: its stage(s), the schedules, and the steps the pipeline strategy runs in
+    place of the task's.
 
     `stage` / `stage_index`: this rank's stage and its index, or for the multi-stage schedules (interleaved_1f1b,
     zero_bubble) its stages and their indices; `num_stages` counts the stages of all ranks and `stage_ranks` gives
@@ -118,15 +134,16 @@ class PipelineLoop:
         self.net_inputs = net_inputs or (lambda micro: micro[:1])
         self.is_first, self.is_last = 0 in self.indices, num_stages - 1 in self.indices
         self._schedules: dict[Any, Any] = {}
-        self._originals: dict[str, Callable[..., Any]] = {}
         self._micro: list[tuple[Any, ...]] = []
         self._inferring = False
+        self._stand_in = GivenOutput()  # the task's net while its step_loss / eval step reads the pipeline's output
         self.dp_group = dp_group
         self.replicas = dist.get_world_size(dp_group) if dp_group is not None else 1
 
     # ---- installing -------------------------------------------------------------------------------------------
     def install(self) -> None:
-        """Manual optimization, and the task's steps replaced on the instance by this loop's (idempotent)."""
+        """Refuse a task whose own `training_step` the loop would skip; manual optimization (the loop steps the
+        optimizer); under data parallelism the task's metrics sync over the replicas."""
         task = self.task
         if owner := own_training_step(task):
             raise ConfigError(
@@ -134,11 +151,6 @@ class PipelineLoop:
                 f"but {owner} overrides training_step: move that code into step_loss, or use another strategy"
             )
         task.automatic_optimization = False
-        for name in ("validation_step", "test_step"):
-            if name not in self._originals:
-                self._originals[name] = getattr(task, name)
-                setattr(task, name, self._evaluating(self._originals[name]))
-        task.training_step = self.training_step
         if self.dp_group is not None:  # metrics sync over the replicas (every stage of one holds the same states)
             from torchmetrics import Metric
 
@@ -181,7 +193,7 @@ class PipelineLoop:
         if self._inferring:
             self._inferring = False
             return output.float().sum() * 0.0
-        with given_output(self.task, output):
+        with given_output(self.task, output, self._stand_in):
             return self.task.step_loss(self._micro[int(index.item())])
 
     def run(self, batch: tuple[Any, ...], train: bool) -> tuple[Tensor, list[tuple[Any, ...]], list[Tensor]]:
@@ -203,7 +215,7 @@ class PipelineLoop:
         if not self.is_last:  # the same step_loss calls on the broadcast output: same losses, same metric updates
             with torch.no_grad():
                 for part, out in zip(micro, output.tensor_split(n), strict=True):
-                    with given_output(self.task, out):
+                    with given_output(self.task, out, self._stand_in):
                         losses.append(self.task.step_loss(part))
         return output, micro, losses
 
@@ -230,7 +242,7 @@ class PipelineLoop:
         dist.broadcast(out, src=src, group=self.group)
         return out
 
-    # ---- the replaced steps -----------------------------------------------------------------------------------
+    # ---- the steps the pipeline strategy runs ------------------------------------------------------------------------
     def training_step(self, batch: tuple[Any, ...], batch_idx: int) -> Tensor:
         """One optimizer step on `batch` through the pipeline; the batch's loss, equal on every rank."""
         task = self.task
@@ -307,12 +319,8 @@ class PipelineLoop:
         for g in grads:
             g.mul_(coefficient.to(g.dtype))
 
-    def _evaluating(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """The task's validation/test step, run on every rank on the forward pipeline's output."""
-
-        def step(batch: Any, batch_idx: int, *args: Any) -> Any:
-            output, _, _ = self.run(tuple(batch), train=False)
-            with given_output(self.task, output):
-                return original(batch, batch_idx, *args)
-
-        return step
+    def evaluation_step(self, task_step: Callable[..., Any], batch: Any, batch_idx: int, *args: Any) -> Any:
+        """The task's validation or test step (`task_step`), run on every rank on the forward pipeline's output."""
+        output, _, _ = self.run(tuple(batch), train=False)
+        with given_output(self.task, output, self._stand_in):
+            return task_step(batch, batch_idx, *args)

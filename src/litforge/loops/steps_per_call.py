@@ -4,15 +4,15 @@ Why: Lightning's per-step machinery (the hooks of every callback, progress track
 Python calls, more than a small net's whole step; paid once per N optimizer steps it nearly vanishes
 (benchmarks/step_overhead.py measures it). Lightning has no such switch.
 
-How, without changing tasks or datamodules: :func:`install` attaches the mechanism to an unmodified task and
-datamodule before `trainer.fit`:
+How, without changing tasks or datamodules: :class:`StepsPerCall` is Lightning's one-device strategy with two of
+its extension points filled in (:func:`install` builds it in place of `strategy=auto`):
 
-- the datamodule's training loader is wrapped in :class:`GroupedBatches`: each item is N consecutive batches of
+- `process_dataloader` wraps the training loader in :class:`GroupedBatches`: each item is N consecutive batches of
   the original loader, concatenated (the very samples, in the very order, of N=1);
-- the task switches to manual optimization and its `training_step` is replaced (on the instance) by
-  :meth:`StepsPerCall.training_step`, which slices the item back into the N batches and, for each, calls the task's
-  per-step loss `step_loss(batch)`, then backward, clipping, `optimizer.step()` and the step-interval schedulers:
-  what Lightning's automatic optimization does on one device, written out;
+- `training_step` (the strategy's, which Lightning calls in place of the task's) slices the item back into the N
+  batches and, for each, calls the task's per-step loss `step_loss(batch)`, then backward, clipping,
+  `optimizer.step()` and the step-interval schedulers: what Lightning's automatic optimization does on one device,
+  written out, under manual optimization;
 - a callback steps epoch-interval schedulers (Lightning does so only under automatic optimization).
 
 `trainer.global_step`, `max_steps`, checkpoint names and the loggers' x-axis all count optimizer steps, so a run
@@ -30,6 +30,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.strategies import SingleDeviceStrategy
 from torch import Tensor
 
 from litforge.core.contracts import StatefulLoader, SteppableTask, own_training_step
@@ -98,29 +99,52 @@ def optimizer_steps_in_run(trainer: pl.Trainer) -> int:
     return min(steps, trainer.max_steps) if trainer.max_steps > 0 else steps
 
 
-class StepsPerCall:
-    """The training step that runs `steps` optimizer steps on one loaded item (see the module docstring)."""
+class StepsPerCall(SingleDeviceStrategy):
+    """Lightning's one-device strategy, training `steps` optimizer steps per training step (see the module
+    docstring); `steps="auto"` is decided when Lightning first asks for the training loader."""
 
     def __init__(
-        self, task: pl.LightningModule, steps: int, micro_batch_size: int, clip_val: float | None, clip_algorithm: str
+        self,
+        device: torch.device,
+        steps: int | str,
+        micro_batch_size: int,
+        clip_val: float | None,
+        clip_algorithm: str,
+        datamodule: Any,
+        schedulers: EpochSchedulers,
     ) -> None:
-        self.task = task
+        super().__init__(device=device)
         self.steps = steps
         self.micro_batch_size = micro_batch_size
         self.clip_val = clip_val
         self.clip_algorithm = clip_algorithm
+        self.datamodule = datamodule  # steps_per_call=auto's probe reads a fresh batch from it
+        self.schedulers = schedulers  # the epoch-scheduler callback, told the N that auto chose
 
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-        where = self.task.step_position(batch_idx)  # type: ignore[operator]
-        losses = self.run_steps(batch, self.task.step_loss)  # type: ignore[arg-type]  # nn.Module.__getattr__'s type
-        # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-        self.task.log_training_loss(losses, batch, where)  # type: ignore[operator]
+    def process_dataloader(self, dataloader: object) -> object:
+        """The training loader, `steps` batches per item (validation and test loaders pass as they are)."""
+        dataloader = super().process_dataloader(dataloader)
+        task = self.lightning_module
+        if task is None or not task.trainer.training:
+            return dataloader
+        if self.steps == "auto":  # decided once, at the first training loader of the run
+            self.steps = self.schedulers.steps = auto_steps(task, self.datamodule, dataloader)
+        return grouped(dataloader, int(self.steps))
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Tensor:
+        """In place of the task's `training_step` (Lightning's own strategy calls that one): the task's `step_loss`
+        on each of the item's batches, one optimizer step each; logged as the task's `training_step` logs."""
+        batch, batch_idx = args[0], args[1]
+        task: Any = self.lightning_module  # a LitforgeTask: install() refused any other
+        with self.precision_plugin.train_step_context():
+            where = task.step_position(batch_idx)
+            losses = self.run_steps(batch, task.step_loss)
+            task.log_training_loss(losses, batch, where)
         return losses  # one loss per optimizer step: the NaN guard names the exact step
 
     def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:
         """Optimizer steps on consecutive `micro_batch_size` slices of `batch`; the loss of each step."""
-        task = self.task
+        task: Any = self.lightning_module
         trainer = task.trainer
         lightning_optimizer = task.optimizers()
         if isinstance(lightning_optimizer, list):
@@ -330,8 +354,9 @@ def auto_steps(task: Any, datamodule: Any, loader: Any) -> int:
 
 def install(
     steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any, callbacks: list[Any]
-) -> None:
-    """Attach steps_per_call=`steps` to `task` and `datamodule` (1: leave both as they are).
+) -> Any:
+    """The strategy that runs steps_per_call=`steps` (1: `strategy` as it is); `task` is switched to manual
+    optimization, `datamodule` is left as it is.
 
     `steps="auto"` picks N when Lightning first asks for the training loader (the task is then on its device and
     its optimizer built): :func:`auto_steps` times a few optimizer steps on a copy of the task and takes the
@@ -343,7 +368,7 @@ def install(
     without automatic optimization) into the step loop. Appends the epoch-scheduler callback to `callbacks`.
     """
     if steps == 1:  # its type and range: litforge.config.settings
-        return
+        return strategy
     fix = "set steps_per_call=1"
     if not isinstance(task, SteppableTask):
         raise ConfigError(
@@ -389,22 +414,26 @@ def install(
     clip_val = trainer_kwargs.pop("gradient_clip_val", None)
     clip_algorithm = trainer_kwargs.pop("gradient_clip_algorithm", None) or "norm"  # norm | value (validation)
 
-    mechanism = StepsPerCall(task, steps, datamodule.batch_size, clip_val, clip_algorithm)
-    task.automatic_optimization = False
-    task.training_step = mechanism.training_step  # on the instance: the task's class stays as it is
-    train_dataloader = datamodule.train_dataloader
+    task.automatic_optimization = False  # the strategy's training_step steps the optimizer itself
     schedulers = EpochSchedulers(steps)
-
-    def grouped_loader() -> GroupedBatches:
-        inner = train_dataloader()
-        if mechanism.steps == "auto":  # decided once, at the first training loader of the run
-            datamodule.train_dataloader = train_dataloader  # the probe's fresh loader is the plain one
-            try:
-                mechanism.steps = schedulers.steps = auto_steps(task, datamodule, inner)
-            finally:
-                datamodule.train_dataloader = grouped_loader
-        return grouped(inner, mechanism.steps)
-
-    datamodule.train_dataloader = grouped_loader
     callbacks.append(schedulers)
-    task.steps_per_call = mechanism  # the chosen N is `task.steps_per_call.steps` (logged under auto)
+    device = one_device(steps, trainer_kwargs)
+    return StepsPerCall(device, steps, datamodule.batch_size, clip_val, clip_algorithm, datamodule, schedulers)
+
+
+def one_device(steps: Any, trainer_kwargs: dict[str, Any]) -> torch.device:
+    """The device Lightning picks for these trainer settings (its own choice, made by a Trainer built for nothing
+    else), refused when they ask for several processes."""
+    probe = pl.Trainer(
+        **{key: trainer_kwargs[key] for key in ("accelerator", "devices", "num_nodes") if key in trainer_kwargs},
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    if probe.world_size > 1 or not isinstance(probe.strategy, SingleDeviceStrategy):
+        raise ConfigError(
+            f"steps_per_call={steps} runs on one device, but this run has {probe.world_size} processes: set "
+            "steps_per_call=1 for multi-device training"
+        )
+    return probe.strategy.root_device

@@ -10,26 +10,21 @@ of each checkpointed unit (benchmarks/memory.py measures both).
 - `selective`: every other unit (the 1st, 3rd, ...), torchtitan's layer-selective mode with frequency 2: about half
   the saving for half the recompute.
 
-How: each chosen unit's `forward` is replaced, on that instance only, by a call of the class's forward through
-`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` (the public, non-reentrant API, which works with
-DDP, FSDP2 and DTensors). torch's `checkpoint_wrapper` lives in the private
-`torch.distributed.algorithms._checkpoint` and wraps each unit in a new module, adding
-`_checkpoint_wrapped_module.` to every parameter name: checkpoints would then differ from a run without it. Here
-parameter names, state dicts and checkpoints are exactly those of an unwrapped net, so a run may switch the mode on
-resume. Apply it before sharding (litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks
-then sit outside the recomputed region, as in torchtitan.
+How: :func:`litforge.runtime.compat.recompute_in_backward` makes each chosen unit's forward run through
+`torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` on that instance (its docstring says why neither of
+torch's `checkpoint_wrapper` nor its composable `checkpoint` is used yet). Parameter names, state dicts and
+checkpoints are exactly those of an unwrapped net, so a run may switch the mode on resume. Apply it before sharding
+(litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks then sit outside the recomputed
+region, as in torchtitan.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from litforge.core.errors import ConfigError
 from litforge.parallel.plans import sharding_units
+from litforge.runtime.compat import recompute_in_backward
 
 MODES = ("none", "full", "selective")
 
@@ -63,16 +58,5 @@ def apply_activation_checkpointing(task: nn.Module, mode: str) -> int:
         )
     units = checkpoint_units(net, mode)
     for unit in units:
-        if not is_checkpointed(unit):
-            unit.forward = functools.partial(_recomputed_forward, unit)  # this instance only; names unchanged
+        recompute_in_backward(unit)  # this instance only; names unchanged
     return len(units)
-
-
-def is_checkpointed(unit: nn.Module) -> bool:
-    return isinstance(vars(unit).get("forward"), functools.partial)
-
-
-def _recomputed_forward(unit: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    # type(unit).forward: the class's own forward (FSDP2 swaps the class for a subclass that inherits it); the RNG
-    # state is restored for the recompute (preserve_rng_state), so dropout masks match the first pass
-    return checkpoint(type(unit).forward, unit, *args, use_reentrant=False, **kwargs)

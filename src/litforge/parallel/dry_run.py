@@ -155,7 +155,7 @@ def step_counter() -> Any:
     """A dispatch mode that counts each collective's payload by kind (`comms`) and the bytes of the storages made
     under it that are still alive (`live`, its maximum `peak`). Works on real tensors (a gloo run) and fake ones."""
     if "step" not in _COUNTERS:
-        from litforge.runtime.compat import dispatch_mode_class, group_size
+        from litforge.runtime.compat import dispatch_mode_class, group_size, storage_resizes_seen
 
         class StepCounter(dispatch_mode_class()):  # type: ignore[misc]
             def __init__(self) -> None:
@@ -189,21 +189,16 @@ def step_counter() -> Any:
                 return int(dist.ProcessGroup.unbox(args[1]).rank()) == int(args[2])
 
             def __enter__(self) -> Any:
-                # FSDP2 frees and re-allocates its gathered weights by resizing their storages in place
-                # (`UntypedStorage.resize_`, not a dispatched op): seen here for the duration of the count only
-                original, counter = torch.UntypedStorage.resize_, self
-
-                def resize_(storage: Any, size: int) -> Any:
-                    counter.resized(storage, int(size))
-                    return original(storage, size)
-
-                self._original_resize = original
-                torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+                # FSDP2's in-place storage resizes (not dispatched ops): seen for the duration of the count only
+                self._resizes = storage_resizes_seen(self.resized)
+                self._resizes.__enter__()
                 return super().__enter__()
 
             def __exit__(self, *exc: Any) -> Any:
-                torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
-                return super().__exit__(*exc)
+                try:
+                    return super().__exit__(*exc)
+                finally:
+                    self._resizes.__exit__(None, None, None)
 
             def _track(self, t: Tensor) -> None:
                 if hasattr(t, "to_local"):  # a DTensor: its memory is its local shard's (its own storage has the

@@ -10,8 +10,9 @@ bubble; `ScheduleZBVZeroBubble`: two stages per rank in a V, weight gradients fi
 
 How it fits Lightning, with public APIs: a `DDPStrategy` subclass (so launching, the gloo/nccl process group,
 rank-0 logging and checkpoint writing stay Lightning's) that does not wrap the model in DDP, gives every rank the
-whole batch (all stages see the same data: the first its inputs, the last its targets), and installs
-litforge.loops.pipeline.PipelineLoop, which runs the schedule and the optimizer step (tasks stay unchanged).
+whole batch (all stages see the same data: the first its inputs, the last its targets), and whose `training_step`,
+`validation_step` and `test_step` (Lightning's strategy hooks) run litforge.loops.pipeline.PipelineLoop, which runs
+the schedule and the optimizer step (tasks stay unchanged).
 
 Each rank builds only its own stages (`strategy.meta_init`, default): the train job builds the net on the meta
 device, and once the process group exists (`setup_environment`, before Lightning restores a checkpoint) the rank
@@ -338,6 +339,24 @@ class Pipeline(DDPStrategy):
                 dp_group=layout.dp_group,
             )
         self.loop.install()
+
+    # ---- the steps: Lightning calls the strategy's, which run the schedule ----------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.precision_plugin.train_step_context():
+            return self.installed_loop().training_step(*args)
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.precision_plugin.val_step_context():
+            return self.installed_loop().evaluation_step(attached_module(self).validation_step, *args)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.precision_plugin.test_step_context():
+            return self.installed_loop().evaluation_step(attached_module(self).test_step, *args)
+
+    def installed_loop(self) -> PipelineLoop:
+        if self.loop is None:  # configure_ddp / setup install it before any step
+            raise RuntimeError("strategy=pipeline: a step ran before the pipeline loop was installed")
+        return self.loop
 
     # ---- checkpoints: one ordinary file -------------------------------------------------------------------------
     def sync_full_net(self) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from litforge.runtime.compat import job_error
+
 RESULT_FILE = "result.json"
 PRUNED = "PRUNED"  # a job the Optuna sweeper's pruner stopped early: kept, listed after the completed ones
 REQUEUED = "REQUEUED"  # a SLURM job saved and requeued at its time limit; its next attempt's record replaces this
@@ -163,7 +165,5 @@ def _fmt(value: Any) -> str:
 
 
 def _error_text(job_return: Any) -> str | None:
-    value = getattr(job_return, "_return_value", None)
-    if isinstance(value, BaseException):
-        return f"{type(value).__name__}: {value}"
-    return None
+    error = job_error(job_return)
+    return None if error is None else f"{type(error).__name__}: {error}"

@@ -12,7 +12,7 @@ free of torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -262,6 +262,54 @@ def forward_only(schedule: Any) -> Any:
     return schedule
 
 
+# ---- activation checkpointing ---------------------------------------------------------------------------------------
+
+
+def recompute_in_backward(unit: Any) -> None:
+    """Make `unit` (an nn.Module) recompute its activations in the backward pass: its `forward`, on this instance,
+    runs its class's forward through `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`. Idempotent.
+
+    The one method litforge assigns onto an object. torch's own ways do not fit yet, and both are private: the
+    wrapper (`torch.distributed.algorithms._checkpoint.checkpoint_wrapper`) renames everything below the unit, which
+    breaks the nets' tensor-parallel plans (keyed by name) and `fsdp_units()` picked by class; the composable
+    `torch.distributed._composable.checkpoint` (forward hooks, names kept) registers local closures, so the task no
+    longer pickles for `strategy=ddp_spawn`. Here names, state dicts and checkpoints are the plain net's, and the
+    partial pickles. Upstream: pytorch/pytorch's composable checkpoint has no public home yet.
+    :func:`without_recompute` takes it off for a while (the FLOP count); tests/test_compat.py checks both."""
+    import functools
+
+    if not is_checkpointed(unit):
+        unit.forward = functools.partial(_recomputed_forward, unit)
+
+
+def is_checkpointed(unit: Any) -> bool:
+    """Whether :func:`recompute_in_backward` was applied to `unit`."""
+    forward = vars(unit).get("forward")
+    return getattr(forward, "func", None) is _recomputed_forward
+
+
+def _recomputed_forward(unit: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    # type(unit).forward: the class's own forward (FSDP2 swaps the class for a subclass that inherits it); the RNG
+    # state is restored for the recompute (preserve_rng_state), so dropout masks match the first pass
+    return checkpoint(type(unit).forward, unit, *args, use_reentrant=False, **kwargs)
+
+
+@contextmanager
+def without_recompute(net: Any) -> Iterator[None]:
+    """Inside, the checkpointed units of `net` run their class's forward once, as without activation checkpointing
+    (what a count of model FLOPs needs); checkpointed again on exit, also after an error."""
+    units = [m for m in net.modules() if is_checkpointed(m)]
+    for unit in units:
+        del unit.forward
+    try:
+        yield
+    finally:
+        for unit in units:
+            recompute_in_backward(unit)
+
+
 # ---- gymnasium -----------------------------------------------------------------------------------------------------
 
 
@@ -338,6 +386,30 @@ def group_size(group: Any) -> int:
     return int(dist.ProcessGroup.unbox(group).size())
 
 
+@contextmanager
+def storage_resizes_seen(seen: Callable[[Any, int], None]) -> Iterator[None]:
+    """Inside, every `torch.UntypedStorage.resize_(size)` first calls `seen(storage, size)`; torch's own method is
+    back on exit, also after an error (tests/test_compat.py).
+
+    FSDP2 frees and re-allocates its gathered weights by resizing their storages in place (`_fsdp_param`'s
+    `free_storage` / `alloc_storage`); `resize_` is no dispatched op, so the dry run's dispatch mode
+    (litforge.parallel.dry_run) would not see those bytes, and torch has no hook for it. The one process-wide patch
+    litforge makes, for the duration of the dry run's count only."""
+    import torch
+
+    original = torch.UntypedStorage.resize_
+
+    def resize_(storage: Any, size: int) -> Any:
+        seen(storage, int(size))
+        return original(storage, size)
+
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
+
+
 class ChunksByIndex(Sequence[Any]):
     """`torch.chunk(tensor, num_chunks, dim)` padded with empty tensors to `num_chunks` (FSDP2's
     `_chunk_with_empty`), each chunk made only when read: reading two of them costs the same at any `num_chunks`."""
@@ -376,3 +448,17 @@ def fsdp_chunks_by_index() -> None:
     from torch.distributed.fsdp._fully_shard import _fsdp_param
 
     _fsdp_param._chunk_with_empty = ChunksByIndex  # type: ignore[assignment]
+
+
+# ---- Hydra ---------------------------------------------------------------------------------------------------------
+
+
+def job_error(job_return: Any) -> BaseException | None:
+    """The exception a failed Hydra job raised, or None (a job that completed, or failed without one).
+
+    Hydra's `JobReturn` keeps it in the private `_return_value` (facebookresearch/hydra#1465, "Support partial
+    failures in multirun mode"); its public `return_value` re-raises it and first writes "Error executing job with
+    overrides: ..." to stderr, so a sweep that goes on past a failed job (records/sweeps.py's summary, the Optuna
+    sweeper's failed trial) would print that line again for every job it reads. No public getter exists."""
+    value = getattr(job_return, "_return_value", None)
+    return value if isinstance(value, BaseException) else None

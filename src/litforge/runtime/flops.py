@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from litforge.parallel.activation_checkpointing import is_checkpointed
+from litforge.runtime.compat import without_recompute
 
 log = logging.getLogger(__name__)
 
@@ -172,19 +172,20 @@ def count_step_flops(net: nn.Module, forward: Callable[[], Any]) -> int:
     buffers = {name: b.detach().clone() for name, b in net.named_buffers()}
     devices = sorted({p.device.index for p in params if p.device.type == "cuda" and p.device.index is not None})
     counter = FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
-    # model FLOPs, as MFU counts them: activation checkpointing's recompute is left out (litforge's checkpointing is
-    # a `forward` on the unit instance: taking it off for the count runs the class's own forward once)
-    recomputed = {m: vars(m).pop("forward") for m in net.modules() if is_checkpointed(m)}
+    # model FLOPs, as MFU counts them: activation checkpointing's recompute is left out (without_recompute)
     try:
-        with torch.random.fork_rng(devices=devices), torch.compiler.set_stance("force_eager"), counter:
+        with (
+            without_recompute(net),
+            torch.random.fork_rng(devices=devices),
+            torch.compiler.set_stance("force_eager"),
+            counter,
+        ):
             out = forward()
             outputs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
             total = sum(t.float().sum() for t in outputs if t.requires_grad)
             if params and isinstance(total, torch.Tensor):
                 torch.autograd.grad(total, params, allow_unused=True)
     finally:
-        for module, forward_fn in recomputed.items():
-            module.forward = forward_fn
         with torch.no_grad():
             for name, b in net.named_buffers():
                 if name in buffers:
