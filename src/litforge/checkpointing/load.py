@@ -30,7 +30,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     wait_for_checkpoint_writes()  # a checkpoint this process is still making durable (litforge.checkpointing.io)
     file = checkpoint_file(path)
     if file.is_dir():  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
-        from litforge.parallel.consolidate import consolidate, consolidated_path
+        from litforge.checkpointing.consolidate import consolidate, consolidated_path
 
         merged = consolidated_path(file)
         if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
@@ -50,7 +50,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
 def checkpoint_file(path: str | Path) -> Path:
     """The file `path` names, or a sharded checkpoint's folder, after what a path alone tells (no torch needed):
     a CheckpointError for a missing file (naming the newest checkpoints nearby), another folder, an empty file."""
-    from litforge.parallel.consolidate import is_distributed_checkpoint
+    from litforge.checkpointing.consolidate import is_distributed_checkpoint
 
     file = Path(path).expanduser()
     if not file.exists():

@@ -170,7 +170,7 @@ def read_checkpoint(path: str | Path, trusted_packages: Any = ()) -> dict[str, A
 
 def check_checkpoint_early(cfg: Any, job: str) -> None:
     """Refuse `ckpt_path` for `job` (eval/predict/export/generate) before Hydra makes a run folder and before torch
-    is imported: the checks of the job's own load (litforge.checkpointing.restore.load_for_inference and
+    is imported: the checks of the job's own load (litforge.tasks.restore.load_for_inference and
     restore_task), on the checkpoint's metadata."""
     from omegaconf import OmegaConf
 

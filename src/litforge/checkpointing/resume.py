@@ -21,7 +21,7 @@ requeued attempt gets again (submitit runs the same pickled call): when SLURM sa
 
 The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
 the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Under strategy=fsdp/tp `last.ckpt` is a
-sharded folder (a `.metadata` index and one file per rank, litforge.parallel.consolidate); when a kill fell between
+sharded folder (a `.metadata` index and one file per rank, litforge.checkpointing.consolidate); when a kill fell between
 the two renames of an atomic sharded save, `last.ckpt` is briefly missing and the previous one waits, whole, as
 `.last.ckpt.previous` (litforge.parallel.strategies.ModelParallel.save_checkpoint): it is resumed then.
 Torch-free: used before Hydra starts.

@@ -1,7 +1,7 @@
 """What gets deployed: the plain fp32 `nn.Module` of a classifier's or regressor's checkpoint, run in batches.
 
 Why a module of its own: the export job and benchmarks/inference.py must time and convert the very same net, rebuilt
-from the checkpoint alone (`litforge.checkpointing.restore.load_for_inference`), whatever wrapped it in training.
+from the checkpoint alone (`litforge.tasks.restore.load_for_inference`), whatever wrapped it in training.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     QAT runs, a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode. The
     checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import load_for_inference
     from litforge.core.contracts import check_exportable
+    from litforge.tasks.restore import load_for_inference
 
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))

@@ -8,12 +8,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.checkpointing.restore import load_for_inference
 from litforge.config.check import check_at_start
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_trainer
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
+from litforge.tasks.restore import load_for_inference
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:

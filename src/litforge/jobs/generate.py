@@ -15,7 +15,7 @@ from litforge.core.errors import ConfigError
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import inference_device, restore_task
+    from litforge.tasks.restore import inference_device, restore_task
 
     check_at_start(cfg)  # once per run: skipped where the command line's check passed it
     path = str(cfg.ckpt_path)

@@ -26,7 +26,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
     import torch
 
-    from litforge.checkpointing.restore import inference_device, load_for_inference
+    from litforge.tasks.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
     where = f"ckpt_path={cfg.ckpt_path}"

@@ -28,6 +28,7 @@ from litforge.core.instantiate import instantiate_group, instantiate_named, to_p
 from litforge.jobs.build import (
     build_fit_trainer,
     build_strategy,
+    build_task,
     build_training_task,
     runs_on_cuda,
     task_class,
@@ -73,7 +74,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("dry_run"):  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 
-        return dry_run(cfg)
+        return dry_run(cfg, build_task)
     check_tuning(cfg)  # tune=lr_find|batch_size where a finder cannot work: refused before anything is built
     for note in run_notes(cfg):
         log.warning("%s", note)
@@ -297,7 +298,7 @@ def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: 
     Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here. The
     command line's check asked the same of the checkpoint's metadata (litforge.checkpointing.resume.check_early).
     """
-    from litforge.checkpointing.restore import recorded_task_class
+    from litforge.tasks.restore import recorded_task_class
 
     resume.check_continues(
         path,

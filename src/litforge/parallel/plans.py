@@ -16,16 +16,11 @@ from typing import Any
 
 from torch import nn
 
-from litforge.core.contracts import Model, TensorParallelModel, missing_members
+from litforge.core.contracts import TensorParallelModel, missing_members
 from litforge.core.errors import ConfigError
+from litforge.models.speed import sharding_units
 
 TP_STYLES = ("colwise", "rowwise")
-
-
-def sharding_units(net: nn.Module) -> list[nn.Module]:
-    """The modules to wrap with `fully_shard` before the root: the net's own `fsdp_units()` (with parameters)."""
-    units = list(net.fsdp_units()) if isinstance(net, Model) else []
-    return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
 def apply_fsdp(net: nn.Module, mesh: Any, **fsdp_kwargs: Any) -> int:

@@ -119,9 +119,9 @@ class ModelParallel(ModelParallelStrategy):
         import shutil
         from pathlib import Path
 
+        from litforge.checkpointing.consolidate import META
         from litforge.checkpointing.io import fsync_directory
         from litforge.checkpointing.resume import previous_of
-        from litforge.parallel.consolidate import META
 
         target = Path(self.broadcast(str(filepath)))
         partial = target.with_name(f".{target.name}.partial")

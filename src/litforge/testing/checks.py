@@ -277,7 +277,7 @@ def check_checkpoint_round_trip(cfg: DictConfig, tmp_path: str | Path) -> None:
     that file alone (as eval, predict and export rebuild it) gives the trained task's outputs, bit for bit."""
     import torch
 
-    from litforge.checkpointing.restore import load_for_inference
+    from litforge.tasks.restore import load_for_inference
 
     path, task, datamodule, x = trained_checkpoint(cfg, tmp_path, "round_trip")
     try:

@@ -6,7 +6,7 @@ training reads that folder directly (`ckpt_path=<run>/checkpoints/last.ckpt`). F
 shards are merged into an ordinary Lightning checkpoint with torch's own converter (`dcp_to_torch_save`); Lightning's
 `consolidate_checkpoint` utility expects Fabric's layout and fails on Trainer checkpoints (`KeyError: 'model'`).
 
-    python -m litforge.parallel.consolidate <run>/checkpoints/last.ckpt            # -> last.consolidated.ckpt
+    python -m litforge.checkpointing.consolidate <run>/checkpoints/last.ckpt            # -> last.consolidated.ckpt
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m litforge.parallel.consolidate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m litforge.checkpointing.consolidate", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("checkpoint", help="a sharded checkpoint folder, e.g. <run>/checkpoints/last.ckpt")
     parser.add_argument("output", nargs="?", help="the file to write (default: <name>.consolidated.ckpt beside it)")
     args = parser.parse_args(argv)
