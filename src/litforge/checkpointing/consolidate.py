@@ -15,6 +15,8 @@ import argparse
 import os
 from pathlib import Path
 
+from litforge.core.errors import CheckpointError
+
 METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shards
 META = "meta.pt"  # Lightning's non-tensor checkpoint state, written by rank 0 beside the shards
 
@@ -34,16 +36,14 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     The result holds full tensors under the same keys as a single-process checkpoint (`state_dict`, `litforge`,
     `hyper_parameters`, ...), so `torch.load(weights_only=True)` and `restore_task` read it like any other.
     """
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from litforge.core.errors import CheckpointError
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # torch-free refusals
 
     if not is_distributed_checkpoint(path):
         raise CheckpointError(
             f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "
             "pass the checkpoint folder a strategy=fsdp/tp run wrote, e.g. <run>/checkpoints/last.ckpt"
         )
-    import torch
+    import torch  # torch-free refusals
 
     out = Path(output) if output else consolidated_path(path)
     # write then rename: several ranks (or runs) may consolidate the same folder at once, none reads a partial file

@@ -39,7 +39,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from litforge.checkpointing.folders import live_holder
+from litforge.checkpointing.load import recorded_task_class
+from litforge.checkpointing.metadata import read_checkpoint
 from litforge.core.errors import CheckpointError, ConfigError
+from litforge.core.instantiate import to_plain
 from litforge.runtime.ranks import is_rank_zero
 from litforge.runtime.slurm import job_id, job_run_name
 
@@ -232,10 +235,6 @@ def check_early(cfg: Any, checkpoint: str | Path) -> None:
     litforge.checkpointing.metadata). Where only the full load can tell (a sharded folder, a task named through
     another module), the job decides, and a refusal there leaves the folder as it was (litforge.checkpointing.folders).
     """
-    from litforge.checkpointing.load import recorded_task_class
-    from litforge.checkpointing.metadata import read_checkpoint
-    from litforge.core.instantiate import to_plain
-
     trusted = cfg.get("trusted_packages") or ()
     loaded = read_checkpoint(checkpoint, tuple(str(p) for p in trusted) if OmegaConf.is_list(trusted) else ())
     if loaded is None:

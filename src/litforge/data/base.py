@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import pytorch_lightning as pl
 import torch
 from pydantic import Field
+from sklearn.model_selection import StratifiedKFold
 from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Seed, fold_refusal
@@ -49,8 +50,6 @@ def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[
     proportions, and the K validation folds are disjoint and cover the pool. K above the smallest class count
     is refused (sklearn only warns, and some folds would lack that class).
     """
-    from sklearn.model_selection import StratifiedKFold
-
     check_folds(num_folds, fold)
     counts = torch.bincount(labels.cpu())
     present = counts[counts > 0]

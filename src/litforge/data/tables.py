@@ -14,7 +14,7 @@ column) and :func:`check_table_job` the target's kind against the task, before H
 
 from __future__ import annotations
 
-import codecs
+import codecs  # imported here too: the config check evaluates this function without the module's imports
 import csv
 import gzip
 import io
@@ -42,8 +42,6 @@ TASK_OF = {"class": "task=classification", "value": "task=regression"}  # the bu
 
 def known_encoding(name: str) -> str:
     """data.encoding: `auto` or a codec Python knows (`latin-1`, `cp1252`, `utf-16`, ...)."""
-    import codecs  # imported here too: the config check evaluates this function without the module's imports
-
     if name != "auto":
         codecs.lookup(name)  # LookupError: pydantic reports it as the value refused
     return name
@@ -207,7 +205,7 @@ def _plain(value: Any) -> float | str | None:
 
 def bundled_table(name: str) -> Table:
     """One of scikit-learn's bundled tables, its target last as column `target` (class names for classifiers)."""
-    from sklearn import datasets
+    from sklearn import datasets  # torch-free config check (sklearn ~1 s)
 
     loader = {
         "wine": datasets.load_wine,

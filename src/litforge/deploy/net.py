@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
+from litforge.checkpointing.load import load_checkpoint
+from litforge.core.contracts import check_exportable
 from litforge.core.errors import CheckpointError
+from litforge.tasks.restore import load_for_inference
 
 # key prefixes that wrappers leave on state-dict keys (torch.compile, DDP/FSDP wrappers); a consolidated checkpoint
 # may carry them, the plain task does not
@@ -22,10 +26,6 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(task, datamodule, net, checkpoint) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or
     QAT runs, a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode. The
     checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
-    from litforge.checkpointing.load import load_checkpoint
-    from litforge.core.contracts import check_exportable
-    from litforge.tasks.restore import load_for_inference
-
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
@@ -51,8 +51,6 @@ def exportable_net(task: Any, path: str) -> Any:
     """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` where it has one (regression: the
     net with its target scale), else its `net`; a task without a fixed input shape (language models, DQN) gets a
     clear refusal (a user's task of another kind exports its `net` on its test loader's inputs)."""
-    import torch
-
     net = task.deployable_net() if callable(getattr(task, "deployable_net", None)) else getattr(task, "net", None)
     if not isinstance(net, torch.nn.Module) or getattr(task, "data_kind", None) in ("text", "rl"):
         raise CheckpointError(
@@ -64,6 +62,4 @@ def exportable_net(task: Any, path: str) -> Any:
 
 def batched(fn: Callable[[Any], Any], x: Any, batch_size: int = 256) -> Any:
     """`fn` over `x` in batches, outputs concatenated: a whole test split at once would need its activations at once."""
-    import torch
-
     return torch.cat([torch.as_tensor(fn(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])

@@ -12,9 +12,14 @@ litforge.core.contracts.Model and TensorParallelModel, docs/extending.md):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from litforge.core.contracts import TensorParallelModel, missing_members
 from litforge.core.errors import ConfigError
@@ -30,11 +35,6 @@ def apply_fsdp(net: nn.Module, mesh: Any, **fsdp_kwargs: Any) -> int:
     strategy's options, litforge.parallel.strategies.ModelParallel.fsdp_kwargs). Returns the number of units, so
     callers can tell a net that declared none (then the whole net is one unit).
     """
-    import dataclasses
-
-    import torch
-    from torch.distributed.fsdp import fully_shard
-
     units = sharding_units(net)
     for unit in units:
         fully_shard(unit, mesh=mesh, **fsdp_kwargs)
@@ -66,8 +66,6 @@ def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
 
 def apply_tensor_parallel(net: nn.Module, mesh: Any) -> int:
     """Parallelise `net` over the 1-D tensor-parallel `mesh` by its own plan; returns the number of split layers."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
     plan = tensor_parallel_plan(net)
     # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
     net.check_tensor_parallel(mesh.size())  # type: ignore[operator]
@@ -84,8 +82,6 @@ def hsdp_mesh(dp_mesh: Any, replicate_size: int) -> Any:
     and the copies meet once per step. Lightning's ModelParallelStrategy builds only a (data, tensor) mesh, so this
     one is built here, from the same ranks, when the task shards its net.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-
     world = dp_mesh.size()
     if world % replicate_size:
         raise ConfigError(
