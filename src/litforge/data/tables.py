@@ -14,7 +14,7 @@ column) and :func:`check_table_job` the target's kind against the task, before H
 
 from __future__ import annotations
 
-import codecs  # imported here too: the config check evaluates this function without the module's imports
+import codecs
 import csv
 import gzip
 import io
@@ -42,6 +42,8 @@ TASK_OF = {"class": "task=classification", "value": "task=regression"}  # the bu
 
 def known_encoding(name: str) -> str:
     """data.encoding: `auto` or a codec Python knows (`latin-1`, `cp1252`, `utf-16`, ...)."""
+    import codecs  # here too: the config check runs this validator without the module's imports (config/source.py)
+
     if name != "auto":
         codecs.lookup(name)  # LookupError: pydantic reports it as the value refused
     return name

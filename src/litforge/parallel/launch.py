@@ -19,11 +19,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_original_cwd, to_absolute_path
 
-from litforge.runtime.compat import route_hydra_relaunch
 from litforge.runtime.override_text import override_text
 
 # Hydra options that choose the config itself and so must reach every rank (the overrides do not carry them)
@@ -72,6 +70,8 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
 def install() -> None:
     """Route Lightning's Hydra relaunch through :func:`rank_command` (idempotent)."""
+    from litforge.runtime.compat import route_hydra_relaunch  # torch-free `litforge <job>`: cli.command imports launch
+
     route_hydra_relaunch(rank_command)
 
 
@@ -87,6 +87,8 @@ def launched_ranks_cleaned_up() -> Iterator[None]:
         yield
     finally:
         if "torch.distributed" in sys.modules:  # keeps the CLI free of torch when the job never imported it
+            import torch.distributed as dist  # torch-free `litforge <job>`: only once the job imported it
+
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
         for key, value in saved.items():
