@@ -252,7 +252,8 @@ def function_local_imports() -> list[tuple[str, int, bool]]:
 
 def test_function_local_imports_are_few_and_each_says_why():
     found = function_local_imports()
-    assert ("litforge/checkpointing/load.py", 27, True) in found  # `import torch  # torch-free --help`
+    # the walk sees them: `import torch  # torch-free --help` in checkpointing.load.load_checkpoint
+    assert any(file == "litforge/checkpointing/load.py" and said for file, _, said in found)
     judged = [(f, n, said) for f, n, said in found if f not in REWRITTEN_ELSEWHERE and not f.startswith(REWRITTEN)]
     assert len(judged) <= MAX_LOCAL_IMPORTS, f"{len(judged)} function-local imports (> {MAX_LOCAL_IMPORTS})"
     silent = [f"{file}:{line}" for file, line, said in judged if not said]
