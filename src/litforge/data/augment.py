@@ -27,7 +27,7 @@ from typing import Literal, get_args
 
 import torch
 from torch import Tensor
-from torchvision.transforms import v2  # imported only when asked: importing torchvision takes seconds
+from torchvision.transforms import v2
 
 from litforge.core.errors import ConfigError
 

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 from pydantic import AfterValidator, Field
-from sklearn.datasets import load_digits
 from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut
@@ -111,6 +110,8 @@ def digits_arrays() -> tuple[Any, Any]:
     folder = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else None
     csv = folder / "datasets" / "data" / "digits.csv.gz" if folder else None
     if csv is None or not csv.is_file():
+        from sklearn.datasets import load_digits  # start-up: sklearn.datasets costs every run ~1 s (see above)
+
         digits = load_digits()
         return digits.data, digits.target
     data = np.loadtxt(csv, delimiter=",")

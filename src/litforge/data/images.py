@@ -35,8 +35,7 @@ JPEG_MAGIC = b"\xff\xd8\xff"  # every JPEG file (JFIF, Exif, raw) starts with SO
 def image_extensions() -> tuple[str, ...]:
     """The file endings torchvision's ImageFolder treats as images (.jpg, .png, .webp, .tif, ...).
 
-    Read from torchvision itself, so training and prediction follow whatever the installed torchvision accepts;
-    imported only when asked (importing torchvision takes seconds).
+    Read from torchvision itself, so training and prediction follow whatever the installed torchvision accepts.
     """
     return tuple(IMG_EXTENSIONS)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import torch
 from pydantic import Field
 from torch import Tensor, nn
-from torch.nn.attention.flex_attention import create_block_mask  # ~1 s to import: only where it is used
+from torch.nn.attention.flex_attention import create_block_mask
 
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs

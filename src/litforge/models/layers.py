@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention.flex_attention import flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from litforge.core.errors import ConfigError
-
-if TYPE_CHECKING:  # importing FlexAttention costs ~1 s: only the packed-document GPT on CUDA needs it
-    from torch.nn.attention.flex_attention import BlockMask
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import Tensor, nn
-from torchvision.transforms import v2  # imported only when asked: importing torchvision takes seconds
+from torchvision.transforms import v2
 
 from litforge.core.errors import ConfigError
 from litforge.tasks.losses import FocalLoss
