@@ -87,7 +87,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
-    assert "litforge.checkpointing.restore" in graph["litforge.jobs.eval"]  # module level
+    assert "litforge.tasks.restore" in graph["litforge.jobs.eval"]  # module level
     assert "litforge.loops.steps_per_call" in graph["litforge.jobs.build"]  # inside build_fit_trainer()
 
 
@@ -106,27 +106,145 @@ def test_no_job_imports_another_job_and_only_the_cli_imports_jobs():
             assert not jobs, f"{module} imports job(s) {sorted(jobs)}: only litforge.cli.main may"
 
 
-def test_lower_layers_do_not_reach_up():
-    """models know nothing of tasks or Lightning; data stands alone (but for the leaf compat); nothing below the CLI
-    imports it."""
+# The floors of litforge, bottom to top (issue #49, "imports show the floors"): a package may import its own modules
+# and those of every floor below its own, never a package beside it or above it. checkpointing sits below parallel:
+# the strategies write through checkpointing.io, and the sharded-checkpoint format (consolidate.py) is checkpointing's.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("core",),  # errors, bounds, contracts, instantiate: what every floor may use
+    ("runtime", "scaffold"),  # facts of the running process; `litforge new`
+    ("config", "records", "data", "models"),  # the config check; what a run leaves; datamodules; plain nets
+    ("loops",),
+    ("checkpointing",),
+    ("parallel",),
+    ("tasks",),  # LightningModules, and a task rebuilt from a checkpoint (tasks.restore)
+    ("callbacks",),
+    ("deploy",),
+    ("jobs",),
+    ("cli",),
+    ("testing",),  # the contract kit drives the jobs as a user's tests do
+)
+#: package -> the litforge packages its modules may import (derived from FLOORS); `litforge` itself, the public API
+#: (lazy, PEP 562), and `__main__` (`python -m litforge`) sit above them all
+ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
+    package: frozenset({package, *(below for lower in FLOORS[:floor] for below in lower)})
+    for floor, packages in enumerate(FLOORS)
+    for package in packages
+}
+
+
+def package_of(module: str) -> str | None:
+    """`litforge.tasks.base` -> `tasks`; None above the packages (`litforge`, `litforge.__main__`) and outside."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "litforge" and len(parts) > 1 and parts[1] in ALLOWED_IMPORTS else None
+
+
+def source_file(module: str) -> Path:
+    path = SRC / Path(*module.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+
+
+def imports_off_their_floor(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) for each import of a package that its ALLOWED_IMPORTS does not hold."""
+    return [
+        (module, dep)
+        for module, deps in sorted(graph.items())
+        if (package := package_of(module)) is not None
+        for dep in sorted(deps)
+        if (target := package_of(dep)) is not None and target not in ALLOWED_IMPORTS[package]
+    ]
+
+
+def test_every_package_of_litforge_has_its_floor():
+    on_disk = {p.name for p in (SRC / "litforge").iterdir() if (p / "__init__.py").exists()}
+    on_disk.remove("conf")  # the shipped YAML configs (pkg://litforge.conf): no code, no imports
+    assert on_disk == set(ALLOWED_IMPORTS), (
+        f"packages without a floor: {sorted(on_disk - set(ALLOWED_IMPORTS))}; "
+        f"floors without a package: {sorted(set(ALLOWED_IMPORTS) - on_disk)}"
+    )
+
+
+def test_no_import_runs_up_or_sideways_between_packages():
+    """Every import of every module (at module level or in a function) stays within its package's ALLOWED_IMPORTS."""
+    off = imports_off_their_floor(import_graph())
+    broken = [
+        f"{source_file(module).relative_to(SRC)} imports {dep}: {package_of(module)} may import "
+        f"{sorted(ALLOWED_IMPORTS[package_of(module) or ''])}"
+        for module, dep in off
+    ]
+    assert not broken, "imports that run up or sideways:\n" + "\n".join(broken)
+
+
+def test_the_floor_check_names_an_import_from_above_or_beside():
+    graph = {
+        "litforge.models.cnn": {"litforge.core.errors", "litforge.tasks.base"},  # up
+        "litforge.data.base": {"litforge.models.cnn"},  # beside, on the same floor
+        "litforge.tasks.base": {"litforge.models.cnn", "litforge.checkpointing.load"},  # down: allowed
+        "litforge": {"litforge.jobs.train"},  # the public API, above every package
+    }
+    assert imports_off_their_floor(graph) == [
+        ("litforge.data.base", "litforge.models.cnn"),
+        ("litforge.models.cnn", "litforge.tasks.base"),
+    ]
+    assert "checkpointing" in ALLOWED_IMPORTS["parallel"] and "parallel" not in ALLOWED_IMPORTS["checkpointing"]
+
+
+def test_models_data_and_the_leaves_keep_their_narrower_rules():
+    """models know nothing of Lightning; data uses no runtime module but compat (the one home of library internals:
+    data.gym reads gymnasium's TimeLimit count); compat and core are leaves any floor may use."""
     graph = import_graph()
     for module, deps in graph.items():
         if module.startswith("litforge.models"):
-            assert not {d for d in deps if d.startswith(("litforge.tasks", "litforge.callbacks", "litforge.data"))}, (
-                module
-            )
             source = (SRC / Path(*module.split("."))).with_suffix(".py")
             source = source if source.exists() else SRC / Path(*module.split(".")) / "__init__.py"
             assert "lightning" not in source.read_text(), f"{module} imports Lightning: a model is a plain nn.Module"
         if module.startswith("litforge.data"):
-            # compat may be used: it is the one home of library internals (data.gym: gymnasium's TimeLimit count)
             assert all(
                 d.startswith(("litforge.data", "litforge.core")) or d == "litforge.runtime.compat" for d in deps
             ), (module, deps)
-        if module == "litforge.runtime.compat" or module.startswith("litforge.core"):  # leaves: any layer may use them
+        if module == "litforge.runtime.compat" or module.startswith("litforge.core"):
             assert deps <= {"litforge.core.errors"}, (module, deps)
         if module not in ENTRY:
             assert not deps & ENTRY, f"{module} imports the entry layer {sorted(deps & ENTRY)}"
+
+
+# An import inside a function is a dependency the reader does not see at the top: it stays only where the torch-free
+# command line needs it (--help, the config check, the refusals: tests/test_startup.py, benchmarks/refusal_time.py)
+# or where an optional extra is imported on use (runtime/extras.py), and says which on its line.
+# A ceiling that only goes down: every local import in src/litforge, the unreviewed files' too (issue 49's goal: 150).
+MAX_LOCAL_IMPORTS = 190
+# files whose local imports are not yet reviewed (issue 49 goes on): each may still hold one without its reason
+NOT_YET_REVIEWED = ("litforge/cli/main.py", "litforge/cli/preflight.py", "litforge/config/", "litforge/jobs/")
+NOT_YET_REVIEWED += ("litforge/loops/", "litforge/parallel/dry_run.py", "litforge/parallel/pipeline.py")
+NOT_YET_REVIEWED += ("litforge/runtime/compat.py",)
+
+
+def function_local_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, whether a comment is on one of its lines) of each import whose nearest scope is a function."""
+    found = []
+    for path in sorted((SRC / "litforge").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        scopes: list[tuple[ast.AST, bool]] = [(ast.parse(path.read_text()), False)]
+        while scopes:
+            node, in_function = scopes.pop()
+            for child in ast.iter_child_nodes(node):
+                if in_function and isinstance(child, ast.Import | ast.ImportFrom):
+                    said = any("#" in line for line in lines[child.lineno - 1 : child.end_lineno])
+                    found.append((str(path.relative_to(SRC)), child.lineno, said))
+                functions = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                scopes.append((child, in_function or isinstance(child, functions)))
+    return found
+
+
+def test_function_local_imports_are_few_and_each_says_why():
+    found = function_local_imports()
+    # the walk sees them: `import torch  # torch-free --help` in checkpointing.load.load_checkpoint
+    assert any(file == "litforge/checkpointing/load.py" and said for file, _, said in found)
+    assert len(found) <= MAX_LOCAL_IMPORTS, f"{len(found)} function-local imports (> {MAX_LOCAL_IMPORTS})"
+    silent = [f"{file}:{line}" for file, line, said in found if not said and not file.startswith(NOT_YET_REVIEWED)]
+    assert not silent, (
+        "function-local imports without their reason on the line (import at the top of the module, or say why not, "
+        f"e.g. `# torch-free --help`, `# extra [deploy]`): {silent}"
+    )
 
 
 def test_the_five_root_scripts_hand_their_name_to_the_cli():

@@ -500,8 +500,8 @@ def test_checkpoint_loading_never_runs_code_in_process(tmp_path: Path):
 
 
 def test_a_checkpoints_net_config_cannot_name_code_to_run(checkpoint: Path, tmp_path: Path):
-    from litforge.checkpointing.restore import restore_task
     from litforge.core.errors import CheckpointError
+    from litforge.tasks.restore import restore_task
 
     loaded = torch.load(checkpoint, weights_only=True)
     loaded["hyper_parameters"]["net"] = {"_target_": "os.system", "_partial_": True}
@@ -669,7 +669,7 @@ def test_the_early_check_refuses_exactly_what_the_full_load_refuses(checkpoint: 
 
     from litforge.checkpointing.load import load_checkpoint, recorded_data_config
     from litforge.checkpointing.metadata import check_checkpoint_early
-    from litforge.checkpointing.restore import restore_task
+    from litforge.tasks.restore import restore_task
 
     def full(path: Path, trusted: tuple[str, ...]) -> None:
         loaded = load_checkpoint(path)

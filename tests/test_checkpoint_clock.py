@@ -53,8 +53,8 @@ def test_checkpoint_every_is_lightnings_unmonitored_model_checkpoint_writing_las
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from litforge.callbacks.time_limit import TimeLimit
-    from litforge.checkpointing.clock import checkpoint_every, clock_callbacks
+    from litforge.callbacks.time_limit import TimeLimit, clock_callbacks
+    from litforge.checkpointing.clock import checkpoint_every
 
     by_steps = checkpoint_every(500, tmp_path)
     assert type(by_steps) is ModelCheckpoint, "Lightning's own class, no subclass"

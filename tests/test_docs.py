@@ -83,7 +83,7 @@ def _top_level_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
     """Names defined at the top of a module or class body (also inside top-level if/try blocks).
 
     Imported names do not count: `litforge.jobs.eval.load_for_inference` exists at run time only because eval imports it
-    from litforge.checkpointing.restore, and docs must name the module where a thing lives.
+    from litforge.tasks.restore, and docs must name the module where a thing lives.
     """
     names: dict[str, ast.AST] = {}
     for node in body:
@@ -197,7 +197,7 @@ def test_each_check_catches_a_mistake(tmp_path: Path):
         "[ok](docs/there.md) [ok anchor](docs/there.md#a-title-with_codepy) [web](https://example.com) [top](#x)\n"
         "[gone](docs/gone.md) [bad anchor](docs/there.md#nope) `[not a link](docs/in_code.md)`\n"
         "```\n[in a fence](docs/fenced.md)\n```\n"
-        "`litforge.checkpointing.restore.load_for_inference` "
+        "`litforge.tasks.restore.load_for_inference` "
         "`litforge.tasks.classification.ClassificationTask.step_loss`\n"
         "`litforge.jobs.eval.load_for_inference` `litforge.no_such_module` `litforge.cli.main.CONF_DIR.parent`\n"
         "python train.py, python benchmarks/gone.py\n"

@@ -67,7 +67,7 @@ def test_a_gpu_runs_sharded_checkpoint_consolidates_on_a_cpu_only_machine(tmp_pa
     a CUDA device"). Simulated by tagging the saved storages as cuda:0."""
     import torch.distributed.checkpoint as dcp
 
-    from litforge.parallel.consolidate import META, consolidate
+    from litforge.checkpointing.consolidate import META, consolidate
 
     folder = tmp_path / "last.ckpt"
     dcp.save({"state_dict": {"net.weight": torch.ones(2, 2)}}, checkpoint_id=str(folder), no_dist=True)
@@ -154,8 +154,8 @@ def test_predict_and_generate_pick_the_gpu_when_there_is_one(monkeypatch, compos
     """predict.py and generate.py ran on the CPU even on a GPU machine; `device: auto` now takes the GPU."""
     from omegaconf import OmegaConf
 
-    from litforge.checkpointing.restore import inference_device
     from litforge.config.check import check_config
+    from litforge.tasks.restore import inference_device
 
     def check_value(key: str, value: object) -> None:
         check_config(OmegaConf.create({key: value}))

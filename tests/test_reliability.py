@@ -582,8 +582,8 @@ def sharded_uninterrupted(tmp_path_factory) -> dict:
 def test_kill_9_of_a_sharded_job_then_resume_auto_ends_like_an_uninterrupted_run(
     strategy, sharded_uninterrupted, tmp_path
 ):
+    from litforge.checkpointing.consolidate import is_distributed_checkpoint
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.parallel.consolidate import is_distributed_checkpoint
 
     weights_atol, metrics_atol = SHARDED_RESUME[strategy]
     killed = run_cli(

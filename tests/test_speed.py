@@ -146,8 +146,8 @@ def test_train_loss_is_logged_on_logging_steps_and_train_acc_per_epoch(compose_c
 def test_compile_checkpoints_load_without_orig_mod_prefix(compose_cfg, monkeypatch):
     """compile=true compiles the net in place: the checkpoint loads into an uncompiled task (eval/predict path)."""
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import restore_task
     from litforge.jobs.train import train
+    from litforge.tasks.restore import restore_task
 
     # the eager backend traces the net like inductor does but skips code generation (minutes on 2 busy cores);
     # the names in the state dict do not depend on the backend

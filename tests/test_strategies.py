@@ -266,7 +266,7 @@ def test_fsdp_shards_trains_consolidates_and_resumes_as_tensor_parallel(tmp_path
     With activation_checkpointing=selective and strategy.reshard_after_forward=false (units stay gathered until
     backward); the tensor-parallel resume with activation_checkpointing=full."""
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import restore_task
+    from litforge.tasks.restore import restore_task
 
     common = [*TINY, *QUIET, *TINY_VIT, "trainer.devices=2", "trainer.limit_train_batches=6"]
     fsdp = run_cli(

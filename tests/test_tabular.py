@@ -119,7 +119,7 @@ def test_a_csv_file_trains_a_classifier_with_no_code_then_exports_with_parity(tm
     rows[0, names.index("alcohol")] = float("nan")
     onnx_out = session.run(None, {"features": rows.numpy()})[0]
     checkpoint = torch.load(metrics["best_checkpoint"], weights_only=True)
-    from litforge.checkpointing.restore import restore_task
+    from litforge.tasks.restore import restore_task
 
     task = restore_task(checkpoint, metrics["best_checkpoint"])
     with torch.inference_mode():

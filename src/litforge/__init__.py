@@ -84,7 +84,7 @@ HOMES: dict[str, str] = {
     "export": "litforge.jobs.export",
     "generate": "litforge.jobs.generate",
     "prepare": "litforge.jobs.prepare",
-    "load_for_inference": "litforge.checkpointing.restore",
+    "load_for_inference": "litforge.tasks.restore",
 }
 
 __all__ = sorted(HOMES)
@@ -124,7 +124,7 @@ MOVED_MODULES: dict[str, str] = {
     "litforge.builders": "litforge.jobs.build",
     "litforge.checkpoints": "litforge.checkpointing.load",
     "litforge.checkpoint_io": "litforge.checkpointing.io",
-    "litforge.restore": "litforge.checkpointing.restore",
+    "litforge.restore": "litforge.tasks.restore",
     "litforge.resume": "litforge.checkpointing.resume",
     "litforge.folders": "litforge.checkpointing.folders",
     "litforge.durations": "litforge.runtime.durations",
@@ -148,6 +148,8 @@ MOVED_MODULES: dict[str, str] = {
     "litforge.help": "litforge.cli.help",
     "litforge.preflight": "litforge.cli.preflight",
     "litforge.tuning": "litforge.jobs.tuning",
+    "litforge.checkpointing.restore": "litforge.tasks.restore",
+    "litforge.parallel.consolidate": "litforge.checkpointing.consolidate",
 }
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+import matplotlib.pyplot as plt
 import pytorch_lightning as pl
 import torch
+from matplotlib.figure import Figure
 from pydantic import Field
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torchmetrics.classification import MulticlassConfusionMatrix
@@ -86,7 +88,6 @@ class ClassificationImages(pl.Callback):
             for tag, figure in figures.items():
                 logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)
             logger.experiment.flush()
-        import matplotlib.pyplot as plt
 
         for figure in figures.values():
             plt.close(figure)
@@ -100,8 +101,6 @@ def class_names(pl_module: pl.LightningModule) -> list[str]:
 
 def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> Any:
     """A grid of images titled `predicted / true`, green when right and red when wrong."""
-    from matplotlib.figure import Figure
-
     n = len(images)
     cols = min(8, n)
     rows = math.ceil(n / cols)

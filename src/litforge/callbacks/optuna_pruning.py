@@ -29,7 +29,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import optuna
 import pytorch_lightning as pl
+from optuna.trial import TrialState
 
 from litforge.core.errors import ConfigError
 from litforge.records.optuna_study import build_pruner, study_storage
@@ -77,9 +79,6 @@ class OptunaPruning(pl.Callback):
             self._trial = self._open_trial()
 
     def _open_trial(self) -> Any:
-        import optuna
-        from optuna.trial import TrialState
-
         storage = study_storage(self.storage)
         study = optuna.load_study(
             study_name=self.study_name, storage=storage, pruner=build_pruner(self.pruner, self.pruner_args)
@@ -118,8 +117,6 @@ class OptunaPruning(pl.Callback):
         trainer.should_stop = True
         self.pruned_at = step
         if trainer.is_global_zero:
-            from optuna.trial import TrialState
-
             self._trial.study.tell(self.trial_number, state=TrialState.PRUNED)
             log.info(
                 "Optuna trial %d pruned at validation %d (epoch %d, %s=%.4f)",

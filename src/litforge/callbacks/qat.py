@@ -35,6 +35,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from litforge.callbacks.selection import restart_selection
 from litforge.core.bounds import NonNegativeInt
 from litforge.core.errors import CheckpointError, ConfigError
+from litforge.models.factory import build_net, input_keywords
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,15 @@ def int8_config() -> Any:
     `Int8DynamicActivationIntxWeightConfig` (not `Int8DynamicActivationInt8WeightConfig`, which torchao's QATConfig
     rejects as a base config) with int8 weights and one scale per output channel.
     """
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerAxis
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerAxis  # extra [deploy]
 
     return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
 
 
 def prepare_qat(module: nn.Module) -> int:
     """Fake-quantize every Linear of `module` in place (keeping pruning masks); returns how many were swapped."""
-    from torchao.quantization import quantize_
-    from torchao.quantization.qat import QATConfig
+    from torchao.quantization import quantize_  # extra [deploy]
+    from torchao.quantization.qat import QATConfig  # extra [deploy]
 
     masks = _detach_pruning(module)
     quantize_(module, QATConfig(int8_config(), step="prepare"))
@@ -66,8 +67,8 @@ def prepare_qat(module: nn.Module) -> int:
 
 def convert_int8(module: nn.Module) -> nn.Module:
     """A real int8 copy of a (QAT-prepared or plain) module; the original keeps training/testing untouched."""
-    from torchao.quantization import quantize_
-    from torchao.quantization.qat import QATConfig
+    from torchao.quantization import quantize_  # extra [deploy]
+    from torchao.quantization.qat import QATConfig  # extra [deploy]
 
     converted = copy.deepcopy(module).eval()
     _detach_pruning(converted)  # zeros stay, the reparametrisation goes
@@ -226,9 +227,7 @@ def int8_source(path: str | Path) -> str | None:
 def load_int8_model(path: str | Path) -> nn.Module:
     """Rebuild the int8 net saved by :class:`QuantizationAwareTraining` (no pickled code: `weights_only=True`)."""
     import torchao  # noqa: F401  (registers the int8 tensor subclasses as safe globals for weights_only loading)
-    from torchao.quantization import quantize_
-
-    from litforge.models.factory import build_net, input_keywords
+    from torchao.quantization import quantize_  # extra [deploy]
 
     file = Path(path)
     if not file.is_file():

@@ -10,14 +10,13 @@ import logging
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 log = logging.getLogger(__name__)
 
 
 def restart_selection(trainer: pl.Trainer, reason: str) -> None:
     """Forget the best score of ModelCheckpoint / EarlyStopping: only epochs from now on compete."""
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-
     # Lightning's connectors set it; Trainer does not declare it
     for callback in trainer.callbacks:  # type: ignore[attr-defined]
         if isinstance(callback, ModelCheckpoint) and callback.monitor:

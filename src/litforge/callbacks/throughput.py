@@ -11,7 +11,11 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
+from litforge.callbacks.tensorboard import example_input
 from litforge.core.contracts import net_of
+from litforge.runtime.flops import count_step_flops, peak_flops, precision_dtype
+from litforge.tasks.classification import ClassificationTask
+from litforge.tasks.language_model import LanguageModelTask
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +85,6 @@ class Throughput(pl.Callback):
 
     # ---- FLOPs -----------------------------------------------------------------------------------------------------
     def _count(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
-        from litforge.runtime.flops import count_step_flops, peak_flops, precision_dtype
-
         self._counted = True
         began = time.perf_counter()
         forward = net_forward(pl_module, batch)
@@ -137,9 +139,6 @@ class Throughput(pl.Callback):
 def net_forward(pl_module: pl.LightningModule, batch: Any) -> Any:
     """The call of the task's plain net on a training batch's inputs, as its training step makes it; None for tasks
     whose step is not one forward of `net` (reinforcement learning, a pipeline's stages)."""
-    from litforge.tasks.classification import ClassificationTask
-    from litforge.tasks.language_model import LanguageModelTask
-
     net = net_of(pl_module)
     if not isinstance(net, torch.nn.Module) or not isinstance(batch, (tuple, list)) or not batch:
         return None
@@ -158,9 +157,6 @@ def set_summary_example(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
     Left out where that forward would cost or hang: a compiled net (the summary's eval forward would compile a
     second graph) and a sharded or meta net (the summary runs its forward on rank 0 alone).
     """
-    from litforge.callbacks.tensorboard import example_input
-    from litforge.tasks.language_model import LanguageModelTask
-
     net = net_of(pl_module)
     if pl_module.example_input_array is not None or not isinstance(net, torch.nn.Module):
         return

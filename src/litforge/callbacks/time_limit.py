@@ -25,12 +25,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
+from litforge.checkpointing.clock import checkpoint_every
 from litforge.checkpointing.model_checkpoint import save_latest
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.runtime.durations import is_time_limit, parse_duration
@@ -130,3 +132,17 @@ class TimeLimit(Callback):
         """The slowest checkpoint write so far, as litforge's atomic checkpoint plugin measured it."""
         seconds = getattr(getattr(trainer.strategy, "checkpoint_io", None), "last_save_seconds", 0.0) or 0.0
         self.slowest_save = max(self.slowest_save, float(seconds))
+
+
+def clock_callbacks(
+    checkpoint_every_: Any, time_limit: Any, checkpoint_dir: str | Path | None = None
+) -> list[Callback]:
+    """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off);
+    `checkpoint_dir`: the run's checkpoint folder."""
+    callbacks: list[Callback] = []
+    if checkpoint_every_ is not None:
+        callbacks.append(checkpoint_every(checkpoint_every_, checkpoint_dir))
+    deadline = resolve_deadline(time_limit)
+    if deadline is not None:
+        callbacks.append(TimeLimit(deadline))
+    return callbacks

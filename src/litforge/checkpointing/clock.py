@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from litforge.checkpointing.model_checkpoint import LAST, last_checkpoint
 from litforge.runtime.durations import parse_every
@@ -55,19 +55,3 @@ class ClockCheckpoint(ModelCheckpoint):
     ) -> None:
         if meets_now(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-
-def clock_callbacks(
-    checkpoint_every_: Any, time_limit: Any, checkpoint_dir: str | Path | None = None
-) -> list[Callback]:
-    """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off);
-    `checkpoint_dir`: the run's checkpoint folder."""
-    from litforge.callbacks.time_limit import TimeLimit, resolve_deadline
-
-    callbacks: list[Callback] = []
-    if checkpoint_every_ is not None:
-        callbacks.append(checkpoint_every(checkpoint_every_, checkpoint_dir))
-    deadline = resolve_deadline(time_limit)
-    if deadline is not None:
-        callbacks.append(TimeLimit(deadline))
-    return callbacks

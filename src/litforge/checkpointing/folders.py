@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from litforge.core.errors import ConfigError
 from litforge.runtime.ranks import is_rank_zero
@@ -87,7 +88,6 @@ PATH_KEY = re.compile(r"(^|_)(dir|dirpath|path|root|output|input)$")
 def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
     """Every path the config names (predict's and prepare's `output=`, `paths.*`, `hydra.run.dir`, ...) lies in
     folders: a file in the way would fail only at the first write, after the work (a FileExistsError)."""
-    from omegaconf import OmegaConf
 
     def leaves(node: Any, key: str) -> list[tuple[str, Any]]:
         if isinstance(node, dict):

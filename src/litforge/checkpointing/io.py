@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
+from pytorch_lightning.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 
 from litforge.core.errors import ConfigError
 
@@ -169,10 +172,6 @@ def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
     Sharded strategies (fsdp, tp, fsdp2_tp, deepspeed) write distributed checkpoints, which this plugin does not
     cover (torch.distributed.checkpoint.async_save would): refused in one line until that lands.
     """
-    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
-    from pytorch_lightning.plugins.io import AsyncCheckpointIO
-    from pytorch_lightning.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
-
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     sharded = isinstance(strategy, (DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy)) or (
         isinstance(strategy, str) and any(word in strategy.lower() for word in ("fsdp", "deepspeed"))

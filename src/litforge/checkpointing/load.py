@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from litforge.checkpointing.consolidate import consolidate, consolidated_path, is_distributed_checkpoint
 from litforge.core.errors import CheckpointError, ConfigError
 
 CHECKPOINT_KEY = "litforge"  # the entry a LitforgeTask writes into its checkpoints: task class, run config, RNG
@@ -23,15 +24,13 @@ CHECKPOINT_KEY = "litforge"  # the entry a LitforgeTask writes into its checkpoi
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
     """`torch.load` with `weights_only=True`, translating each failure into a CheckpointError that says what to do."""
-    import torch
+    import torch  # torch-free --help
 
-    from litforge.checkpointing.io import wait_for_checkpoint_writes
+    from litforge.checkpointing.io import wait_for_checkpoint_writes  # torch-free --help
 
     wait_for_checkpoint_writes()  # a checkpoint this process is still making durable (litforge.checkpointing.io)
     file = checkpoint_file(path)
     if file.is_dir():  # sharded (strategy=fsdp/tp): merge once, beside it, then load that
-        from litforge.parallel.consolidate import consolidate, consolidated_path
-
         merged = consolidated_path(file)
         if not merged.exists() or merged.stat().st_mtime < (file / ".metadata").stat().st_mtime:
             consolidate(file, merged)
@@ -50,8 +49,6 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
 def checkpoint_file(path: str | Path) -> Path:
     """The file `path` names, or a sharded checkpoint's folder, after what a path alone tells (no torch needed):
     a CheckpointError for a missing file (naming the newest checkpoints nearby), another folder, an empty file."""
-    from litforge.parallel.consolidate import is_distributed_checkpoint
-
     file = Path(path).expanduser()
     if not file.exists():
         hint = ""

@@ -39,6 +39,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from litforge.checkpointing.load import (
     CHECKPOINT_KEY,
     check_lightning_checkpoint,
@@ -51,6 +53,7 @@ from litforge.checkpointing.load import (
     trusted_prefixes,
     unreadable,
 )
+from litforge.config.source import find_method
 from litforge.core.contracts import no_predict_step, no_predicted
 from litforge.core.errors import CheckpointError
 
@@ -170,10 +173,8 @@ def read_checkpoint(path: str | Path, trusted_packages: Any = ()) -> dict[str, A
 
 def check_checkpoint_early(cfg: Any, job: str) -> None:
     """Refuse `ckpt_path` for `job` (eval/predict/export/generate) before Hydra makes a run folder and before torch
-    is imported: the checks of the job's own load (litforge.checkpointing.restore.load_for_inference and
+    is imported: the checks of the job's own load (litforge.tasks.restore.load_for_inference and
     restore_task), on the checkpoint's metadata."""
-    from omegaconf import OmegaConf
-
     if job not in INFERENCE_JOBS or OmegaConf.is_missing(cfg, "ckpt_path") or cfg.ckpt_path is None:
         return
     path, trusted = str(cfg.ckpt_path), cfg.trusted_packages
@@ -199,8 +200,6 @@ def check_predict_source(task_class: str, where: str) -> None:
     """predict's task contract (litforge.core.contracts.PredictTask) judged on the recorded class's source, before
     torch is imported, with the job's own lines: no `predict_step` of its own, or one whose every `return` is a
     mapping written out without `predicted`. What the source cannot tell, the job judges on the first batch."""
-    from litforge.config.source import find_method
-
     name = task_class.rpartition(".")[2]
     if (method := find_method(task_class, "predict_step")) is False:
         raise no_predict_step(name, where)

@@ -21,7 +21,7 @@ requeued attempt gets again (submitit runs the same pickled call): when SLURM sa
 
 The checkpoint of a run folder is the newest of `checkpoints/last.ckpt` (every epoch end, and on SIGTERM at
 the current step) and `hpc_ckpt_<n>.ckpt` (Lightning's SLURM pre-emption save). Under strategy=fsdp/tp `last.ckpt` is a
-sharded folder (a `.metadata` index and one file per rank, litforge.parallel.consolidate); when a kill fell between
+sharded folder (a `.metadata` index and one file per rank, litforge.checkpointing.consolidate); when a kill fell between
 the two renames of an atomic sharded save, `last.ckpt` is briefly missing and the previous one waits, whole, as
 `.last.ckpt.previous` (litforge.parallel.strategies.ModelParallel.save_checkpoint): it is resumed then.
 Torch-free: used before Hydra starts.
@@ -39,7 +39,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from litforge.checkpointing.folders import live_holder
+from litforge.checkpointing.load import recorded_task_class
+from litforge.checkpointing.metadata import read_checkpoint
 from litforge.core.errors import CheckpointError, ConfigError
+from litforge.core.instantiate import to_plain
 from litforge.runtime.ranks import is_rank_zero
 from litforge.runtime.slurm import job_id, job_run_name
 
@@ -232,10 +235,6 @@ def check_early(cfg: Any, checkpoint: str | Path) -> None:
     litforge.checkpointing.metadata). Where only the full load can tell (a sharded folder, a task named through
     another module), the job decides, and a refusal there leaves the folder as it was (litforge.checkpointing.folders).
     """
-    from litforge.checkpointing.load import recorded_task_class
-    from litforge.checkpointing.metadata import read_checkpoint
-    from litforge.core.instantiate import to_plain
-
     loaded = read_checkpoint(checkpoint)  # a train config trusts no package: the job's full load trusts none either
     if loaded is None:
         return

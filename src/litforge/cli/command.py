@@ -13,7 +13,11 @@ import difflib
 import os
 import sys
 
+from litforge import __version__
+from litforge.cli import main as cli
 from litforge.cli.main import JOBS
+from litforge.parallel import launch
+from litforge.scaffold import new_command
 
 USAGE = """\
 usage: litforge <job> [group=option ...] [key=value ...]     (litforge <job> --help: the job's groups and keys)
@@ -45,14 +49,10 @@ def main(argv: list[str] | None = None) -> None:
         run("train", args)
         return
     if args[0] == "--version":
-        from litforge import __version__
-
         print(f"litforge {__version__}")
         sys.exit(0)
     job, rest = args[0], args[1:]
     if job == "new":
-        from litforge.scaffold import new_command
-
         sys.exit(new_command(rest))
     if job not in JOBS:
         if "=" in job or job.startswith("-"):
@@ -67,9 +67,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(job: str, rest: list[str]) -> None:
     """Run `litforge <job> <rest>` as `main(job)` with `rest` as the command line."""
-    from litforge.cli import main as cli
-    from litforge.parallel import launch
-
     sys.argv = [sys.argv[0], *rest]
     launch.ENTRY_ARGS[:] = [job]  # a DDP rank is started as `litforge <job> ...` too
     cli.main(job, command=f"litforge {job}")

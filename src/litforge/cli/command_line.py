@@ -10,8 +10,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from omegaconf import DictConfig
 
+from litforge.core.errors import ConfigError
+from litforge.runtime.override_text import override_text
 from litforge.runtime.ranks import register_resolvers
 
 
@@ -40,9 +47,6 @@ def compose(
     """The composed config (with `hydra`: its `hydra` node too), or None when Hydra cannot compose it. With `top_dir`
     (`--config-dir`), the project's top config is found there and litforge's conf/ joins the search path, as Hydra's
     own `--config-dir` does."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     register_resolvers()  # the ${uid:} resolver used by hydra.run.dir
     if top_dir is not None:
         given = [o for o in overrides if o.startswith("hydra.searchpath=")]
@@ -50,7 +54,7 @@ def compose(
         overrides = [f"hydra.searchpath=[{folders}]", *(o for o in overrides if o not in given)]
     try:
         with initialize_config_dir(config_dir=str((top_dir or conf_dir).resolve()), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra)
+            return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra)
     except Exception:
         return None
     finally:
@@ -59,8 +63,6 @@ def compose(
 
 def parse(overrides: list[str]) -> list[Any] | None:
     """Hydra's parsed overrides, or None for a syntax error (Hydra reports those itself)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         return OverridesParser.create().parse_overrides(overrides)
     except Exception:
@@ -115,11 +117,6 @@ def sweep_values(parsed: list[Any], grid: bool) -> dict[str, list[str]]:
     however many values lie between: the cost follows what was typed, not a range's length. A later override of a
     key replaces an earlier one, as both sweepers read them (`hydra.sweeper.params`, then the command line).
     `grid`: Hydra's basic sweeper, which cannot take an interval (only a sampling sweeper, Optuna's, can)."""
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-
-    from litforge.core.errors import ConfigError
-    from litforge.runtime.override_text import override_text
-
     lines: dict[str, list[str]] = {}
     for o in parsed:
         key, sweep = o.get_key_element(), o.value()

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from litforge.core.errors import ConfigError
 
 # their key (a prefix when it ends in ".") → litforge's spelling; {value}: the value typed, {rest}: the key after it
@@ -63,8 +65,6 @@ def habit_message(override: Any, trainer_defaults: dict[str, Any]) -> str | None
 
 def check_habits(conf_dir: Path, parsed: list[Any]) -> None:
     """Refuse each of `parsed` (Hydra's parsed overrides) that is one of their spellings, naming litforge's."""
-    from omegaconf import OmegaConf
-
     trainer = conf_dir / "trainer" / "default.yaml"
     defaults: Any = OmegaConf.to_container(OmegaConf.load(trainer)) if any(o.is_add() for o in parsed) else {}
     if lines := [m for m in (habit_message(o, defaults) for o in parsed) if m]:
@@ -80,7 +80,7 @@ def load_env_file(folder: Path | None = None) -> list[str]:
     if not path.is_file():
         return []
     try:
-        from dotenv import dotenv_values
+        from dotenv import dotenv_values  # optional: python-dotenv
 
         values = dotenv_values(path)
     except ImportError:

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
 if TYPE_CHECKING:
     from litforge.cli.project import Project
 
@@ -52,8 +55,6 @@ def answer_help(
 
 def searchpath_folders(args: list[str]) -> list[Path]:
     """The local folders a `hydra.searchpath=[file://...]` argument adds (docs/extending.md: a user's own conf/)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     folders = []
     for arg in args:
         if arg.startswith("hydra.searchpath="):
@@ -87,8 +88,6 @@ def help_text(
 ) -> str:
     """The help of job `config_name`; `top`: a project's top config that starts from it (its choices are the
     defaults shown, its own keys are listed after litforge's)."""
-    import yaml
-
     source = (conf_dir / f"{config_name}.yaml").read_text()
     defaults: dict[str, object] = {}
     texts = [source] + ([top.read_text()] if top is not None else [])

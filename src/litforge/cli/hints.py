@@ -17,9 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from litforge.cli.command_line import compose
+from litforge.config.check import GROUP_TARGETS
+from litforge.config.library import STAND_INS
+from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
+from litforge.config.settings import JobSettings
 
 
 def closest(name: str, names: list[str]) -> str | None:
@@ -42,8 +49,6 @@ def _misspelt(typed: str, name: str) -> bool:
 def options_with_key(conf_dir: Path, group: str, key: str, extra: Sequence[Path] = ()) -> list[str]:
     """The options of `group` that set `key` (`data.num_workers`: image_folder, streaming), in conf/ and in the user's
     own config folders `extra` (litforge.cli.help.user_conf_folders)."""
-    import yaml
-
     found: list[str] = []
     for path in sorted(p for folder in (conf_dir, *extra) for p in (Path(folder) / group).glob("*.yaml")):
         try:
@@ -118,10 +123,6 @@ def nested_key(cfg: DictConfig, name: str) -> str | None:
 
 def takes(node: Any, scope: str, argument: str) -> bool:
     """Whether what `node` (at `scope`) builds has an argument `argument`, as far as is known without torch."""
-    from litforge.config.check import GROUP_TARGETS
-    from litforge.config.library import STAND_INS
-    from litforge.config.source import read_signature
-
     name = str(node.get("_target_") or scope) if OmegaConf.is_dict(node) else scope
     name = GROUP_TARGETS.get(name, name)
     read = read_signature(name) if "." in name and not name.startswith(("torch.", "pytorch_lightning.")) else None
@@ -143,8 +144,6 @@ def decision_overrides(overrides: list[str], job: str) -> list[str]:
 
 def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
     """Each `+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
-    from litforge.config.settings import JobSettings
-
     text, plain = OmegaConf.to_yaml(cfg), OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     lines = []
@@ -169,8 +168,6 @@ def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
 
 def absent_group_message(conf_dir: Any, name: str, searchpath: list[Any], groups: list[Any], job: str) -> str | None:
     """`predict.py logger=csv`: a group the job composes none of (Hydra suggests `+logger=csv`, which nothing reads)."""
-    from litforge.cli.command_line import compose
-
     cfg = compose(conf_dir, name, [o.input_line for o in searchpath], hydra=True)
     choices = cfg.hydra.runtime.choices if cfg is not None else {}
     for o in [o for o in groups if cfg is not None and not o.is_add() and o.key_or_group not in choices]:
@@ -183,8 +180,6 @@ def check_syntax(overrides: list[str]) -> None:
     """An override Hydra's grammar cannot read (`data.path=données.csv`, `data.delimiter=;`): Hydra prints a lexer
     error over four lines naming neither the fix nor that quoting is the fix. The one override that fails, and the
     quoted spelling when Hydra reads that (when no single override fails, Hydra's own message follows)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parser = OverridesParser.create()
 
     def fails(line: str) -> str | None:

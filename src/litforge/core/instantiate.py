@@ -8,12 +8,13 @@ value only the target can judge never reaches the user as a traceback from insid
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.core.errors import ConfigError, LitforgeError
@@ -101,10 +102,6 @@ def unknown_argument(group: str, key: str, target: str) -> ConfigError:
 
 def accepted_arguments(target: str | Any) -> list[str]:
     """The keyword arguments a class or function takes, following `**kwargs` up the base classes."""
-    import inspect
-
-    from hydra.utils import get_object
-
     try:
         found = get_object(target) if isinstance(target, str) else target
         functions = (

@@ -27,6 +27,7 @@ from typing import Literal, get_args
 
 import torch
 from torch import Tensor
+from torchvision.transforms import v2
 
 from litforge.core.errors import ConfigError
 
@@ -55,7 +56,6 @@ def build_augment(name: str) -> Callable[[Tensor], Tensor] | None:
         return None
     if name == "flip_crop":
         return random_crop_flip
-    from torchvision.transforms import v2  # imported only when asked: importing torchvision takes seconds
 
     return PerImage(getattr(v2, POLICIES[name])())
 

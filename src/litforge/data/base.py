@@ -49,7 +49,7 @@ def fold_indices(labels: Tensor, num_folds: int, fold: int, seed: int) -> tuple[
     proportions, and the K validation folds are disjoint and cover the pool. K above the smallest class count
     is refused (sklearn only warns, and some folds would lack that class).
     """
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold  # start-up: scikit-learn ~0.5 s, paid by k-fold runs only
 
     check_folds(num_folds, fold)
     counts = torch.bincount(labels.cpu())

@@ -5,13 +5,17 @@ It is the embedded default so that `python train.py` trains on real data on any 
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import torch
 from pydantic import AfterValidator, Field
 from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut
+from litforge.core.errors import ConfigError
 from litforge.data.base import ImageDataModule, split_indices
 
 DIGITS = "a non-empty list of distinct digits in [0, 9]"
@@ -58,8 +62,6 @@ class DigitsDataModule(ImageDataModule):
             or any(not 0 <= c <= 9 for c in self.classes)
             or len(set(self.classes)) != len(self.classes)
         ):
-            from litforge.core.errors import ConfigError
-
             raise ConfigError(f"data.classes={self.classes} must be distinct digits between 0 and 9, e.g. [5,6,7,8,9]")
         self.train_per_class = train_per_class
         self.input_shape = (1, 8, 8)
@@ -104,16 +106,11 @@ def digits_arrays() -> tuple[Any, Any]:
     reads it, without importing scikit-learn: `import sklearn.datasets` (scipy, joblib, ...) was the largest fixed
     cost of `python train.py`'s start-up after torch and Lightning (~1 s on the project's machine,
     benchmarks/README.md). Falls back to `load_digits` if the file is not where scikit-learn keeps it."""
-    import importlib.util
-    from pathlib import Path
-
-    import numpy as np
-
     spec = importlib.util.find_spec("sklearn")  # finds the package without running it
     folder = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else None
     csv = folder / "datasets" / "data" / "digits.csv.gz" if folder else None
     if csv is None or not csv.is_file():
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # start-up: sklearn.datasets costs every run ~1 s (see above)
 
         digits = load_digits()
         return digits.data, digits.target

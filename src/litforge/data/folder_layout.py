@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torchvision.datasets.folder import find_classes, make_dataset
 
 from litforge.core.errors import DataError
 from litforge.data.base import fold_indices, split_indices
@@ -94,8 +95,6 @@ class FolderLayout:
         return {"train": train, "val": val, "test": test}
 
     def _list(self, directory: str, allow_empty: bool) -> Samples:
-        from torchvision.datasets.folder import make_dataset
-
         class_to_idx = {name: i for i, name in enumerate(self.class_names)}
         try:
             return make_dataset(directory, class_to_idx, extensions=image_extensions(), allow_empty=allow_empty)
@@ -137,8 +136,6 @@ def _find_split_dirs(root: str) -> dict[str, str]:
 
 
 def _find_classes(directory: str) -> list[str]:
-    from torchvision.datasets.folder import find_classes
-
     try:
         classes, _ = find_classes(directory)
     except FileNotFoundError:

@@ -174,7 +174,7 @@ class GymDataModule(pl.LightningDataModule):
         env = self.make_env()
         space, obs_space = env.action_space, env.observation_space
         env.close()
-        import gymnasium as gym
+        import gymnasium as gym  # extra [rl]
 
         if not isinstance(space, gym.spaces.Discrete):
             raise ConfigError(
@@ -189,7 +189,7 @@ class GymDataModule(pl.LightningDataModule):
         self.buffer = ReplayBuffer(buffer_size, self.observation_size, seed)
 
     def make_env(self) -> Any:
-        import gymnasium as gym
+        import gymnasium as gym  # extra [rl]
 
         try:
             return gym.make(self.env_id)

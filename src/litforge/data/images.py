@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
+from torchvision.datasets.folder import IMG_EXTENSIONS
+from torchvision.io import decode_jpeg
+from torchvision.transforms.v2 import functional as F
 
 from litforge.core.errors import ConfigError, DataError
 
@@ -32,11 +35,8 @@ JPEG_MAGIC = b"\xff\xd8\xff"  # every JPEG file (JFIF, Exif, raw) starts with SO
 def image_extensions() -> tuple[str, ...]:
     """The file endings torchvision's ImageFolder treats as images (.jpg, .png, .webp, .tif, ...).
 
-    Read from torchvision itself, so training and prediction follow whatever the installed torchvision accepts;
-    imported only when asked (importing torchvision takes seconds).
+    Read from torchvision itself, so training and prediction follow whatever the installed torchvision accepts.
     """
-    from torchvision.datasets.folder import IMG_EXTENSIONS
-
     return tuple(IMG_EXTENSIONS)
 
 
@@ -145,7 +145,6 @@ def resize_tensor(image: Tensor, size_hw: tuple[int, int] | None) -> Tensor:
     (the two differ by at most 1 grey level per pixel, tests/test_image_folder.py)."""
     if size_hw is None or tuple(image.shape[1:]) == size_hw:
         return image
-    from torchvision.transforms.v2 import functional as F
 
     return F.resize(image, list(size_hw), interpolation=F.InterpolationMode.BILINEAR, antialias=True).contiguous()
 
@@ -170,7 +169,6 @@ def decode_jpeg_file(path: str) -> Tensor | None:
         warnings.filterwarnings(
             "ignore", "The image decoding and encoding capabilities of TorchVision", DeprecationWarning
         )
-        from torchvision.io import decode_jpeg
 
         try:
             return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -42,12 +44,8 @@ def stateful_train_loader(
 ) -> Any:
     """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
     over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
     shards = trainer.distributed_sampler_kwargs if trainer is not None else None  # {"num_replicas", "rank"} or None
     if shards:
-        from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
-
         sampler = StatefulDistributedSampler(dataset, shuffle=True, seed=seed, **shards)
         return StatefulDataLoader(
             dataset,

@@ -19,9 +19,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import fsspec
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
@@ -93,8 +96,6 @@ class ShardSample:
 
 def default_start_method() -> str | None:
     """fork on Linux (torch's DataLoader default there); elsewhere LitData's own default (spawn)."""
-    import sys
-
     return "fork" if sys.platform.startswith("linux") else None
 
 
@@ -121,9 +122,7 @@ def write_shards(
     processes on Linux, as torch's DataLoader starts its workers there: they share the loaded split instead of
     unpickling a copy, and start in 0.2 s instead of LitData's default spawn's ~5 s per split here.
     """
-    import shutil
-
-    from litdata import optimize
+    from litdata import optimize  # extra [streaming]
 
     output = str(output)
     if not is_remote(output):
@@ -164,8 +163,6 @@ def write_shards(
 
 
 def _write_text(path: str, text: str, storage_options: Mapping[str, Any] | None) -> None:
-    import fsspec
-
     with fsspec.open(path, "w", **dict(storage_options or {})) as f:
         f.write(text)
 
@@ -182,8 +179,6 @@ def read_facts(input_dir: str, storage_options: Mapping[str, Any] | None = None)
         else os.path.join(os.path.abspath(os.path.expanduser(str(input_dir))), FACTS_FILE)
     )
     try:
-        import fsspec
-
         with fsspec.open(path, "r", **dict(storage_options or {})) as f:
             facts = json.load(f)
     except FileNotFoundError:
@@ -218,7 +213,7 @@ def resumable_loader_class() -> type:
     Lightning-AI/litData#770 (ParallelStreamingDataset; closed) and #649. `restore` is a public attribute of the
     loader; tests/test_compat.py checks the LitData behaviour this relies on and fails when it changes.
     """
-    from litdata import StreamingDataLoader
+    from litdata import StreamingDataLoader  # extra [streaming]
 
     class ResumableStreamingDataLoader(StreamingDataLoader):
         _resumed_epoch_pending = False
@@ -296,7 +291,7 @@ class StreamingImageDataModule(ImageDataModule):
 
     def dataset(self, split: str, train: bool = False) -> Any:
         """LitData's `StreamingDataset` over one split (train: shuffled from `shuffle_seed`, a new order per epoch)."""
-        from litdata import StreamingDataset
+        from litdata import StreamingDataset  # extra [streaming]
 
         if self.split_size(split) == 0:
             return TensorDataset(torch.empty((0, *self.input_shape)), torch.empty(0, dtype=torch.int64))

@@ -42,7 +42,7 @@ TASK_OF = {"class": "task=classification", "value": "task=regression"}  # the bu
 
 def known_encoding(name: str) -> str:
     """data.encoding: `auto` or a codec Python knows (`latin-1`, `cp1252`, `utf-16`, ...)."""
-    import codecs  # imported here too: the config check evaluates this function without the module's imports
+    import codecs  # here too: the config check runs this validator without the module's imports (config/source.py)
 
     if name != "auto":
         codecs.lookup(name)  # LookupError: pydantic reports it as the value refused
@@ -207,7 +207,7 @@ def _plain(value: Any) -> float | str | None:
 
 def bundled_table(name: str) -> Table:
     """One of scikit-learn's bundled tables, its target last as column `target` (class names for classifiers)."""
-    from sklearn import datasets
+    from sklearn import datasets  # torch-free config check (sklearn ~1 s)
 
     loader = {
         "wine": datasets.load_wine,

@@ -12,6 +12,7 @@ Documents and packing: the corpus is one token stream cut into `block_size` wind
 from __future__ import annotations
 
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -28,8 +29,6 @@ from litforge.data.stateful import stateful_train_loader
 
 def python_docs() -> list[str]:
     """The Python language reference, one document per topic, as shipped in the standard library."""
-    from pydoc_data.topics import topics
-
     return [topics[name] for name in sorted(topics)]
 
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from urllib.error import URLError
 
 import torch
+import torchvision.datasets
 from torch import Tensor
 
 from litforge.core.errors import DataError
@@ -83,8 +84,6 @@ class TorchvisionImageDataModule(ImageDataModule):
         return os.path.abspath(os.path.expanduser(str(self.data_dir)))
 
     def _dataset_class(self) -> Any:
-        import torchvision.datasets
-
         return getattr(torchvision.datasets, self.tv_class_name)
 
     def prepare_data(self) -> None:

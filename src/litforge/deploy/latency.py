@@ -124,7 +124,7 @@ def onnx_runner(path: str, input_name: str = "images") -> RunnerFactory:
     """An onnxruntime CPU session per thread count as a variant factory."""
 
     def make(threads: int) -> Callable[[Tensor], Any]:
-        import onnxruntime as ort
+        import onnxruntime as ort  # extra [deploy]
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads

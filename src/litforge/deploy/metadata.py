@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from litforge import __version__
 from litforge.core.contracts import DecidingTask
 from litforge.records.provenance import CHECKPOINT_KEY
 from litforge.records.provenance import FILE as PROVENANCE_FILE
@@ -82,8 +83,6 @@ def decision_props(task: DecidingTask) -> dict[str, str]:
 def provenance_props(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
     """Where an exported file came from, the same keys in every export (images, tables, a user's data): the
     litforge version, the training code's commit and dirty flag, and the checkpoint's name."""
-    from litforge import __version__
-
     origin = code_origin(ckpt_path, checkpoint)
     return {
         "litforge_version": __version__,
@@ -95,7 +94,7 @@ def provenance_props(ckpt_path: Path, checkpoint: dict[str, Any]) -> dict[str, s
 
 def write_metadata(path: Path, props: dict[str, str], variant: str) -> None:
     """Replace the file's metadata_props with `props` + `variant`; external weight data is left where it is."""
-    import onnx
+    import onnx  # extra [deploy]
 
     model = onnx.load(str(path), load_external_data=False)
     del model.metadata_props[:]
@@ -107,7 +106,7 @@ def write_metadata(path: Path, props: dict[str, str], variant: str) -> None:
 
 def read_metadata(path: Path | str) -> dict[str, str]:
     """The metadata_props of an ONNX file, as onnxruntime reports them."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # extra [deploy]
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return dict(session.get_modelmeta().custom_metadata_map)

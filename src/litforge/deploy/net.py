@@ -1,7 +1,7 @@
 """What gets deployed: the plain fp32 `nn.Module` of a classifier's or regressor's checkpoint, run in batches.
 
 Why a module of its own: the export job and benchmarks/inference.py must time and convert the very same net, rebuilt
-from the checkpoint alone (`litforge.checkpointing.restore.load_for_inference`), whatever wrapped it in training.
+from the checkpoint alone (`litforge.tasks.restore.load_for_inference`), whatever wrapped it in training.
 """
 
 from __future__ import annotations
@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
-from litforge.core.contracts import ExportTask, trains_on
+from litforge.checkpointing.load import load_checkpoint
+from litforge.core.contracts import ExportTask, check_exportable, trains_on
 from litforge.core.errors import CheckpointError
+from litforge.tasks.restore import load_for_inference
 
 # key prefixes that wrappers leave on state-dict keys (torch.compile, DDP/FSDP wrappers); a consolidated checkpoint
 # may carry them, the plain task does not
@@ -23,10 +26,6 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(task, datamodule, net, checkpoint) from `cfg.ckpt_path`: any litforge image classifier (every net, pruned or
     QAT runs, a sharded run's consolidated single-file checkpoint); the net is fp32, on the CPU, in eval mode. The
     checkpoint dict is returned for its provenance record (the deployed model's metadata)."""
-    from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import load_for_inference
-    from litforge.core.contracts import check_exportable
-
     path = str(cfg.ckpt_path)
     checkpoint = strip_wrapper_prefixes(load_checkpoint(path))
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
@@ -64,6 +63,4 @@ def exportable_net(task: ExportTask, path: str) -> Any:
 
 def batched(fn: Callable[[Any], Any], x: Any, batch_size: int = 256) -> Any:
     """`fn` over `x` in batches, outputs concatenated: a whole test split at once would need its activations at once."""
-    import torch
-
     return torch.cat([torch.as_tensor(fn(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])

@@ -11,6 +11,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch.export import Dim
+
 from litforge.core.errors import ConfigError
 from litforge.deploy.net import batched
 
@@ -25,9 +28,6 @@ def export_onnx(
 ) -> Path:
     """Dynamo export with a dynamic batch axis; weights embedded unless they exceed ~1 GiB (then `model.onnx` +
     `model.onnx.data`, which must stay together)."""
-    import torch
-    from torch.export import Dim
-
     for name in ("onnxscript", "onnx_ir"):  # the exporter's optimiser narrates every pass at INFO
         logging.getLogger(name).setLevel(logging.WARNING)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ def export_onnx(
         )
     except Exception as exc:  # an op the exporter cannot translate: name the net and the op
         raise ConfigError(f"torch.onnx.export failed for {type(net).__name__}: {str(exc).splitlines()[0]}") from exc
-    import onnx
+    import onnx  # extra [deploy]
 
     onnx.checker.check_model(str(path))  # by path: also validates an external model.onnx.data
     return path
@@ -56,7 +56,7 @@ def export_onnx(
 
 def ort_session(path: Path | str) -> Any:
     """An onnxruntime session on the CPU provider (the one the parity and the report measure), default threads."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # extra [deploy]
 
     return ort.InferenceSession(str(path), ort.SessionOptions(), providers=["CPUExecutionProvider"])
 
@@ -71,8 +71,6 @@ def check_parity(
     what: str = "images",
 ) -> dict[str, float]:
     """onnxruntime vs PyTorch on the whole test split; a mismatch beyond the tolerances stops the export."""
-    import torch
-
     session = ort_session(onnx_path)
     out = batched(lambda b: session.run(None, {input_name: b.numpy()})[0], x)
     diff = float((out - ref).abs().max())

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     import pytorch_lightning as pl
     from torch import nn
 
+import torch
+
+from litforge.callbacks.qat import INT8_FILENAME, convert_int8, int8_source, load_int8_model, save_int8_model
+
 QUANTIZATIONS = ("torchao_dynamic", "onnx_dynamic", "onnx_static")  # the names `quantize=[...]` accepts
 
 
@@ -39,8 +43,6 @@ def _quiet_root_logger() -> Iterator[None]:
 def torchao_dynamic(net: nn.Module, task: pl.LightningModule, path: Path) -> tuple[nn.Module, Path]:
     """torchao dynamic int8 of the PyTorch net (the QAT callback's conversion, on a never-prepared net), saved as
     the QAT callback saves its int8 model; returns (module, file)."""
-    from litforge.callbacks.qat import convert_int8, save_int8_model
-
     module = convert_int8(net)
     return module, save_int8_model(module, task, path)
 
@@ -51,8 +53,6 @@ def qat_int8_model(ckpt_path: Path) -> tuple[Any, Path] | None:
     One converted from another checkpoint of the run (the best, say, while `last.ckpt` is exported) would not be
     comparable: it is left out with a note naming the checkpoint to export instead.
     """
-    from litforge.callbacks.qat import INT8_FILENAME, int8_source, load_int8_model
-
     file = ckpt_path.parent / INT8_FILENAME
     if not file.is_file():
         return None
@@ -72,7 +72,7 @@ def preprocess_for_quantization(onnx_path: Path, out: Path) -> Path:
 
     Symbolic shape inference is skipped: it fails on the dynamo exporter's graphs, and ONNX shape inference suffices.
     """
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization.shape_inference import quant_pre_process  # extra [deploy]
 
     with _quiet_root_logger():
         quant_pre_process(str(onnx_path), str(out), skip_symbolic_shape=True)
@@ -81,7 +81,7 @@ def preprocess_for_quantization(onnx_path: Path, out: Path) -> Path:
 
 def quantize_onnx_dynamic(pre: Path, out_dir: Path) -> Path:
     """Dynamic int8: int8 per-channel weights, activation ranges computed at run time (no calibration)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # extra [deploy]
 
     out = out_dir / "model_int8_dynamic.onnx"
     with _quiet_root_logger():
@@ -95,8 +95,6 @@ def calibration_batches(
     """A seeded random subset of the training split for static quantization, in the form the graph takes:
     `prepare(raw images)` (the export job: the deployed input, normalisation in the graph), by default normalised
     like training (a bare net, as benchmarks/inference.py exports)."""
-    import torch
-
     images, _ = datamodule.split_arrays("train")
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:size]
     x = (prepare or (lambda b: datamodule.normalize(b).float()))(images[order])
@@ -105,7 +103,12 @@ def calibration_batches(
 
 def quantize_onnx_static(pre: Path, out_dir: Path, batches: list[Any]) -> Path:
     """QDQ int8 (per-channel int8 weights, uint8 activations) with ranges calibrated on `batches`."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (  # extra [deploy]
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:

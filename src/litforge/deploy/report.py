@@ -17,6 +17,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from litforge.callbacks.pruning import PRUNABLE
+from litforge.deploy.latency import markdown_table, measure, onnx_runner, resolve_threads, torch_runner
 from litforge.deploy.net import batched
 
 if TYPE_CHECKING:
@@ -38,8 +42,6 @@ class Variant:
 
 def weight_sparsity(net: nn.Module) -> float:
     """Fraction of exactly-zero weights in Linear/Conv layers (what pruning leaves)."""
-    from litforge.callbacks.pruning import PRUNABLE
-
     zeros = total = 0
     for module in net.modules():
         if isinstance(module, PRUNABLE):
@@ -57,8 +59,6 @@ def fp32_label(net: nn.Module) -> str:
 def file_bytes(variant: Variant) -> bytes:
     """The bytes a deployment ships: the file (with an ONNX model's external `.data` file), or the saved state."""
     if variant.path is None:
-        import torch
-
         buffer = io.BytesIO()
         torch.save(variant.module.state_dict(), buffer)
         return buffer.getvalue()
@@ -71,10 +71,6 @@ def build_report(
     variants: dict[str, Variant], x: Tensor, labels: Tensor, ref: Tensor, report_cfg: Any
 ) -> list[dict[str, Any]]:
     """One row per variant (the first is the baseline): sizes, test accuracy, fp32 agreement, latency, speed-up."""
-    import torch
-
-    from litforge.deploy.latency import measure, onnx_runner, resolve_threads, torch_runner
-
     factories = {
         name: torch_runner(v.module) if v.runtime == "torch" else onnx_runner(str(v.path))
         for name, v in variants.items()
@@ -118,8 +114,6 @@ def _run_first(run: Any, batch: Any) -> Any:
 
 def _first(out: Any) -> Any:
     """The logits: onnxruntime returns a list of outputs, PyTorch the tensor itself."""
-    import torch
-
     return torch.as_tensor(out[0]) if isinstance(out, (list, tuple)) else out
 
 
@@ -132,8 +126,6 @@ def recommend(rows: list[dict[str, Any]], key: str, max_drop: float) -> str:
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, report_cfg: Any) -> Path:
     """`compression_report.csv` (every figure) and `compression_report.md` (the table, how to read it, the pick)."""
-    from litforge.deploy.latency import markdown_table
-
     header = list(rows[0])
     with (out_dir / "compression_report.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=header)

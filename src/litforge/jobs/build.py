@@ -108,7 +108,7 @@ def training_callbacks(
     switch turned off), the clock's `checkpoint_every` / `time_limit` saves, and the provenance recorder (every
     checkpoint names the commit that trained it; eval.py reports it)."""
     from litforge.callbacks.provenance import ProvenanceRecorder
-    from litforge.checkpointing.clock import clock_callbacks
+    from litforge.callbacks.time_limit import clock_callbacks
 
     callbacks = respect_trainer_switches(configured, trainer_kwargs, loggers)
     callbacks += clock_callbacks(settings.checkpoint_every, settings.time_limit, checkpoint_dir)

@@ -8,7 +8,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from litforge.checkpointing.restore import load_for_inference
 from litforge.config.settings import Inference, job_settings
 from litforge.core.contracts import check_evaluable
 from litforge.core.instantiate import instantiate_group
@@ -16,6 +15,7 @@ from litforge.jobs.build import build_trainer
 from litforge.jobs.checks import check_at_start
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
+from litforge.tasks.restore import load_for_inference
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:

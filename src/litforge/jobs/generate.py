@@ -16,7 +16,7 @@ from litforge.jobs.checks import check_at_start
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
     from litforge.checkpointing.load import load_checkpoint
-    from litforge.checkpointing.restore import inference_device, restore_task
+    from litforge.tasks.restore import inference_device, restore_task
 
     check_at_start(cfg, "generate")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Generate)  # the job's own keys, typed

@@ -39,7 +39,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
     import torch
 
-    from litforge.checkpointing.restore import inference_device, load_for_inference
+    from litforge.tasks.restore import inference_device, load_for_inference
 
     task, datamodule, _ = load_for_inference(cfg)
     task.set_decisions(cfg.task, "predict")  # task.threshold=0.3: a decision of the task (its `decisions`)

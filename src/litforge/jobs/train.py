@@ -28,6 +28,7 @@ from litforge.core.instantiate import instantiate_group, instantiate_named, to_p
 from litforge.jobs.build import (
     build_fit_trainer,
     build_strategy,
+    build_task,
     build_training_task,
     runs_on_cuda,
     task_class,
@@ -75,7 +76,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if settings.dry_run:  # plan the run on fake ranks: no device, no run folder, no Trainer
         from litforge.parallel.dry_run import dry_run
 
-        return dry_run(cfg)
+        return dry_run(cfg, build_task)
     for note in run_notes(cfg, tested=settings.test_after_training):
         log.warning("%s", note)
     launch.install()  # DDP/FSDP ranks started by Lightning reuse this Hydra job's run folder, also in a multirun
@@ -296,7 +297,7 @@ def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, cfg: 
     Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here. The
     command line's check asked the same of the checkpoint's metadata (litforge.checkpointing.resume.check_early).
     """
-    from litforge.checkpointing.restore import recorded_task_class
+    from litforge.tasks.restore import recorded_task_class
 
     resume.check_continues(
         path,

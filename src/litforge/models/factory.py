@@ -12,6 +12,7 @@ from typing import Any
 from torch import nn
 
 from litforge.core.instantiate import call_partial
+from litforge.models.meta import build_on_meta, building_on_meta
 
 # keys that checkpoints written before `init_from` moved to the task group still carry in their net config: they
 # are not constructor arguments of any net, so they are dropped here and old checkpoints keep loading
@@ -34,7 +35,6 @@ def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
     net_cfg = {k: v for k, v in net_cfg.items() if k not in LEGACY_TASK_KEYS}
     # a shape key the config sets itself wins (a preset's vocab_size, conf/model/gpt_7b.yaml): only what it lacks
     shape = {k: v for k, v in shape.items() if k not in net_cfg}
-    from litforge.models.meta import build_on_meta, building_on_meta
 
     if building_on_meta():  # strategy.meta_init under a sharding strategy: shapes only, filled after sharding
         return build_on_meta(lambda: call_partial("model", net_cfg, **shape))

@@ -20,11 +20,14 @@ in one line before the run folder exists (litforge.cli.preflight asks :func:`flo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import torch
 from torch import nn
 
 from litforge.core.errors import ConfigError
+from litforge.runtime.extras import installed
 
 RECIPES = ("tensorwise", "rowwise")  # the `float8` key's values besides none (torchao's recipe names)
 MIN_CAPABILITY = (8, 9)
@@ -40,7 +43,6 @@ def float8_refusal(recipe: str, accelerator: Any = None) -> str | None:
     )
     if str(accelerator) == "cpu":
         return f"{needs}; trainer.accelerator=cpu: {fix}"
-    import torch
 
     if not torch.cuda.is_available():
         return f"{needs}; this machine has no CUDA GPU: {fix}"
@@ -48,7 +50,6 @@ def float8_refusal(recipe: str, accelerator: Any = None) -> str | None:
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name()
         return f"{needs}; this {name} has {capability[0]}.{capability[1]}: {fix}"
-    from litforge.runtime.extras import installed
 
     if not installed("torchao"):
         return f"float8={recipe} converts the net with torchao, which is not installed: pip install torchao, or {fix}"
@@ -65,9 +66,7 @@ def float8_layers(net: nn.Module) -> list[str]:
 def convert_to_float8(net: nn.Module, recipe: str, fsdp_all_gather: bool = False) -> list[str]:
     """Swap the net's chosen Linear layers for torchao's Float8Linear in place; returns their names. Builds on any
     device (meta included); the refusal of machines without float8 matmuls is :func:`float8_refusal`'s."""
-    import dataclasses
-
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training  # extra [deploy]
 
     if recipe not in RECIPES:
         raise ConfigError(f"float8={recipe}: expected one of none, {', '.join(RECIPES)}, e.g. float8=tensorwise")

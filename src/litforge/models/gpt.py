@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import torch
 from pydantic import Field
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import create_block_mask
 
 from litforge.core.errors import ConfigError
 from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
@@ -58,8 +59,6 @@ def document_layout(doc_ids: Tensor, with_mask: bool = True) -> tuple[Tensor, Te
 def document_block_mask(doc_ids: Tensor) -> BlockMask:
     """The block-diagonal causal rule of `document_layout` as a FlexAttention BlockMask (built on the device of
     `doc_ids`, with tensor ops only: no host read)."""
-    from torch.nn.attention.flex_attention import create_block_mask  # ~1 s to import: only where it is used
-
     B, T = doc_ids.shape
 
     def same_document_causal(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:

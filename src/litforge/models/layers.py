@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from litforge.core.errors import ConfigError
-
-if TYPE_CHECKING:  # importing FlexAttention costs ~1 s: only the packed-document GPT on CUDA needs it
-    from torch.nn.attention.flex_attention import BlockMask
 
 
 @functools.cache
@@ -28,8 +26,6 @@ def compiled_flex_attention() -> Any:
     the scores (torch warns), so it pays only compiled. Compiling its kernel alone works whether or not the net is
     compiled (`compile=true` traces through it); it takes seconds on a GPU but ~100 s on a 2-core CPU, which is why
     the GPT uses it on CUDA only (litforge.models.gpt)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -69,8 +65,6 @@ class Attention(nn.Module):
         elif isinstance(mask, Tensor):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         else:  # a BlockMask; no dropout in FlexAttention: the GPT sends one only without dropout
-            from torch.nn.attention.flex_attention import flex_attention
-
             # inside `compile=true` the net's own compile fuses it; eager, the separately compiled kernel
             fused = q.is_cuda and not torch.compiler.is_compiling()
             y = (compiled_flex_attention() if fused else flex_attention)(q, k, v, block_mask=mask)

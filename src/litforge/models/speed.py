@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from litforge.core.contracts import net_of
+from litforge.core.contracts import Model, net_of
 from litforge.core.errors import ConfigError
 
 
@@ -54,11 +54,16 @@ def apply_speed_options(
         setattr(net, "litforge_compiled", True)  # noqa: B010  (nn.Module types its attributes as modules/tensors; read by callbacks.throughput)
 
 
+def sharding_units(net: nn.Module) -> list[nn.Module]:
+    """The net's own `fsdp_units()` that hold parameters: what litforge.parallel.plans wraps with `fully_shard`
+    before the root, and what `compile=blocks` compiles one by one (a model fact, so it lives below parallel)."""
+    units = list(net.fsdp_units()) if isinstance(net, Model) else []
+    return [unit for unit in units if any(True for _ in unit.parameters())]
+
+
 def compile_blocks(net: nn.Module, **options: Any) -> int:
     """Compile each of the net's `fsdp_units()` in place (`compile=blocks`, or `compile={blocks: true, ...}` with
     torch.compile options for every block); returns how many."""
-    from litforge.parallel.plans import sharding_units
-
     units = sharding_units(net)
     if not units:
         raise ConfigError(

@@ -6,7 +6,6 @@
   fill the world, post-local-SGD DDP that also works without CUDA).
 - :mod:`litforge.parallel.launch`: makes Lightning's per-rank script relaunch reuse the run folder Hydra already
   chose, also inside a multirun.
-- :mod:`litforge.parallel.consolidate`: one-file checkpoints from sharded (distributed) checkpoints.
 
 Importing this package imports nothing heavy; import the submodules where they are used.
 """

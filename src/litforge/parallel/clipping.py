@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.distributed.tensor import DTensor
 
 
 def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -26,8 +27,6 @@ def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
     Gradients are grouped by device mesh; torch's public `get_total_norm` reduces each group (DTensor semantics do the
     cross-rank sums, `_StridedShard` layouts included), and the groups' norms are combined here.
     """
-    from torch.distributed.tensor import DTensor
-
     groups: dict[object, list[torch.Tensor]] = {}
     for p in parameters:
         if p.grad is not None:
@@ -43,8 +42,6 @@ def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
 def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale all gradients so that their global norm is at most `max_norm` (torch's rule: coef = max/(norm+1e-6),
     capped at 1); returns the norm before clipping."""
-    from torch.distributed.tensor import DTensor
-
     params = [p for p in parameters if p.grad is not None]
     norm = global_grad_norm(params)
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
@@ -57,6 +54,4 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
 
 
 def has_dtensor_grads(parameters: Iterable[torch.Tensor]) -> bool:
-    from torch.distributed.tensor import DTensor
-
     return any(isinstance(p.grad, DTensor) for p in parameters)

@@ -50,7 +50,7 @@ import math
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -628,12 +628,13 @@ def memory_budget(settings: Train) -> tuple[float, str]:
     return GPU_MEMORY_GIB[name] * 2**30, f"one {name} (dry_run_gpu={given})"
 
 
-def dry_run(cfg: Any, judge: bool = True) -> dict[str, Any]:
+def dry_run(cfg: Any, build_task: Callable[[Any, Mapping[str, Any]], Any], judge: bool = True) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
     the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
-    first lever that fits, re-planned with it (`judge=False`: the table only, as benchmarks/dry_run.py wants)."""
+    first lever that fits, re-planned with it (`judge=False`: the table only, as benchmarks/dry_run.py wants).
+    `build_task(cfg, shape)`: the job's own task builder (litforge.jobs.build), handed down so the plan builds the
+    task exactly as training would without this layer importing the jobs above it."""
     from litforge.core.instantiate import instantiate_group
-    from litforge.jobs.build import build_task
     from litforge.models.meta import meta_nets
     from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
 

@@ -27,6 +27,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytorch_lightning.strategies import Strategy
 
+import torch
+import torch.distributed as dist
+
+from litforge.core.errors import ConfigError
+
 
 def under_torchrun(env: Any = os.environ) -> bool:
     """Whether torch elastic (torchrun) started this process and serves the rendezvous store."""
@@ -36,8 +41,6 @@ def under_torchrun(env: Any = os.environ) -> bool:
 def check_restartable_across_nodes(env: Any = os.environ) -> None:
     """Refuse a torchrun job over several nodes that may restart while its workers share the agent's store: after a
     restart the nodes' restart counts may differ, and so would their rendezvous prefixes (a hang, module docstring)."""
-    from litforge.core.errors import ConfigError
-
     nodes, restarts = int(env.get("GROUP_WORLD_SIZE", 1)), int(env.get("TORCHELASTIC_MAX_RESTARTS", 0))
     if under_torchrun(env) and nodes > 1 and restarts > 0:
         raise ConfigError(
@@ -50,9 +53,6 @@ def check_restartable_across_nodes(env: Any = os.environ) -> None:
 
 def init_elastic_process_group(strategy: Strategy, timeout: timedelta = timedelta(minutes=30)) -> bool:
     """Start the default process group on torchrun's store, prefixed by the restart count; True if it did."""
-    import torch
-    import torch.distributed as dist
-
     if not under_torchrun() or not dist.is_available() or dist.is_initialized():
         return False
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or not hasattr(strategy, "process_group_backend"):

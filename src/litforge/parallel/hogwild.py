@@ -45,6 +45,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from litforge.core.bounds import Count
 from litforge.core.errors import ConfigError
 from litforge.parallel.strategies import attached_module
+from litforge.runtime.compat import skip_sigterm_broadcast
 
 GPU_MESSAGE = (
     "strategy=hogwild runs CPU worker processes sharing host memory only; on GPUs use strategy=ddp "
@@ -96,8 +97,6 @@ class Hogwild(DDPStrategy):
 
     def configure_ddp(self) -> None:
         """No DDP wrapper: move the parameters into shared memory instead, and drop the per-step SIGTERM collective."""
-        from litforge.runtime.compat import skip_sigterm_broadcast
-
         module = attached_module(self)
         refuse_batch_norm(module)
         params = list(module.parameters())

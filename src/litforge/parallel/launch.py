@@ -19,6 +19,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_original_cwd, to_absolute_path
+
+from litforge.runtime.override_text import override_text
+
 # Hydra options that choose the config itself and so must reach every rank (the overrides do not carry them)
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 # the words between the program and its overrides: `litforge train ...` starts its ranks as `litforge train ...`
@@ -43,10 +48,7 @@ def config_flags(argv: Sequence[str]) -> list[str]:
 
 def rank_command(local_rank: int) -> tuple[list[str], str]:
     """(command, cwd) that starts `local_rank` of the current Hydra job in the same run folder."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.utils import get_original_cwd, to_absolute_path
-
-    import __main__
+    import __main__  # read at call time: runpy swaps __main__
 
     hydra_cfg = HydraConfig.get()
     if __main__.__spec__ is None:
@@ -56,8 +58,6 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
     command += config_flags(sys.argv[1:])
     command += list(hydra_cfg.overrides.task)
     if hydra_cfg.searchpath:  # a user's own conf folder (docs/extending.md): rank 0 composed from it, so must all
-        from litforge.runtime.override_text import override_text
-
         command.append(f"hydra.searchpath={override_text(list(hydra_cfg.searchpath))}")
     output_dir = hydra_cfg.runtime.output_dir
     command += [
@@ -70,7 +70,7 @@ def rank_command(local_rank: int) -> tuple[list[str], str]:
 
 def install() -> None:
     """Route Lightning's Hydra relaunch through :func:`rank_command` (idempotent)."""
-    from litforge.runtime.compat import route_hydra_relaunch
+    from litforge.runtime.compat import route_hydra_relaunch  # torch-free `litforge <job>`: cli.command imports launch
 
     route_hydra_relaunch(rank_command)
 
@@ -87,7 +87,7 @@ def launched_ranks_cleaned_up() -> Iterator[None]:
         yield
     finally:
         if "torch.distributed" in sys.modules:  # keeps the CLI free of torch when the job never imported it
-            import torch.distributed as dist
+            import torch.distributed as dist  # torch-free `litforge <job>`: only once the job imported it
 
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()

@@ -28,10 +28,13 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import torch
+from hydra.utils import get_class
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from litforge.models.meta import RNG_ATTR, build_on_meta, building_on_meta, is_meta, meta_nets
 from litforge.models.meta import own_tensors as _own_tensors
+from litforge.parallel.strategies import ModelParallel
 
 __all__ = ["build_on_meta", "building_on_meta", "is_meta", "materialize", "meta_nets", "shard_like", "wants_meta_init"]
 
@@ -42,9 +45,6 @@ def wants_meta_init(strategy_cfg: Any) -> bool:
     target = strategy_cfg.get("_target_") if hasattr(strategy_cfg, "get") else None
     if not target or not bool(strategy_cfg.get("meta_init", True)):
         return False
-    from hydra.utils import get_class
-
-    from litforge.parallel.strategies import ModelParallel
 
     try:
         cls = get_class(str(target))
@@ -56,8 +56,6 @@ def wants_meta_init(strategy_cfg: Any) -> bool:
 
 def _local_slice(full: Tensor, like: Tensor) -> Tensor:
     """This rank's part of `full`, placed as the (possibly DTensor) tensor `like` is: a local slice, no comms."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
     if isinstance(like, DTensor):
         return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None).to_local()
     return full
@@ -177,8 +175,6 @@ def shard_like(net: nn.Module, weights: Mapping[str, Tensor]) -> dict[str, Tenso
     for key, tensor in weights.items():
         like = own.get(key)
         if like is not None and hasattr(like, "device_mesh") and tuple(tensor.shape) == tuple(like.shape):
-            from torch.distributed.tensor import distribute_tensor
-
             out[key] = distribute_tensor(tensor.to(like.dtype), like.device_mesh, like.placements, src_data_rank=None)
         else:
             out[key] = tensor

@@ -12,23 +12,23 @@ litforge.core.contracts.Model and TensorParallelModel, docs/extending.md):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from litforge.core.contracts import TensorParallelModel, missing_members
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
-
-from litforge.core.contracts import Model, TensorParallelModel, missing_members
 from litforge.core.errors import ConfigError
+from litforge.models.speed import sharding_units
 
 TP_STYLES = ("colwise", "rowwise")
-
-
-def sharding_units(net: nn.Module) -> list[nn.Module]:
-    """The modules to wrap with `fully_shard` before the root: the net's own `fsdp_units()` (with parameters)."""
-    units = list(net.fsdp_units()) if isinstance(net, Model) else []
-    return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
 def apply_fsdp(net: nn.Module, mesh: DeviceMesh, **fsdp_kwargs: Any) -> int:
@@ -38,11 +38,6 @@ def apply_fsdp(net: nn.Module, mesh: DeviceMesh, **fsdp_kwargs: Any) -> int:
     strategy's options, litforge.parallel.strategies.ModelParallel.fsdp_kwargs). Returns the number of units, so
     callers can tell a net that declared none (then the whole net is one unit).
     """
-    import dataclasses
-
-    import torch
-    from torch.distributed.fsdp import fully_shard
-
     units = sharding_units(net)
     for unit in units:
         fully_shard(unit, mesh=mesh, **fsdp_kwargs)
@@ -74,8 +69,6 @@ def tensor_parallel_plan(net: nn.Module) -> dict[str, str]:
 
 def apply_tensor_parallel(net: nn.Module, mesh: DeviceMesh) -> int:
     """Parallelise `net` over the 1-D tensor-parallel `mesh` by its own plan; returns the number of split layers."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
     plan = tensor_parallel_plan(net)
     # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
     net.check_tensor_parallel(mesh.size())  # type: ignore[operator]
@@ -92,8 +85,6 @@ def hsdp_mesh(dp_mesh: DeviceMesh, replicate_size: int) -> DeviceMesh:
     and the copies meet once per step. Lightning's ModelParallelStrategy builds only a (data, tensor) mesh, so this
     one is built here, from the same ranks, when the task shards its net.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-
     world = dp_mesh.size()
     if world % replicate_size:
         raise ConfigError(

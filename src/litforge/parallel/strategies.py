@@ -15,11 +15,24 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
+from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
+    PostLocalSGDState,
+    post_localSGD_hook,
+)
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
+from litforge.checkpointing.consolidate import META
+from litforge.checkpointing.io import fsync_directory
+from litforge.checkpointing.resume import previous_of
 from litforge.core.bounds import Count, NonNegativeInt
+from litforge.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -67,10 +80,6 @@ class ModelParallel(ModelParallelStrategy):
         meta_init: bool = True,
         **kwargs: Any,
     ) -> None:
-        import torch
-
-        from litforge.core.errors import ConfigError
-
         if offload == "cpu" and not torch.cuda.is_available():
             # CPUOffloadPolicy pins host memory, which needs a CUDA driver ("Found no NVIDIA driver" mid-setup)
             raise ConfigError(
@@ -86,12 +95,8 @@ class ModelParallel(ModelParallelStrategy):
 
     def fsdp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for every `fully_shard` call: FSDP2's mixed precision, resharding and offload policies."""
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
-
         kwargs: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward}
         if self.mixed_precision == "bf16":
-            import torch
-
             # weights gathered and computed in bf16 (half the all-gather bytes and activation memory); gradients
             # reduced and kept in fp32 (the optimizer updates fp32 shards); the root's outputs are cast back to
             # fp32 for the loss (litforge.parallel.plans.apply_fsdp)
@@ -115,13 +120,6 @@ class ModelParallel(ModelParallelStrategy):
         """
         if not self.sharded_saves or "://" in str(filepath):  # one gathered file (atomic plugin) or an object store
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        import os
-        import shutil
-        from pathlib import Path
-
-        from litforge.checkpointing.io import fsync_directory
-        from litforge.checkpointing.resume import previous_of
-        from litforge.parallel.consolidate import META
 
         target = Path(self.broadcast(str(filepath)))
         partial = target.with_name(f".{target.name}.partial")
@@ -147,8 +145,6 @@ class ModelParallel(ModelParallelStrategy):
     def setup_environment(self) -> None:
         world = self.num_processes * self.num_nodes
         if self.replicate_size > 1 and world % self.replicate_size:
-            from litforge.core.errors import ConfigError
-
             raise ConfigError(
                 f"strategy.replicate_size={self.replicate_size} does not divide the {world} processes "
                 "into equal shard groups: use a divisor of trainer.devices x trainer.num_nodes"
@@ -158,8 +154,6 @@ class ModelParallel(ModelParallelStrategy):
 
 def _remove(path: Any) -> None:
     """Delete a checkpoint folder or file if it exists."""
-    import shutil
-
     if path.is_dir():
         shutil.rmtree(path)
     elif path.exists():
@@ -178,10 +172,6 @@ class LocalSGD(DDPStrategy):
         find_unused_parameters: bool = False,
         **kwargs: Any,
     ) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
-            PostLocalSGDState,
-            post_localSGD_hook,
-        )
 
         # post_local_gradient_allreduce=False: after warm-up each rank uses its own gradients (no per-node subgroup,
         # which torch would size from the CUDA device count); the averager is then the only communication.
@@ -203,7 +193,5 @@ class LocalSGD(DDPStrategy):
         only."""
         super().configure_ddp()
         if self.root_device.type != "cuda":
-            from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_localSGD_hook
-
             # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
             self.model.register_comm_hook(self.comm_state, post_localSGD_hook)  # type: ignore[operator,union-attr]

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
+from rich.table import Table
 
 from litforge.records.sweeps import atomic_write
 
@@ -181,9 +183,6 @@ def main(argv: list[str] | None = None) -> int:
             g.metrics = defaultdict(list, {k: v for k, v in g.metrics.items() if k in args.metrics})
     out_dir = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     csv_path, md_path = write_files(groups, common, out_dir)
-
-    from rich.console import Console
-    from rich.table import Table
 
     header, rows = table(groups)
     view = Table(

@@ -6,8 +6,11 @@ Lightning (a parallel launcher runs the trials elsewhere).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
+
+import optuna
 
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}
 SQLITE_TIMEOUT_S = 60  # parallel trials (joblib) write to one SQLite file: wait for its lock instead of failing
@@ -16,10 +19,6 @@ SQLITE_TIMEOUT_S = 60  # parallel trials (joblib) write to one SQLite file: wait
 def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
     """The Optuna pruner `hydra.sweeper.pruner` names, with `hydra.sweeper.pruner_args` as its keyword arguments
     (ignored by `none`, so `pruner=none` alone turns off a search config's pruner)."""
-    import inspect
-
-    import optuna
-
     key = str(name).lower()
     if key not in PRUNERS:
         raise ValueError(
@@ -40,7 +39,5 @@ def build_pruner(name: str, args: Mapping[str, Any] | None = None) -> Any:
 def study_storage(url: str) -> Any:
     """The database storage for `url` (what Optuna builds from a URL string); SQLite files get a long lock timeout,
     as several processes write to them (parallel trials and the sweeper)."""
-    import optuna
-
     engine = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite:") else None
     return optuna.storages.RDBStorage(url, engine_kwargs=engine)

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
+
 FILE = "provenance.json"
 DIFF_FILE = "provenance.diff"
 CHECKPOINT_KEY = "litforge_provenance"  # extra checkpoint entry: {"commit": ..., "dirty": ...}
@@ -65,8 +67,6 @@ def git_state(root: Path = SOURCE_ROOT) -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """Python, torch / CUDA / cuDNN versions, device names, host and every installed package's version."""
-    import torch
-
     cuda = torch.cuda.is_available()
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     packages = installed_packages()

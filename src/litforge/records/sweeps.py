@@ -12,14 +12,19 @@ import csv
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from litforge.runtime.compat import job_error
+from litforge.runtime.ranks import is_rank_zero
+from litforge.runtime.requeue import requeued_job
 
 RESULT_FILE = "result.json"
 PRUNED = "PRUNED"  # a job the Optuna sweeper's pruner stopped early: kept, listed after the completed ones
@@ -30,14 +35,9 @@ PLUMBING_OVERRIDES = ("++callbacks.optuna_pruning=",)
 
 class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode != RunMode.MULTIRUN:
             return
-        from litforge.runtime.ranks import is_rank_zero
-        from litforge.runtime.requeue import requeued_job
 
         if not is_rank_zero():  # one record per job: the other tasks of a multi-task SLURM job run this too
             return
@@ -149,8 +149,6 @@ def atomic_write(path: Path, text: str) -> None:
 def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_dir: Path) -> None:
     """One clear line per failed job, as it fails. Hydra still ends the sweep with exit code 1 (and the first
     failure's traceback) once every job of the batch has run; the others' results are already recorded."""
-    import sys
-
     failed = sum(r.get("status") not in ("COMPLETED", PRUNED, REQUEUED) for r in records)
     print(
         f"\nlitforge: sweep job {record['job']} failed ({' '.join(record['overrides'])}): {record['error']}\n"

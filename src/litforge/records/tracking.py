@@ -29,6 +29,7 @@ from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 
 from litforge.core.contracts import Tracker
 from litforge.records.provenance import DIFF_FILE, FILE
+from litforge.runtime.ranks import is_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ PARAM_CHUNK = 100  # MLflow's most params per log_batch call
 
 def reopen(tracking_uri: str, run_id: str) -> bool:
     """Set MLflow run `run_id` back to RUNNING to continue it; False (a new run starts) if the store lacks it."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
+    from mlflow import MlflowClient  # extra [trackers]
+    from mlflow.exceptions import MlflowException  # extra [trackers]
 
     client = MlflowClient(tracking_uri)
     try:
@@ -103,10 +104,8 @@ class MLflowLogger(MLFlowLogger):
     def log_hyperparams(self, params: Any) -> None:
         """Log the run config flattened (Lightning hands over the task's and data's hparams: `params` is used only
         when no run config was given)."""
-        from mlflow.entities import Param
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
-
-        from litforge.runtime.ranks import is_rank_zero
+        from mlflow.entities import Param  # extra [trackers]
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # extra [trackers]
 
         if not is_rank_zero():
             return
@@ -188,7 +187,6 @@ class WandbLogger(LightningWandbLogger):
         if self.run_config is None:
             super().log_hyperparams(params)
             return
-        from litforge.runtime.ranks import is_rank_zero
 
         if is_rank_zero():  # a resumed run's config takes this attempt's values (W&B allows the change)
             self.experiment.config.update(flatten(self.run_config), allow_val_change=True)

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hydra.core.override_parser.types import QuotedString
+
 # text that the grammar reads back unquoted as the same string: no spaces, quotes, brackets, commas, `=`, `$`, ...
 _PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_/.\-+@]*")
 _WORDS = {"null", "true", "false", "inf", "nan", "none", "infinity"}  # would read back as another type
@@ -21,8 +23,6 @@ _WORDS = {"null", "true", "false", "inf", "nan", "none", "infinity"}  # would re
 
 def override_text(value: Any) -> str:
     """`value` (None, bool, int, float, str, a list or a mapping of those) as Hydra override text."""
-    from hydra.core.override_parser.types import QuotedString
-
     if value is None:
         return "null"
     if isinstance(value, QuotedString):

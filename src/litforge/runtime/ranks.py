@@ -15,9 +15,12 @@ import os
 import secrets
 from typing import TYPE_CHECKING
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from litforge.core.contracts import MeetsRarely
+from litforge.runtime import slurm
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -34,9 +37,6 @@ def is_rank_zero() -> bool:
 
 def in_multirun() -> bool:
     """True inside a job of a Hydra sweep (`python train.py -m ...`)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -53,7 +53,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rank_zero_path", lambda path: path if is_rank_zero() else os.devnull)
     if not OmegaConf.has_resolver("rank_zero_only"):
         OmegaConf.register_new_resolver("rank_zero_only", lambda value: value if is_rank_zero() else None)
-    from litforge.runtime import slurm
 
     slurm.register_resolvers()  # one run folder per SLURM job; what hydra/launcher=slurm asks for
 

@@ -24,6 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 FINISHED_MARKER = "metrics.json"  # the same marker as litforge.checkpointing.resume (kept torch- and import-free)
 CPU_ACCELERATORS = ("cpu", "mps", "tpu")
 
@@ -145,8 +147,6 @@ def cpus_per_task(num_workers: Any) -> int:
 
 def register_resolvers() -> None:
     """`${run_name:<runs folder>,<default name>}`, `${slurm_gpus:...}`, `${slurm_tasks:...}`, `${slurm_cpus:...}`."""
-    from omegaconf import OmegaConf
-
     if not OmegaConf.has_resolver("run_name"):
         # cached: every later resolution (Lightning reads hydra.run.dir again) sees the same name
         OmegaConf.register_new_resolver("run_name", lambda runs, default: job_run_name(runs, default), use_cache=True)

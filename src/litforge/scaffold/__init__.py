@@ -21,6 +21,8 @@ import re
 import sys
 from pathlib import Path
 
+from litforge import __version__
+
 TEMPLATE = Path(__file__).parent / "template"
 SUFFIX = ".tmpl"
 
@@ -40,7 +42,6 @@ def new_project(folder: Path) -> list[Path]:
         raise ValueError(f"{folder}: a package named {package!r} would hide another one: pick another folder name")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"{folder} exists and is not an empty folder: name a new one")
-    from litforge import __version__
 
     values = {"{{package}}": package, "{{name}}": folder.resolve().name, "{{litforge_version}}": __version__}
     written = []

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from hydra.utils import instantiate
 from pydantic import TypeAdapter, ValidationError
 from torch import nn
@@ -24,6 +25,9 @@ from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.core.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
+from litforge.parallel.clipping import clip_grad_norm, has_dtensor_grads
+from litforge.parallel.meta_init import is_meta, materialize
+from litforge.parallel.plans import shard
 from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_step_metrics
 
 
@@ -180,8 +184,6 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         """Clip by the global norm of every gradient when some are sharded (fsdp, tp, fsdp_tp, hsdp): torch's
         `clip_grad_norm_`, which Lightning calls, fails on a mix of DTensor and plain gradients or of two meshes
         (litforge.parallel.clipping). Unsharded runs keep Lightning's own clipping."""
-        from litforge.parallel.clipping import clip_grad_norm, has_dtensor_grads
-
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and has_dtensor_grads(params):
             clip_grad_norm(params, float(gradient_clip_val))
@@ -198,12 +200,10 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         net = net_of(self)
         if not isinstance(net, nn.Module):
             raise ConfigError(f"{type(self).__name__} keeps no `net` to shard: use strategy=ddp for this task")
-        from litforge.parallel.plans import shard
 
         strategy = self.trainer.strategy if attached_trainer(self) is not None else None
         # strategy=fsdp|fsdp_tp options (mixed precision, ...)
         shard(net, self.device_mesh, strategy.fsdp_kwargs() if isinstance(strategy, ConfiguresFsdp) else None)
-        from litforge.parallel.meta_init import is_meta, materialize
 
         if is_meta(net):  # built on the meta device (strategy.meta_init): storage for this rank's shards only
             materialize(net, strategy.root_device if strategy is not None else "cpu")
@@ -335,15 +335,11 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _gather_per_rank(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's `state`, by rank (a collective: Lightning calls `on_save_checkpoint` on every rank)."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [state]
     states: list[Any] = [None] * dist.get_world_size()

@@ -15,6 +15,7 @@ from litforge.core.bounds import Positive, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.models import transfer
 from litforge.models.factory import build_net, input_keywords
+from litforge.parallel.meta_init import is_meta, shard_like
 from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
 from litforge.tasks.mixing import build_mixer
 
@@ -86,8 +87,6 @@ class ClassificationTask(LitforgeTask):
         return transfer.backbone(self.net)
 
     def setup(self, stage: str) -> None:
-        from litforge.parallel.meta_init import is_meta
-
         if stage == "fit" and self.init_from and not is_meta(self.net):  # a meta net loads in on_net_materialized
             self.load_init_weights(self.init_from)
 
@@ -103,7 +102,6 @@ class ClassificationTask(LitforgeTask):
         checkpoint = load_checkpoint(path)
         prefix = "net."
         weights = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-        from litforge.parallel.meta_init import shard_like
 
         fresh = transfer.load_backbone(self.net, shard_like(self.net, weights), path)  # sharded net: slices
         log.info("Initialised the net from %s%s", path, f" (new head: {', '.join(fresh)})" if fresh else "")

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
+from litforge.core.errors import ConfigError
 from litforge.models.factory import build_net
 from litforge.runtime.host_reads import host_scalar
 from litforge.tasks.base import LitforgeTask, build_loss
@@ -83,8 +84,6 @@ class LanguageModelTask(LitforgeTask):
         index = {c: i for i, c in enumerate(self.vocab)}
         unknown = sorted({c for c in text if c not in index})
         if unknown:
-            from litforge.core.errors import ConfigError
-
             raise ConfigError(
                 f"the prompt has characters the model never saw: {unknown}; use only characters of its training text"
             )

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import Tensor, nn
+from torchvision.transforms import v2
 
 from litforge.core.errors import ConfigError
+from litforge.tasks.losses import FocalLoss
 
 MIXES = {"mixup": "MixUp", "cutmix": "CutMix"}  # task.mix → torchvision.transforms.v2 class
 
@@ -32,13 +34,11 @@ def build_mixer(
             f"task.mix_alpha={alpha!r} must be a number > 0 (the Beta(alpha, alpha) of the mixing "
             f"factor), e.g. task.mix_alpha=0.2"
         )
-    from litforge.tasks.losses import FocalLoss
 
     if not isinstance(loss_fn, (nn.CrossEntropyLoss, FocalLoss)):
         raise ConfigError(
             f"task.mix={mix} gives soft targets, which the loss {type(loss_fn).__name__} does not "
             f"take: pass loss=cross_entropy (or label_smoothing, focal), or task.mix=none"
         )
-    from torchvision.transforms import v2  # imported only when asked: importing torchvision takes seconds
 
     return getattr(v2, MIXES[mix])(alpha=float(alpha), num_classes=num_classes)

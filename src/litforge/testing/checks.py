@@ -10,13 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pytorch_lightning.callbacks import ModelCheckpoint
 
+from litforge.config.settings import Train, job_settings
+from litforge.core.contracts import DataModule, missing_members
 from litforge.core.errors import LitforgeError
+from litforge.core.instantiate import instantiate_group
+from litforge.jobs.build import build_task, task_class
+from litforge.jobs.export import export
+from litforge.jobs.predict import predict
+from litforge.jobs.train import check_compatible
+from litforge.tasks.restore import load_for_inference
+from litforge.testing.compose import compose
 
 #: the shape facts that size a net's output, in the order they are looked for in `describe()`
 OUTPUT_FACTS = ("num_classes", "num_targets", "vocab_size", "num_actions")
@@ -48,21 +62,12 @@ def prepared(cfg: DictConfig, tmp_path: str | Path, name: str, **changes: Any) -
 @contextlib.contextmanager
 def scratch(cfg: DictConfig) -> Iterator[DictConfig]:
     """`cfg` writing into a temporary folder, removed afterwards (for the checks that keep no file)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="litforge-kit-") as folder:
         yield prepared(cfg, folder, "run")
 
 
 def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
     """(datamodule, task) as the training job builds them, seeded as it seeds them."""
-    import pytorch_lightning as pl
-
-    from litforge.config.settings import Train, job_settings
-    from litforge.core.instantiate import instantiate_group
-    from litforge.jobs.build import build_task, task_class
-    from litforge.jobs.train import check_compatible
-
     if seed:
         pl.seed_everything(job_settings(cfg, Train).seed, workers=True, verbose=False)  # the job's: conf/train.yaml
     with one_line("building the data and the task as `litforge train` does"):
@@ -75,8 +80,6 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
 def quiet_trainer(root: str | Path, steps: int, callbacks: Sequence[Any] = (), **overrides: Any) -> Any:
     """A CPU Trainer that trains `steps` optimizer steps and writes nothing of its own (no logger, progress bar,
     summary, validation or checkpoint callback): the checks compare exact weights, and anything else is noise."""
-    import pytorch_lightning as pl
-
     options: dict[str, Any] = dict(
         accelerator="cpu",
         devices=1,
@@ -102,8 +105,6 @@ def fit(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None = None) 
 @contextlib.contextmanager
 def warnings_quiet() -> Iterator[None]:
     """Lightning's advice for real runs (few workers, a small log interval) says nothing about a contract."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=r"(pytorch_)?lightning.*")
         warnings.filterwarnings("ignore", message=r".*(num_workers|log_every_n_steps|does not have many workers).*")
@@ -129,8 +130,6 @@ def weights(task: Any) -> dict[str, Any]:
 
 def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """The first tensor of `a` that `b` lacks or holds with other values (None: all equal, bit for bit)."""
-    import torch
-
     for name, tensor in a.items():
         other = b.get(name)
         if other is None or other.shape != tensor.shape or not torch.equal(other, tensor):
@@ -157,8 +156,6 @@ def trusted_for(cfg: DictConfig, task: Any, datamodule: Any) -> list[str]:
 def InputProbe(seen: dict[str, Any], forward: bool = False) -> Any:  # noqa: N802 - builds a Callback class lazily
     """A callback that keeps the first training batch's input as the task receives it (after the datamodule's
     transfer hooks) in `seen["inputs"]`, and with `forward`, the task's output on it in eval mode in `seen["out"]`."""
-    import pytorch_lightning as pl
-    import torch
 
     class Probe(pl.Callback):
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -191,8 +188,6 @@ def trained_checkpoint(cfg: DictConfig, tmp_path: str | Path, name: str = "kit")
 
 def job_config(job: str, tmp_path: str | Path, name: str, **values: Any) -> DictConfig:
     """litforge's own `<job>.yaml` (predict, export) with `values`, writing under `tmp_path/name`."""
-    from litforge.testing.compose import compose
-
     cfg = compose([], config_name=job)
     return prepared(cfg, tmp_path, name, **values)
 
@@ -207,10 +202,6 @@ def check_describe_sizes_net(cfg: DictConfig) -> None:
 
 
 def _check_describe_sizes_net(cfg: DictConfig) -> None:
-    import torch
-
-    from litforge.core.contracts import DataModule, missing_members
-
     datamodule, task = build(cfg)
     missing = missing_members(datamodule, DataModule)
     assert not missing, f"data `{type(datamodule).__name__}` lacks {', '.join(missing)} (litforge.DataModule)"
@@ -246,9 +237,6 @@ def check_one_step_trains(cfg: DictConfig) -> None:
 
 
 def _check_one_step_trains(cfg: DictConfig) -> None:
-    import pytorch_lightning as pl
-    import torch
-
     datamodule, task = build(cfg)
     before = parameters(task)
     assert before, f"task `{type(task).__name__}` has no parameters"
@@ -275,10 +263,6 @@ def _check_one_step_trains(cfg: DictConfig) -> None:
 def check_checkpoint_round_trip(cfg: DictConfig, tmp_path: str | Path) -> None:
     """A checkpoint written after one step loads under `torch.load(weights_only=True)`, and the task rebuilt from
     that file alone (as eval, predict and export rebuild it) gives the trained task's outputs, bit for bit."""
-    import torch
-
-    from litforge.checkpointing.restore import load_for_inference
-
     path, task, datamodule, x = trained_checkpoint(cfg, tmp_path, "round_trip")
     try:
         torch.load(path, map_location="cpu", weights_only=True)
@@ -308,8 +292,6 @@ def check_resume_mid_epoch_exact(cfg: DictConfig, tmp_path: str | Path, steps: i
     """`steps` steps straight end with the very weights of `steps // 2` steps, a checkpoint saved mid-epoch, and a
     resumed run from that file in a new process's state (new datamodule, new task): the loader's position, the
     optimizer, the scheduler and the RNG all travel in the checkpoint."""
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
     half = steps // 2
     straight_cfg = prepared(cfg, tmp_path, "straight")
     datamodule, task = build(straight_cfg)
@@ -341,8 +323,6 @@ def check_predict_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
     """The predict job (its own function) runs on a real checkpoint of the task: its contract check passes (the
     task's `predict_step` returns `predicted`; the datamodule serves its test split) and it writes one row per
     test input."""
-    from litforge.jobs.predict import predict
-
     path, task, datamodule, _ = trained_checkpoint(cfg, tmp_path, "predict_ckpt")
     output = Path(tmp_path) / "predict" / "predictions.csv"
     job = job_config(
@@ -364,8 +344,6 @@ def check_predict_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
 def check_export_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
     """The export job (its own function) turns a real checkpoint of the task into an ONNX model that onnxruntime
     runs like the task (export's own parity check, on the test split): fp32 only, no int8 variants, one timing."""
-    from litforge.jobs.export import export
-
     path, task, datamodule, _ = trained_checkpoint(cfg, tmp_path, "export_ckpt")
     job = job_config(
         "export",
@@ -385,8 +363,6 @@ def check_export_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
 # ---- small helpers ---------------------------------------------------------------------------------------------------
 def round_trip(value: Any) -> Any:
     """`value` saved and loaded back as checkpoints are (torch.load with weights_only=True)."""
-    import torch
-
     buffer = io.BytesIO()
     torch.save(value, buffer)
     buffer.seek(0)

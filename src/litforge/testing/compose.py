@@ -12,13 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
+
+import litforge.runtime.ranks  # noqa: F401  (registers the resolvers the configs use, ${uid:})
+from litforge.cli.main import CONF_DIR
+from litforge.cli.project import find_project
 
 
 def litforge_conf_dir() -> Path:
     """The folder of litforge's own configs (`conf/` of a clone; the copy an installed package carries)."""
-    from litforge.cli.main import CONF_DIR
-
     return Path(CONF_DIR)
 
 
@@ -32,13 +37,6 @@ def compose(
     Nothing runs: no run folder, no Hydra job. `paths.output_dir` is left as Hydra's interpolation; the checks set it
     to the tmp_path they are given.
     """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    import litforge.runtime.ranks  # noqa: F401  (registers the resolvers the configs use, ${uid:})
-    from litforge.cli.project import find_project
-
     own = litforge_conf_dir()
     # a project of the user's (`[tool.litforge]` in its pyproject.toml, found from config_dir or the working folder,
     # as `litforge <job>` finds it): its conf/ and its top config for the job

@@ -12,14 +12,20 @@ fitting under Lightning's DDPStrategy with gloo on the CPU.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import socket
 import traceback
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
+import torch
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
 
+import litforge.runtime.ranks  # noqa: F401  (the config's resolvers)
 from litforge.testing.checks import build, first_difference, fit, max_diff, prepared, quiet_trainer, weights
 
 WORLD_SIZE = 2
@@ -29,9 +35,6 @@ ATOL = 1e-5  # gloo sums two half-batch gradients in another order than one proc
 def comparable() -> Any:
     """The callback that keeps dropout and BatchNorm modules in eval mode on every training batch (Lightning puts
     the whole module in train mode at each epoch's start)."""
-    import pytorch_lightning as pl
-    from torch import nn
-
     # torch's public dropout and batch-norm classes (their common bases are private)
     dropout = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
     STOCHASTIC: tuple[type[nn.Module], ...] = (
@@ -60,10 +63,6 @@ def free_port() -> int:
 def run_rank(rank: int, port: int, cfg_yaml: str, steps: int, out: str) -> None:
     """One DDP rank (a spawned process): build from the config, fit `steps` steps, rank 0 saves the weights."""
     try:
-        import torch
-
-        import litforge.runtime.ranks  # noqa: F401  (the config's resolvers)
-
         torch.set_num_threads(1)
         os.environ.update(
             MASTER_ADDR="127.0.0.1",
@@ -73,7 +72,6 @@ def run_rank(rank: int, port: int, cfg_yaml: str, steps: int, out: str) -> None:
             NODE_RANK="0",
             WORLD_SIZE=str(WORLD_SIZE),
         )
-        from pytorch_lightning.strategies import DDPStrategy
 
         cfg = OmegaConf.create(cfg_yaml)
         assert isinstance(cfg, DictConfig)
@@ -98,10 +96,6 @@ def check_ddp_matches_single_process(
 ) -> None:
     """`steps` optimizer steps on 2 gloo DDP ranks at `data.batch_size` B give the weights of `steps` steps of one
     process at 2 x B (within 1e-5), dropout and BatchNorm held in eval mode in both."""
-    import multiprocessing as mp
-
-    import torch
-
     tmp = Path(tmp_path)
     if "batch_size" not in cfg.data:
         raise AssertionError("the data config has no `batch_size`: the check doubles it for the single process")

@@ -6,7 +6,7 @@ training reads that folder directly (`ckpt_path=<run>/checkpoints/last.ckpt`). F
 shards are merged into an ordinary Lightning checkpoint with torch's own converter (`dcp_to_torch_save`); Lightning's
 `consolidate_checkpoint` utility expects Fabric's layout and fails on Trainer checkpoints (`KeyError: 'model'`).
 
-    python -m litforge.parallel.consolidate <run>/checkpoints/last.ckpt            # -> last.consolidated.ckpt
+    python -m litforge.checkpointing.consolidate <run>/checkpoints/last.ckpt            # -> last.consolidated.ckpt
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+
+from litforge.core.errors import CheckpointError
 
 METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shards
 META = "meta.pt"  # Lightning's non-tensor checkpoint state, written by rank 0 beside the shards
@@ -34,16 +36,14 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     The result holds full tensors under the same keys as a single-process checkpoint (`state_dict`, `litforge`,
     `hyper_parameters`, ...), so `torch.load(weights_only=True)` and `restore_task` read it like any other.
     """
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from litforge.core.errors import CheckpointError
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # torch-free refusals
 
     if not is_distributed_checkpoint(path):
         raise CheckpointError(
             f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "
             "pass the checkpoint folder a strategy=fsdp/tp run wrote, e.g. <run>/checkpoints/last.ckpt"
         )
-    import torch
+    import torch  # torch-free refusals
 
     out = Path(output) if output else consolidated_path(path)
     # write then rename: several ranks (or runs) may consolidate the same folder at once, none reads a partial file
@@ -63,7 +63,9 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m litforge.parallel.consolidate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m litforge.checkpointing.consolidate", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("checkpoint", help="a sharded checkpoint folder, e.g. <run>/checkpoints/last.ckpt")
     parser.add_argument("output", nargs="?", help="the file to write (default: <name>.consolidated.ckpt beside it)")
     args = parser.parse_args(argv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
 from litforge.checkpointing.load import (
@@ -62,8 +63,6 @@ def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = 
 
 def inference_device(name: str = "auto") -> Any:
     """The device predict/generate run on: `auto` = the GPU when there is one (cuda:0), else the CPU."""
-    import torch
-
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
