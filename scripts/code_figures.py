@@ -20,14 +20,14 @@ import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "litforge"
-# bottom to top: a package may import the ones below it (same index: neither imports the other)
+# bottom to top, as tests/test_architecture.py's FLOORS: a package may import the ones below it
 LAYERS = [
     ("core",),
     ("runtime", "scaffold"),
     ("config", "records", "data", "models"),
     ("loops",),
-    ("parallel",),
     ("checkpointing",),
+    ("parallel",),
     ("tasks",),
     ("callbacks",),
     ("deploy",),
