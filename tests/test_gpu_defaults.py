@@ -64,7 +64,8 @@ def test_provenance_records_the_process_wide_settings(tmp_path):
 
 
 def _trainer_on(device: str) -> SimpleNamespace:
-    return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
+    """What a loader reads of a one-process Trainer: its device, and no sampler shards (a Trainer always has both)."""
+    return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)), distributed_sampler_kwargs=None)
 
 
 def test_pinned_memory_only_for_loaders_that_feed_cuda():

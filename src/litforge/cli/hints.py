@@ -24,9 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.cli.command_line import compose
 from litforge.config.check import GROUP_TARGETS
 from litforge.config.library import STAND_INS
+from litforge.config.settings import JobSettings
 from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
-from litforge.config.settings import JobSettings
 
 
 def closest(name: str, names: list[str]) -> str | None:

@@ -35,6 +35,8 @@ TimeLimit = Annotated[
     Field(description="auto or a duration (3h55min, 30min, 04:00:00)", examples=["3h55min"]),
 ]
 
+QUANTIZATIONS = ("torchao_dynamic", "onnx_dynamic", "onnx_static")  # quantize=[...] (litforge.deploy.quantize)
+
 
 class Section(BaseModel):
     """A mapping of settings under one key (`paths`, `tune`, ...): its keys are fixed."""

@@ -14,17 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from litforge.callbacks.qat import INT8_FILENAME, convert_int8, int8_source, load_int8_model, save_int8_model
 from litforge.core.contracts import ArraySplits
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
     from torch import nn
-
-import torch
-
-from litforge.callbacks.qat import INT8_FILENAME, convert_int8, int8_source, load_int8_model, save_int8_model
-
-QUANTIZATIONS = ("torchao_dynamic", "onnx_dynamic", "onnx_static")  # the names `quantize=[...]` accepts
 
 
 @contextlib.contextmanager

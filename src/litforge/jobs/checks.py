@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.config.check import check_config
 from litforge.config.relations import PREDICTS
+from litforge.config.settings import QUANTIZATIONS
 from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
 from litforge.data.tables import check_table_job
-from litforge.deploy.quantize import QUANTIZATIONS
 from litforge.jobs.tuning import check_tuning
 
 _CHECKED: set[str] = set()  # digests of the configs whose job checks passed in this process

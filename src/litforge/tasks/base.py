@@ -108,7 +108,9 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         constructor annotation, and recorded in the hparams (what eval's metrics and export's metadata report).
         Anything else is refused in one line naming the decisions there are: a key the task would not read must not
         pass silently."""
-        hints = typing.get_type_hints(type(self).__init__, include_extras=True)
+        hints: dict[str, Any] = {}  # a subclass passing **kwargs on keeps its parents' decisions: all constructors
+        for cls in reversed([c for c in type(self).__mro__ if "__init__" in vars(c) and issubclass(c, LitforgeTask)]):
+            hints |= typing.get_type_hints(cls.__init__, include_extras=True)
         name_of = type(self).__name__
         wrong = [d for d in self.decisions if d not in hints] if isinstance(self.decisions, tuple) else self.decisions
         if wrong:  # a decision is a constructor argument: the checkpoint rebuilds the task from them

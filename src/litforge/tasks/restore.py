@@ -75,10 +75,13 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     """(task, datamodule, checkpoint) from `cfg.ckpt_path`; the data config comes from the checkpoint unless given.
 
     `checkpoint`: the already loaded (and possibly normalised, see litforge.deploy.net) contents of `cfg.ckpt_path`.
+    Public (`litforge.load_for_inference`): a notebook's config may hold `ckpt_path` alone; the jobs' configs hold
+    `trusted_packages` and `data` too (data: null = the checkpoint's own).
     """
     path = str(cfg.ckpt_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(path)
-    trusted, data = cfg.trusted_packages, cfg.data if "data" in cfg else None  # data: null = the checkpoint's
+    trusted = cfg.trusted_packages if "trusted_packages" in cfg else ()
+    data = cfg.data if "data" in cfg else None
     task = restore_task(checkpoint, path, trusted)
     data_cfg = to_plain(data) if data else recorded_data_config(checkpoint, path, trusted)
     datamodule = instantiate_group("data", data_cfg)
