@@ -223,11 +223,11 @@ def test_every_datamodule_keeps_the_data_contract(
 
 
 def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line() -> None:
-    from litforge.jobs.train import check_compatible
+    from litforge.core.contracts import check_trainable
     from litforge.tasks.classification import ClassificationTask
 
     with pytest.raises(ConfigError) as refused:
-        check_compatible(ClassificationTask, pl.LightningDataModule())
+        check_trainable(ClassificationTask, pl.LightningDataModule())
     message = str(refused.value)
     assert "\n" not in message
     assert "LightningDataModule` lacks `batch_size`, `describe`, `kind`" in message
@@ -238,7 +238,7 @@ def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line(
     from litforge.data.digits import DigitsDataModule
 
     with pytest.raises(ConfigError, match="`NoKindTask` does not say which data it trains on"):
-        check_compatible(NoKindTask, DigitsDataModule())
+        check_trainable(NoKindTask, DigitsDataModule())
 
 
 # ---- Task -----------------------------------------------------------------------------------------------------------
@@ -249,14 +249,14 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
     from litforge.core.contracts import trains_on
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
-    from litforge.jobs.train import check_compatible
+    from litforge.core.contracts import check_trainable
     from litforge.loops import steps_per_call
     from litforge.tasks.base import LitforgeTask
 
     kinds = trains_on(get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_))
     cfg = compose_cfg(*partner(compose_cfg, kinds), f"task={option}", "print_config=false")
     datamodule = instantiate_group("data", cfg.data)
-    check_compatible(task_class(cfg), datamodule)
+    check_trainable(task_class(cfg), datamodule)
     task = build_task(cfg, datamodule.describe())
 
     assert isinstance(task, Task), missing_members(task, Task)

@@ -181,17 +181,16 @@ class RegressionTask:  # stands for a task of the user's own, outside litforge.t
 
 
 def test_a_checkpoint_of_a_task_outside_litforge_resumes_into_the_same_class():
-    from litforge.jobs.train import check_resumable
+    from litforge.checkpointing.training import check_resumable
     from litforge.tasks.base import CHECKPOINT_KEY
 
     net = {"_target_": "myproject.nets.TabularMLP", "_partial_": True, "hidden": 64}
-    cfg = OmegaConf.create({"model": net})
     name = f"{RegressionTask.__module__}.{RegressionTask.__qualname__}"
     check_resumable(
-        {CHECKPOINT_KEY: {"task_class": name}, "hyper_parameters": {"net": net}}, "a.ckpt", RegressionTask, cfg
+        {CHECKPOINT_KEY: {"task_class": name}, "hyper_parameters": {"net": net}}, "a.ckpt", RegressionTask, net
     )
     with pytest.raises(ConfigError, match="was written by task OtherTask, but this run configures RegressionTask"):
-        check_resumable({CHECKPOINT_KEY: {"task_class": "myproject.tasks.OtherTask"}}, "a.ckpt", RegressionTask, cfg)
+        check_resumable({CHECKPOINT_KEY: {"task_class": "myproject.tasks.OtherTask"}}, "a.ckpt", RegressionTask, net)
 
 
 # ---- the page, run as written ---------------------------------------------------------------------------------------

@@ -133,13 +133,13 @@ def test_deterministic_on_cuda_warns_on_ops_without_a_deterministic_kernel(monke
     """Strict `trainer.deterministic=true` failed on CUDA at the first backward of adaptive average pooling."""
     import logging
 
-    from litforge.jobs.build import deterministic_mode
+    from litforge.runtime.devices import deterministic_mode
 
     # the record must reach caplog whatever logging state earlier in-process tests left (a level or a disabled logger
     # seen once in the full suite, not alone): set this logger's level and enable it for the test only
-    logger = logging.getLogger("litforge.jobs.build")
+    logger = logging.getLogger("litforge.runtime.devices")
     monkeypatch.setattr(logger, "disabled", False)
-    caplog.set_level(logging.WARNING, logger="litforge.jobs.build")
+    caplog.set_level(logging.WARNING, logger="litforge.runtime.devices")
     # caplog's handler on the logger itself (also when a parent stopped propagating), removed again after the test
     monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
     assert deterministic_mode(True, "auto") is True and deterministic_mode(True, "cpu") is True  # this CPU: strict

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
 from litforge.data.pinned import pin_memory_for
-from litforge.jobs.train import apply_matmul_precision
+from litforge.runtime.devices import apply_matmul_precision
 from litforge.records import provenance
 
 

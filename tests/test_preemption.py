@@ -89,7 +89,7 @@ def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(com
     from hydra.utils import instantiate
 
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     log = _fake_scontrol(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -132,7 +132,7 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(key, raising=False)
@@ -242,7 +242,7 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_ra
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     targets, delay = _delivery(seed, every_rank)
     bin_dir = Path(root) / "bin"

@@ -378,7 +378,7 @@ print("second saved", flush=True)
 def test_training_writes_checkpoints_through_the_atomic_plugin(compose_cfg):
     from litforge.checkpointing.io import AtomicCheckpointIO
     from litforge.core.instantiate import instantiate_group
-    from litforge.jobs.build import build_trainer
+    from litforge.runtime.devices import build_trainer
 
     cfg = compose_cfg()
     trainer = build_trainer(instantiate_group("trainer", cfg.trainer), logger=False)

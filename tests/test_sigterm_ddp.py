@@ -29,7 +29,7 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     calls: list[str] = []
     real = {name: getattr(dist, name) for name in COUNTED}
@@ -107,7 +107,7 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     seen: list[int] = []
 
@@ -147,7 +147,7 @@ def _nan_on_ranks(rank: int, world_size: int, root: str, nan_rank: int, nan_step
     optimizer step `nan_step` (every other loss of both ranks is finite). Returns where and how each rank stopped."""
     from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
     from litforge.core.errors import TrainingStopped
-    from litforge.jobs.train import fit_or_stop
+    from litforge.callbacks.training import fit_or_stop
 
     module = tiny_module(rows=80)  # 40 rows per rank: 10 batches
     own_step = module.training_step

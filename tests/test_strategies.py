@@ -108,7 +108,8 @@ def test_rank_zero_helpers_follow_the_launcher_environment(monkeypatch):
 def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
     from litforge.core.errors import ConfigError
     from litforge.core.instantiate import instantiate_group
-    from litforge.jobs.build import build_strategy, build_trainer
+    from litforge.parallel.fit_trainer import build_strategy
+    from litforge.runtime.devices import build_trainer
 
     cfg = compose_cfg("strategy=tpu")
     assert cfg.trainer.accelerator == "tpu" and cfg.trainer.devices == 8 and cfg.strategy.name == "xla"
@@ -118,7 +119,7 @@ def test_tpu_without_torch_xla_fails_with_a_clear_message(compose_cfg):
 
 def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
     from litforge.core.errors import ConfigError
-    from litforge.jobs.build import build_trainer
+    from litforge.runtime.devices import build_trainer
 
     with pytest.raises(ConfigError, match="sync_batchnorm"):
         build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
@@ -455,7 +456,7 @@ def test_sweep_through_the_submitit_local_launcher(tmp_path: Path):
 def test_fsdp_option_rules_and_the_offload_refusal_on_a_cpu_only_machine(compose_cfg):
     from litforge.config.check import check_config
     from litforge.core.errors import ConfigError
-    from litforge.jobs.build import build_strategy
+    from litforge.parallel.fit_trainer import build_strategy
 
     for bad, message in (
         ("strategy.mixed_precision=fp8", r"mixed_precision='fp8'.*e.g. strategy.mixed_precision=bf16"),

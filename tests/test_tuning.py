@@ -17,7 +17,8 @@ import yaml
 from conftest import CONF
 from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
-from litforge.jobs.tuning import TB_TAG, check_tuning
+from litforge.jobs.checks import check_tuning
+from litforge.jobs.tuning import TB_TAG
 
 # one short epoch; the finder's 20 steps are about as many as the run's own
 SHORT = [

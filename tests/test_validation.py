@@ -426,9 +426,9 @@ def test_values_that_resolve_only_inside_a_hydra_job_are_left_for_later():
     ],
 )
 def test_a_run_without_validation_says_so(trainer: dict, data: dict, says: str | None):
-    from litforge.jobs.train import run_notes
+    from litforge.checkpointing.training import run_notes
 
-    notes = run_notes(OmegaConf.create({"trainer": trainer, "data": data}), tested=True)
+    notes = run_notes(trainer, data, tested=True)
     assert (says in notes[0] and "no validation" in notes[0]) if says else not notes
 
 

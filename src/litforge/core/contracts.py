@@ -524,3 +524,30 @@ def missing_members(obj: object, protocol: type) -> list[str]:
         names |= {name for name in vars(base) if not name.startswith("_")}
         names |= set(vars(base).get("__annotations__", {}))
     return sorted(name for name in names if not hasattr(obj, name))
+
+
+def check_trainable(task_cls: type, datamodule: object) -> None:
+    """Refuse a task × data pair that cannot work before any data is read or any step runs.
+
+    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (:func:`trains_on`), so a
+    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
+    """
+    if not isinstance(datamodule, DataModule):
+        missing = missing_members(datamodule, DataModule)
+        raise ConfigError(
+            f"data `{type(datamodule).__name__}` lacks {', '.join(f'`{m}`' for m in missing)}: a litforge datamodule "
+            "states its `kind` (e.g. 'image'), its `batch_size` and its shape facts in `describe()` "
+            "(litforge.core.contracts.DataModule; docs/extending.md adds one)"
+        )
+    kinds = trains_on(task_cls)
+    if not kinds:
+        raise ConfigError(
+            f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
+            "attribute `data_kind` (e.g. 'image', or a tuple of kinds), as litforge.tasks.base.LitforgeTask does"
+        )
+    if datamodule.kind not in kinds:
+        raise ConfigError(
+            f"task `{task_cls.__name__}` trains on {' or '.join(kinds)} data, but data "
+            f"`{type(datamodule).__name__}` is {datamodule.kind} data: pick a matching pair (e.g. an experiment= "
+            "recipe), see `python train.py --help`"
+        )

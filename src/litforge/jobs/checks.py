@@ -11,42 +11,53 @@ import hashlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.config.check import check_config
 from litforge.config.relations import PREDICTS
-from litforge.config.settings import QUANTIZATIONS
+from litforge.config.settings import QUANTIZATIONS, Tune
+from litforge.core.contracts import SteppableTask, missing_members
 from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
+from litforge.core.instantiate import to_plain
 from litforge.data.tables import check_table_job
-from litforge.jobs.tuning import check_tuning
+from litforge.jobs.build import task_class
 
+
+@runtime_checkable
+class SetsLearningRate(Protocol):
+    """A task that takes the lr a finder found (`tune=lr_find` with `tune.apply=true`; litforge.tasks.base has it)."""
+
+    def set_learning_rate(self, lr: float) -> None: ...
+
+
+ONE_DEVICE = ("strategy=auto trainer.devices=1", "the finders are single-device (Lightning's Tuner)")
 _CHECKED: set[str] = set()  # digests of the configs whose job checks passed in this process
 
 
-def tabular_data(cfg: Any) -> None:
+def tabular_data(cfg: DictConfig) -> None:
     """data=csv: the file reads, its columns can train, the target's kind fits what the task predicts."""
     check_table_job(cfg.data or {}, PREDICTS.get(str(OmegaConf.select(cfg, "task._target_", default=""))))
 
 
-def streaming_data(cfg: Any) -> None:
+def streaming_data(cfg: DictConfig) -> None:
     """data=streaming: the shards' facts file (written by prepare) reads."""
     data: Any = cfg.data or {}
     if str(data.get("_target_", "")).endswith("StreamingImageDataModule") and "://" not in str(data.input_dir):
-        from litforge.data.streaming import read_facts
+        from litforge.data.streaming import read_facts  # torch: only for a run that reads shards
 
         read_facts(str(data.input_dir))
 
 
-def image_folder(cfg: Any) -> None:
+def image_folder(cfg: DictConfig) -> None:
     """data=image_folder: every layout mistake, named with its folder; two classes or more."""
     data: Any = cfg.data or {}
     root = str(data.get("root"))
     if not str(data.get("_target_", "")).endswith("ImageFolderDataModule") or not Path(root).is_dir():
         return
-    from litforge.data.folder_layout import FolderLayout
+    from litforge.data.folder_layout import FolderLayout  # torch, torchvision: only for data=image_folder
 
     classes = FolderLayout.scan(root).class_names
     if len(classes) == 1:  # torchmetrics' multiclass metrics would fail inside fit
@@ -56,7 +67,7 @@ def image_folder(cfg: Any) -> None:
         )
 
 
-def float8(cfg: Any) -> None:
+def float8(cfg: DictConfig) -> None:
     """float8=tensorwise|rowwise where float8 matmuls can run (litforge.models.float8)."""
     if cfg.float8 != "none":
         from litforge.models.float8 import float8_refusal  # imports torch: only for a run that asks for float8
@@ -65,7 +76,7 @@ def float8(cfg: Any) -> None:
             raise ConfigError(refusal)
 
 
-def source_datamodule(cfg: Any) -> None:
+def source_datamodule(cfg: DictConfig) -> None:
     """prepare reads a source datamodule; data=streaming reads what prepare writes."""
     if "data" not in cfg or str(cfg.data.get("_target_", "")).endswith("StreamingImageDataModule"):
         raise ConfigError(
@@ -74,7 +85,7 @@ def source_datamodule(cfg: Any) -> None:
         )
 
 
-def export_options(cfg: Any) -> None:
+def export_options(cfg: DictConfig) -> None:
     """export's formats and quantizations, by name (their type, and input_dtype, are typed keys: JobSettings)."""
     if not all(OmegaConf.is_list(cfg[key]) for key in ("formats", "quantize")):
         return  # not a list: the config check's line says so
@@ -85,6 +96,53 @@ def export_options(cfg: Any) -> None:
     if bad := [q for q in quantize if q not in QUANTIZATIONS]:
         raise ConfigError(
             f"quantize={quantize}: unknown {bad}; choose from {', '.join(QUANTIZATIONS)} (or quantize=[])"
+        )
+
+
+def check_tuning(cfg: DictConfig) -> None:
+    """Refuse, in one line and before data or net are built, a `tune=` the finders cannot serve (the command line asks
+    it before Hydra resolves the run's folder: the tune group alone is typed here)."""
+    tune = Tune.model_validate(to_plain(cfg.tune))
+    name = tune.finder
+    if name == "none":
+        return
+    from litforge.runtime.devices import process_count, runs_on_cuda  # torch (~2 s): asked only for a finder
+
+    task_cls = task_class(cfg)
+    if "step_loss" in missing_members(task_cls, SteppableTask):  # the class, before any task is built
+        raise ConfigError(
+            f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
+            f"task=language_model have); {task_cls.__name__} has none: use tune=none"
+        )
+    if name == "lr_find" and tune.apply and missing_members(task_cls, SetsLearningRate):
+        raise ConfigError(
+            f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
+            f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
+            "none: pass tune.apply=false"
+        )
+    strategy = cfg.strategy
+    if "_target_" in strategy or strategy.get("name", "auto") != "auto":
+        shown = (
+            f"strategy.name={strategy['name']}"
+            if "name" in strategy
+            else str(strategy.get("_target_")).rsplit(".", 1)[-1]
+        )
+        raise ConfigError(
+            f"tune={name} runs on one device, not with {shown}: {ONE_DEVICE[1]}; tune in a "
+            f"one-device run ({ONE_DEVICE[0]}) and pass what it found to this one (optimizer.lr, "
+            "data.batch_size; task.lr_scaling=linear scales an lr to the replicas)"
+        )
+    trainer = cfg.trainer
+    devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
+    if process_count(trainer) > 1:  # devices=auto on a machine with several GPUs: all of them
+        raise ConfigError(
+            f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
+            f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run"
+        )
+    if name == "batch_size" and not runs_on_cuda(trainer.get("accelerator", "auto")):
+        raise ConfigError(
+            "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
+            "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU"
         )
 
 
@@ -99,7 +157,7 @@ JOB_CHECKS: dict[str, tuple[Callable[[Any], object], ...]] = {
 }
 
 
-def check_job(cfg: Any, job: str, found: list[LitforgeError] | None = None) -> None:
+def check_job(cfg: DictConfig, job: str, found: list[LitforgeError] | None = None) -> None:
     """Run `job`'s checks on `cfg`, after the refusals in `found` (the command line's own); raise one error carrying
     every line. The config check imports targets (torch, 4-6 s) only when nothing was refused before it."""
     found = [] if found is None else found
@@ -109,11 +167,11 @@ def check_job(cfg: Any, job: str, found: list[LitforgeError] | None = None) -> N
     _CHECKED.add(_digest(cfg))
 
 
-def check_at_start(cfg: Any, job: str) -> None:
+def check_at_start(cfg: DictConfig, job: str) -> None:
     """A job's start: its checks, unless this process passed the same config already (the command line's)."""
     if _digest(cfg) not in _CHECKED:
         check_job(cfg, job)
 
 
-def _digest(cfg: Any) -> str:
+def _digest(cfg: DictConfig) -> str:
     return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()

@@ -11,10 +11,10 @@ from omegaconf import DictConfig
 from litforge.config.settings import Inference, job_settings
 from litforge.core.contracts import check_evaluable
 from litforge.core.instantiate import instantiate_group
-from litforge.jobs.build import build_trainer
 from litforge.jobs.checks import check_at_start
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import describe_origin
+from litforge.runtime.devices import build_trainer
 from litforge.tasks.restore import load_for_inference
 
 

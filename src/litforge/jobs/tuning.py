@@ -20,80 +20,42 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
+
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import Logger, TensorBoardLogger
+from pytorch_lightning.tuner import Tuner
+from pytorch_lightning.utilities.seed import isolate_rng
+from torchmetrics import Metric
 
 from litforge.config.settings import Tune
-from litforge.core.contracts import SteppableTask, missing_members
+from litforge.core.contracts import DataModule
 from litforge.core.errors import ConfigError
+from litforge.jobs.checks import ONE_DEVICE, SetsLearningRate
+from litforge.runtime.devices import build_trainer
+from litforge.runtime.host_reads import KeepsLosses, StepLosses
+from litforge.runtime.ranks import is_rank_zero
+from litforge.tasks.base import LitforgeTask
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # matplotlib (~0.3 s): imported only by a run that draws lr_find
+    from pytorch_lightning.tuner.lr_finder import _LRFinder
 
 log = logging.getLogger(__name__)
 
-ONE_DEVICE = ("strategy=auto trainer.devices=1", "the finders are single-device (Lightning's Tuner)")
 TB_TAG = "tune/lr_find"
-
-
-def check_tuning(cfg: Any) -> None:
-    """Refuse, in one line and before data or net are built, a `tune=` the finders cannot serve (the command line asks
-    it before Hydra resolves the run's folder: the tune group alone is typed here)."""
-    from litforge.core.instantiate import to_plain
-    from litforge.jobs.build import process_count, runs_on_cuda, task_class
-
-    tune = Tune.model_validate(to_plain(cfg.tune))
-    name = tune.finder
-    if name == "none":
-        return
-    task_cls = task_class(cfg)
-    if "step_loss" in missing_members(task_cls, SteppableTask):  # the class, before any task is built
-        raise ConfigError(
-            f"tune={name} steps the task's per-batch loss (`step_loss`, as task=classification and "
-            f"task=language_model have); {task_cls.__name__} has none: use tune=none"
-        )
-    if name == "lr_find" and tune.apply and not callable(getattr(task_cls, "set_learning_rate", None)):
-        raise ConfigError(
-            f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
-            f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
-            "none: pass tune.apply=false"
-        )
-    strategy = cfg.strategy
-    if "_target_" in strategy or strategy.get("name", "auto") != "auto":
-        shown = (
-            f"strategy.name={strategy['name']}"
-            if "name" in strategy
-            else str(strategy.get("_target_")).rsplit(".", 1)[-1]
-        )
-        raise ConfigError(
-            f"tune={name} runs on one device, not with {shown}: {ONE_DEVICE[1]}; tune in a "
-            f"one-device run ({ONE_DEVICE[0]}) and pass what it found to this one (optimizer.lr, "
-            "data.batch_size; task.lr_scaling=linear scales an lr to the replicas)"
-        )
-    trainer = cfg.trainer
-    devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
-    if process_count(trainer) > 1:  # devices=auto on a machine with several GPUs: all of them
-        raise ConfigError(
-            f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
-            f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run"
-        )
-    if name == "batch_size" and not runs_on_cuda(trainer.get("accelerator", "auto")):
-        raise ConfigError(
-            "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
-            "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU"
-        )
 
 
 def tune(
     settings: Tune,
-    task: Any,
-    datamodule: Any,
+    task: pl.LightningModule,
+    datamodule: pl.LightningDataModule,
     trainer_kwargs: Mapping[str, Any],
-    loggers: list[Any],
+    loggers: list[Logger],
     output_dir: Path,
 ) -> dict[str, Any] | None:
     """Run the configured finder on a throwaway Trainer, apply or only report what it found; returns the record
     written to `<output_dir>/<finder>.json` (None for `tune=none`)."""
-    from pytorch_lightning.tuner import Tuner
-
-    from litforge.runtime.ranks import is_rank_zero
-
     name = settings.finder
     if name == "none":
         return None
@@ -121,18 +83,16 @@ def tune(
 
 def tune_before_fit(
     settings: Tune,
-    task: Any,
-    datamodule: Any,
-    trainer_kwargs: dict[str, Any],
-    loggers: list[Any],
+    task: pl.LightningModule,
+    datamodule: pl.LightningDataModule,
+    trainer_kwargs: Mapping[str, Any],
+    loggers: list[Logger],
     output_dir: Path,
     resuming: bool,
 ) -> None:
     """`tune=lr_find|batch_size`: Lightning's finder on a throwaway Trainer (litforge.jobs.tuning), inside Lightning's
     `isolate_rng` (torch, CUDA, numpy and Python generators put back after), so the fit draws the same dropout masks
     and augmentations as an untuned run; the finder restores the weights it started from."""
-    from pytorch_lightning.utilities.seed import isolate_rng
-
     name = settings.finder
     if name == "none":
         return
@@ -143,15 +103,13 @@ def tune_before_fit(
         tune(settings, task, datamodule, trainer_kwargs, loggers, output_dir)
 
 
-def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> Any:
+def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> pl.Trainer:
     """A Trainer for the finder: the run's settings (precision, accelerator, clipping, accumulation, limits), but no
     callbacks, loggers, checkpoints, progress bar, profiler or validation. The finders count steps (they set
     `max_steps`), so the epoch limit is out of their way: short epochs (`limit_train_batches`) must not end the range
     test early, and an early stop on a diverging loss must not wait for `min_epochs`. It stays finite because an
     epoch-based schedule needs a length; lr_find replaces the schedule, and over a batch-size trial's few steps a
     schedule that long keeps the configured lr."""
-    from litforge.jobs.build import build_trainer
-
     kwargs = {
         **trainer_kwargs,
         "enable_checkpointing": False,
@@ -169,20 +127,23 @@ def throwaway_trainer(trainer_kwargs: Mapping[str, Any], root: str) -> Any:
     return build_trainer(kwargs, strategy="auto", callbacks=[], logger=False)
 
 
-def _find_lr(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+def _find_lr(
+    tuner: Tuner, task: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: Mapping[str, Any]
+) -> tuple[dict[str, Any], Figure | None]:
     """Lightning's lr range test; `update_attr=False` because litforge's tasks build the optimizer from
     `optimizer_cfg`, not from an `lr` attribute: the suggestion is applied with `task.set_learning_rate`."""
     settings = {
         key: cfg[key] for key in ("min_lr", "max_lr", "num_training", "mode", "early_stop_threshold") if key in cfg
     }
-    before = float(task.optimizer_cfg.get("lr")) if getattr(task, "optimizer_cfg", {}).get("lr") else None
+    lr = task.optimizer_cfg.get("lr") if isinstance(task, LitforgeTask) else None
+    before = float(lr) if lr else None
     finder = tuner.lr_find(task, datamodule=datamodule, update_attr=False, **settings)
     if finder is None:  # Lightning skips its finders under trainer.fast_dev_run
         log.info("lr_find: skipped under trainer.fast_dev_run; optimizer.lr stays %s", _lr(before))
         return {"finder": "lr_find", "skipped": "trainer.fast_dev_run", "lr": before}, None
     suggestion = finder.suggestion()
     apply = bool(cfg["apply"]) and suggestion is not None
-    if apply:
+    if apply and suggestion is not None and isinstance(task, SetsLearningRate):  # check_tuning asked for it
         task.set_learning_rate(suggestion)
     steps = len(finder.results["lr"])
     if suggestion is None:
@@ -216,19 +177,21 @@ def _find_lr(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> 
     return record, _plot(finder, suggestion)
 
 
-def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _find_batch_size(
+    tuner: Tuner, task: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: Mapping[str, Any]
+) -> dict[str, Any]:
     """Lightning's batch-size finder on the datamodule's `batch_size` (what `data.batch_size` sets); Lightning
     leaves its last size in place, so `apply=false` puts the configured one back."""
-    if not isinstance(getattr(datamodule, "batch_size", None), int):
+    before = datamodule.batch_size if isinstance(datamodule, DataModule) else None
+    if not isinstance(before, int):
         raise ConfigError(
             f"tune=batch_size scales the datamodule's `batch_size`; data={type(datamodule).__name__} "
             "has none: use tune=none"
         )
     settings = {key: cfg[key] for key in ("mode", "init_val", "max_trials", "steps_per_trial", "max_val") if key in cfg}
-    before = datamodule.batch_size
     found = tuner.scale_batch_size(task, datamodule=datamodule, batch_arg_name="batch_size", **settings)
     apply = bool(cfg["apply"]) and found is not None
-    _set_batch_size(task, datamodule, found if apply else before)
+    _set_batch_size(task, datamodule, found if apply and found is not None else before)
     if found is None:
         log.info("batch_size: skipped under trainer.fast_dev_run; data.batch_size stays %d", before)
     elif apply:
@@ -249,24 +212,20 @@ def _find_batch_size(tuner: Any, task: Any, datamodule: Any, cfg: Mapping[str, A
     }
 
 
-def _set_batch_size(task: Any, datamodule: Any, value: int) -> None:
+def _set_batch_size(task: pl.LightningModule, datamodule: pl.LightningDataModule, value: int) -> None:
     """The datamodule's batch size and its hparams (Lightning's finder sets both; the loggers record the hparams'
     initial copy), and the run config the task stores in checkpoints (eval and predict rebuild the data from it)."""
-    datamodule.batch_size = value
-    if "batch_size" in getattr(datamodule, "hparams", {}):
+    if isinstance(datamodule, DataModule):  # what _find_batch_size asked for
+        datamodule.batch_size = value
+    if "batch_size" in datamodule.hparams:
         datamodule.hparams["batch_size"] = value
-    run_config = getattr(task, "run_config", None)
-    if isinstance(run_config, dict) and isinstance(run_config.get("data"), dict):
-        task.run_config = {**run_config, "data": {**run_config["data"], "batch_size": value}}
+    if isinstance(task, LitforgeTask) and task.run_config and isinstance(task.run_config.get("data"), dict):
+        task.run_config = {**task.run_config, "data": {**task.run_config["data"], "batch_size": value}}
 
 
-def forget_finder_steps(task: Any) -> None:
+def forget_finder_steps(task: pl.LightningModule) -> None:
     """Drop what the finder's training steps left in the task besides the weights Lightning restores: torchmetrics
     states (else the first epoch's `train/acc` counts the finder's batches) and the kept step losses."""
-    from torchmetrics import Metric
-
-    from litforge.runtime.host_reads import KeepsLosses, StepLosses  # torch: preflight imports this module torch-free
-
     for module in task.modules():
         if isinstance(module, Metric):
             module.reset()
@@ -274,10 +233,10 @@ def forget_finder_steps(task: Any) -> None:
         task.step_losses = StepLosses()
 
 
-def _plot(finder: Any, suggestion: float | None) -> Any:
+def _plot(finder: _LRFinder, suggestion: float | None) -> Figure:
     """Lightning's own loss-vs-lr plot (`_LRFinder.plot`, the suggestion as a red dot) on a matplotlib Figure made
     without pyplot, so no global figure state or GUI backend is involved."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib (~0.3 s): imported only by a run that draws lr_find
 
     figure = Figure(figsize=(6, 4))
     ax = figure.add_subplot()
@@ -287,10 +246,8 @@ def _plot(finder: Any, suggestion: float | None) -> Any:
     return figure
 
 
-def _log_figure(loggers: list[Any], figure: Any) -> None:
+def _log_figure(loggers: list[Logger], figure: Figure) -> None:
     """The plot as TensorBoard image `tune/lr_find` (step 0) in every TensorBoard logger of the run."""
-    from pytorch_lightning.loggers import TensorBoardLogger
-
     for logger in loggers:
         if isinstance(logger, TensorBoardLogger):
             logger.experiment.add_figure(TB_TAG, figure, global_step=0, close=False)
@@ -301,6 +258,6 @@ def _lr(value: float | None) -> str:
     return "unset" if value is None else f"{value:.1e}"
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: SupportsFloat) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None  # JSON has no NaN or inf

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from litforge.runtime.ranks import is_rank_zero
+
 FILE = "provenance.json"
 DIFF_FILE = "provenance.diff"
 CHECKPOINT_KEY = "litforge_provenance"  # extra checkpoint entry: {"commit": ..., "dirty": ...}
@@ -192,3 +194,11 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2))
     tmp.replace(path)
+
+
+def start_record(run_dir: Path, matmul_precision: str | None, tags: list[str | int]) -> dict[str, Any]:
+    """A training run's provenance (with its `tags=`), written at its start by rank 0 (the other ranks keep only what
+    their checkpoints carry); `matmul_precision`: what float32 matmuls use, a process-wide switch no config shows."""
+    if is_rank_zero():
+        return write_start(run_dir, settings={"matmul_precision": matmul_precision}, tags=tags)
+    return {"git": git_state(), "start": now()}

@@ -85,6 +85,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     class_names: list[str] | None = None
     target_names: list[str] | None = None
     feature_names: list[str] | None = None  # the encoded input columns of features data (export's metadata)
+    run_config: dict[str, Any] | None  # the composed run config (set in __init__; tune=batch_size updates it)
 
     def __init__(
         self,

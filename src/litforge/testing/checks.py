@@ -22,13 +22,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from litforge.config.settings import Train, job_settings
-from litforge.core.contracts import DataModule, missing_members
+from litforge.core.contracts import DataModule, check_trainable, missing_members
 from litforge.core.errors import LitforgeError
 from litforge.core.instantiate import instantiate_group
 from litforge.jobs.build import build_task, task_class
 from litforge.jobs.export import export
 from litforge.jobs.predict import predict
-from litforge.jobs.train import check_compatible
 from litforge.tasks.restore import load_for_inference
 from litforge.testing.compose import compose
 
@@ -72,7 +71,7 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
         pl.seed_everything(job_settings(cfg, Train).seed, workers=True, verbose=False)  # the job's: conf/train.yaml
     with one_line("building the data and the task as `litforge train` does"):
         datamodule = instantiate_group("data", cfg.data)
-        check_compatible(task_class(cfg), datamodule)
+        check_trainable(task_class(cfg), datamodule)
         task = build_task(cfg, datamodule.describe())
     return datamodule, task
 

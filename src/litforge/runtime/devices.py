@@ -1,0 +1,136 @@
+"""What the trainer's `accelerator` and `devices` settings mean on this machine, and the Trainer built from them.
+
+Decided before the Trainer exists, for what must be set or refused before it starts: how many processes it runs, TF32
+matmuls and deterministic kernels on CUDA, a CPU process count that a typo made absurd. :func:`build_trainer` is
+`pl.Trainer(...)` with hardware and argument mistakes reported as one actionable line (every job builds its Trainer
+there). Imports torch and Lightning: the torch-free command line (the `tune=` checks) imports it on use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
+from pytorch_lightning.accelerators import CPUAccelerator
+
+from litforge.core.errors import ConfigError
+from litforge.core.instantiate import unexpected_argument, unknown_argument
+
+if TYPE_CHECKING:
+    from pytorch_lightning.callbacks import Callback
+    from pytorch_lightning.loggers import Logger
+    from pytorch_lightning.strategies import Strategy
+
+log = logging.getLogger(__name__)
+
+
+def runs_on_cuda(accelerator: object) -> bool:
+    """Whether a `trainer.accelerator` setting trains on CUDA on this machine (decided before the Trainer exists,
+    for switches that must be set before it: deterministic kernels, TF32 matmuls)."""
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def process_count(trainer_kwargs: Mapping[str, Any]) -> int:
+    """The processes a Trainer built from `trainer_kwargs` runs (devices per node x nodes), as Lightning counts
+    them: `devices=auto` (or -1) is every GPU where the accelerator may be one and CUDA is there, else 1."""
+    devices, nodes = trainer_kwargs.get("devices", "auto"), int(trainer_kwargs.get("num_nodes", 1) or 1)
+    if isinstance(devices, Sized) and not isinstance(devices, str):  # device indices: [0, 1]
+        per_node = len(devices)
+    elif isinstance(devices, str) and "," in devices:  # device indices: "0,1"
+        per_node = len([d for d in devices.split(",") if d.strip()])
+    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
+        per_node = int(devices)
+    else:  # auto, -1
+        accelerator = str(trainer_kwargs.get("accelerator", "auto"))
+        per_node = max(1, torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0)
+    return per_node * nodes
+
+
+def apply_matmul_precision(precision: str | None, accelerator: object = "auto") -> str | None:
+    """`torch.set_float32_matmul_precision` for CUDA runs only; returns what float32 matmuls now use (None on CPU).
+
+    "high" lets float32 matmuls and convolutions use TF32 tensor cores (Ampere and newer; an A100's dense TF32 peak is
+    8x its fp32 one) at a 10-bit mantissa, PyTorch's and Lightning's advice for training (Lightning warns on every
+    CUDA run that leaves it at "highest").
+    It is a process-wide switch that no config shows, hence the provenance record.
+    A CPU run leaves torch's default alone, so CPU results stay exact fp32 and comparable across machines.
+    """
+    if precision is None or not runs_on_cuda(accelerator):
+        return None
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = precision != "highest"
+    return torch.get_float32_matmul_precision()
+
+
+def deterministic_mode(deterministic: object, accelerator: object) -> object:
+    """`trainer.deterministic=true` on CUDA becomes Lightning's "warn" (`torch.use_deterministic_algorithms(True,
+    warn_only=True)`): CUDA has no deterministic kernel for some ops every CNN here uses (the backward of adaptive
+    average pooling), so strict mode failed at the first backward. Every op that has a deterministic kernel still
+    uses it; the others warn. On CPU every op is deterministic, and `true` stays strict."""
+    if deterministic is True and runs_on_cuda(accelerator):
+        log.warning(
+            "trainer.deterministic=true on CUDA: ops without a deterministic CUDA kernel (adaptive average "
+            "pooling's backward) warn instead of failing (trainer.deterministic=warn)"
+        )
+        return "warn"
+    return deterministic
+
+
+def check_cpu_processes(trainer_kwargs: Mapping[str, Any], per_core: int = 4) -> None:
+    """On CPU each of `trainer.devices` is a training process; Lightning starts as many as asked, so a typo
+    (devices=100) would fork a hundred copies of the run. Allow up to `per_core` per core (oversubscribing is fine for
+    testing distributed code on a laptop). GPU/TPU counts are checked by Lightning against the devices present."""
+    devices, accelerator = trainer_kwargs.get("devices"), trainer_kwargs.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not runs_on_cuda(accelerator))
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and not isinstance(devices, bool) and devices > per_core * cores:
+        raise ConfigError(
+            f"trainer.devices={devices} would start {devices} training processes on this machine's "
+            f"{cores} CPU cores; use at most trainer.devices={per_core * cores} (or trainer.devices=1)"
+        )
+
+
+def build_trainer(
+    trainer_kwargs: Mapping[str, Any],
+    *,
+    strategy: str | Strategy = "auto",
+    callbacks: list[Callback] | None = None,
+    logger: Logger | list[Logger] | bool | None = None,
+) -> pl.Trainer:
+    """`pl.Trainer(...)` from the `trainer` group's keyword arguments and the job's own (Lightning's defaults where
+    left out), with hardware and argument mistakes reported as one actionable line."""
+    check_cpu_processes(trainer_kwargs)
+    if "deterministic" in trainer_kwargs:
+        accelerator = trainer_kwargs.get("accelerator", "auto")
+        trainer_kwargs = {
+            **trainer_kwargs,
+            "deterministic": deterministic_mode(trainer_kwargs["deterministic"], accelerator),
+        }
+    try:
+        trainer = pl.Trainer(**trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=logger)
+    except MisconfigurationException as exc:
+        raise ConfigError(
+            f"the trainer cannot run on this machine as configured: {exc} "
+            "(use trainer=cpu, or trainer.accelerator=auto and trainer.devices=auto)"
+        ) from None
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"the configured trainer needs a package that is not installed: {exc}. On a machine "
+            "without that hardware, use trainer=cpu or trainer.accelerator=auto"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        key = unexpected_argument(exc)
+        if key is not None and key in trainer_kwargs:
+            raise unknown_argument("trainer", key, "pytorch_lightning.Trainer") from None
+        raise ConfigError(f"invalid trainer settings: {exc}") from None
+    if trainer_kwargs.get("sync_batchnorm") and isinstance(trainer.accelerator, CPUAccelerator):
+        # torch's SyncBatchNorm refuses CPU modules, deep inside DDP's constructor
+        raise ConfigError(
+            "trainer.sync_batchnorm=true needs GPUs (torch's SyncBatchNorm does not run on CPU): drop it for CPU runs"
+        )
+    return trainer
