@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
 from omegaconf import DictConfig
+from pytorch_lightning.callbacks import RichProgressBar
 
 from litforge.config.settings import Inference, job_settings
 from litforge.core.contracts import check_evaluable
@@ -19,9 +21,6 @@ from litforge.tasks.restore import load_for_inference
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import RichProgressBar
-
     check_at_start(cfg, "eval")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Inference)  # the job's own keys, typed
     task, datamodule, checkpoint = load_for_inference(cfg)

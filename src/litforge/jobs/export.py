@@ -22,9 +22,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
 from litforge.config.settings import Export, job_settings
+from litforge.deploy.features import export_features
 from litforge.deploy.metadata import decision_props, deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
 from litforge.deploy.onnx import check_parity, export_onnx
@@ -46,14 +48,9 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     settings = job_settings(cfg, Export)  # the job's own keys, typed
     quantize = as_list(settings.quantize)
     input_dtype = settings.input_dtype
-
-    import torch
-
     ckpt_path = Path(str(settings.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
     if datamodule.kind != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
-        from litforge.deploy.features import export_features
-
         return export_features(cfg, task, datamodule, net, checkpoint)
     out_dir = Path(settings.paths.output_dir)
 

@@ -8,16 +8,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from litforge.checkpointing.load import load_checkpoint
 from litforge.config.settings import Generate, job_settings
 from litforge.core.contracts import GenerateTask
 from litforge.core.errors import ConfigError
 from litforge.jobs.checks import check_at_start
+from litforge.tasks.restore import inference_device, restore_task
 
 
 def generate(cfg: DictConfig) -> dict[str, Any]:
-    from litforge.checkpointing.load import load_checkpoint
-    from litforge.tasks.restore import inference_device, restore_task
-
     check_at_start(cfg, "generate")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Generate)  # the job's own keys, typed
     path = str(settings.ckpt_path)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from omegaconf import DictConfig
 
 from litforge.config.settings import Predict, job_settings
@@ -26,7 +27,9 @@ from litforge.core.contracts import (
     check_prediction,
 )
 from litforge.core.errors import ConfigError
+from litforge.data.images import find_images, load_image_tensor
 from litforge.jobs.checks import check_at_start
+from litforge.tasks.restore import inference_device, load_for_inference
 
 if TYPE_CHECKING:
     from pytorch_lightning import LightningDataModule
@@ -36,11 +39,6 @@ if TYPE_CHECKING:
 def predict(cfg: DictConfig) -> dict[str, Any]:
     check_at_start(cfg, "predict")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Predict)  # the job's own keys, typed
-
-    import torch
-
-    from litforge.tasks.restore import inference_device, load_for_inference
-
     task, datamodule, _ = load_for_inference(cfg)
     task.set_decisions(cfg.task, "predict")  # task.threshold=0.3: a decision of the task (its `decisions`)
     where = f"ckpt_path={settings.ckpt_path}"
@@ -109,11 +107,6 @@ def read_inputs(path: str, datamodule: Any) -> tuple[list[str], Any]:
             return datamodule.read_inputs(path)
         except ConfigError as exc:  # a table reader names the training table's key; this file is input=
             raise ConfigError(str(exc).replace(f"data.path={path}", f"input={path}")) from None
-
-    import torch
-
-    from litforge.data.images import find_images, load_image_tensor
-
     files = find_images(path)  # for a folder: the files data=image_folder would train on
     channels, height, width = datamodule.input_shape
     datamodule.ensure_stats()

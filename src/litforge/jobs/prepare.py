@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from litforge.config.settings import Prepare, job_settings
 from litforge.core.instantiate import instantiate_group
+from litforge.data.streaming import write_shards
 from litforge.jobs.checks import check_at_start
 
 
 def prepare(cfg: DictConfig) -> dict[str, Any]:
     """Write the shards and the facts file; returns the sample counts (shown in the summary)."""
-    from litforge.data.streaming import write_shards
-
     check_at_start(cfg, "prepare")  # once per run: skipped where the command line's check passed it
     settings = job_settings(cfg, Prepare)  # the job's own keys, typed
     datamodule = instantiate_group("data", cfg.data)
-    if hasattr(datamodule, "prepare_data"):
+    if isinstance(datamodule, pl.LightningDataModule):
         datamodule.prepare_data()  # downloads (torchvision datasets), on this one process
     facts = write_shards(
         datamodule,

@@ -135,8 +135,8 @@ def _find_lr(
     settings = {
         key: cfg[key] for key in ("min_lr", "max_lr", "num_training", "mode", "early_stop_threshold") if key in cfg
     }
-    lr = task.optimizer_cfg.get("lr") if isinstance(task, LitforgeTask) else None
-    before = float(lr) if lr else None
+    optimizer = task.optimizer_cfg if isinstance(task, LitforgeTask) else {}
+    before = float(optimizer["lr"]) if optimizer.get("lr") else None
     finder = tuner.lr_find(task, datamodule=datamodule, update_attr=False, **settings)
     if finder is None:  # Lightning skips its finders under trainer.fast_dev_run
         log.info("lr_find: skipped under trainer.fast_dev_run; optimizer.lr stays %s", _lr(before))
