@@ -246,10 +246,9 @@ def test_the_training_job_refuses_a_datamodule_without_the_contract_in_one_line(
 def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from litforge.core.contracts import trains_on
+    from litforge.core.contracts import check_trainable, trains_on
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
-    from litforge.core.contracts import check_trainable
     from litforge.loops import steps_per_call
     from litforge.tasks.base import LitforgeTask
 

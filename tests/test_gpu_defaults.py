@@ -15,8 +15,8 @@ from hydra.utils import instantiate
 from litforge.config.check import check_config
 from litforge.core.errors import ConfigError
 from litforge.data.pinned import pin_memory_for
-from litforge.runtime.devices import apply_matmul_precision
 from litforge.records import provenance
+from litforge.runtime.devices import apply_matmul_precision
 
 
 def test_trainer_gpu_holds_the_gpu_defaults(compose_cfg):

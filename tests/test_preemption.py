@@ -88,8 +88,8 @@ def test_slurm_preemption_saves_outside_the_signal_handler_and_requeues_once(com
     import pytorch_lightning as pl
     from hydra.utils import instantiate
 
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     log = _fake_scontrol(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -131,8 +131,8 @@ def test_outside_slurm_the_preemption_signal_ends_with_the_resume_hint(tmp_path,
     import pytorch_lightning as pl
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(key, raising=False)
@@ -241,8 +241,8 @@ def _deliver_on_ranks(rank: int, world_size: int, root: str, seed: int, every_ra
     import pytorch_lightning as pl
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     targets, delay = _delivery(seed, every_rank)
     bin_dir = Path(root) / "bin"

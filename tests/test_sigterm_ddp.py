@@ -28,8 +28,8 @@ def _fit_on_ranks(rank: int, world_size: int, root: str, sigterm_ranks: tuple[in
     import torch.distributed as dist
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     calls: list[str] = []
     real = {name: getattr(dist, name) for name in COUNTED}
@@ -106,8 +106,8 @@ def _validate_on_ranks(rank: int, world_size: int, root: str) -> dict:
     import pytorch_lightning as pl
 
     from litforge.callbacks.fault_tolerance import CheckpointOnSignal
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     seen: list[int] = []
 
@@ -146,8 +146,8 @@ def _nan_on_ranks(rank: int, world_size: int, root: str, nan_rank: int, nan_step
     """One DDP fit of 10 batches per rank with litforge's NaN stop checking every step; `nan_rank`'s loss is NaN at
     optimizer step `nan_step` (every other loss of both ranks is finite). Returns where and how each rank stopped."""
     from litforge.callbacks.fault_tolerance import StopOnNonFiniteLoss
-    from litforge.core.errors import TrainingStopped
     from litforge.callbacks.training import fit_or_stop
+    from litforge.core.errors import TrainingStopped
 
     module = tiny_module(rows=80)  # 40 rows per rank: 10 batches
     own_step = module.training_step

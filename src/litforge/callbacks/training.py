@@ -1,6 +1,4 @@
-"""A training run's callbacks and its fit: every callback the run gets, in one place, and `trainer.fit` ended by a
-signal (SIGTERM, the pre-emption signal, Ctrl-C) as one line saying how the run continues.
-"""
+"""A training run's callbacks, in one place, and its fit: ended by a signal, one line saying how the run continues."""
 
 from __future__ import annotations
 
@@ -30,25 +28,18 @@ def training_callbacks(
     settings: Train,
     checkpoint_dir: Path,
 ) -> list[Callback]:
-    """Every callback a training run gets: the `callbacks` group as configured (less what a trainer switch turned
-    off), the clock's `checkpoint_every` / `time_limit` saves, and the provenance recorder (every checkpoint names the
-    commit that trained it; eval.py reports it)."""
-    callbacks = respect_trainer_switches(configured, trainer_kwargs, loggers)
-    callbacks += clock_callbacks(settings.checkpoint_every, settings.time_limit, checkpoint_dir)
-    callbacks.append(ProvenanceRecorder(record))
-    return callbacks
-
-
-def respect_trainer_switches(
-    callbacks: list[Callback], trainer_kwargs: Mapping[str, Any], loggers: list[Logger]
-) -> list[Callback]:
-    """Switching something off (progress bar, model summary, logger) wins over the callbacks group, not clashes."""
+    """Every callback a training run gets: the `callbacks` group as configured, less what a trainer switch turned off
+    (progress bar, model summary, logger: the switch wins, not clashes), the clock's `checkpoint_every` / `time_limit`
+    saves, and the provenance recorder (every checkpoint names the commit that trained it; eval.py reports it)."""
     drop: tuple[type, ...] = () if loggers else (LearningRateMonitor,)
     if trainer_kwargs.get("enable_progress_bar") is False:
         drop += (ProgressBar,)
     if trainer_kwargs.get("enable_model_summary") is False:
         drop += (ModelSummary,)
-    return [cb for cb in callbacks if not (drop and isinstance(cb, drop))]
+    callbacks = [cb for cb in configured if not (drop and isinstance(cb, drop))]
+    callbacks += clock_callbacks(settings.checkpoint_every, settings.time_limit, checkpoint_dir)
+    callbacks.append(ProvenanceRecorder(record))
+    return callbacks
 
 
 def fit_or_stop(

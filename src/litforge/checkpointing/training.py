@@ -1,9 +1,5 @@
-"""A training run's checkpoints: the one it starts from (checked to fit the run), the best one it tests at its end, and
-what a configuration without validation will not give (no best checkpoint).
-
-What `resume=` / `ckpt_path=` continue is decided in litforge.checkpointing.resume alone; the training job hands that
-decision here.
-"""
+"""A training run's checkpoints: the one it starts from (litforge.checkpointing.resume decided which; checked here to
+fit the run), the best one it tests at its end, and what a configuration without validation will not give."""
 
 from __future__ import annotations
 
@@ -40,13 +36,9 @@ def starting_checkpoint(decided: Resume, task_cls: type, net_cfg: DictConfig) ->
 
 
 def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, net: object) -> None:
-    """A resumed run must train the same task and the same net (`net`: this run's plain net config) as the
-    checkpoint, or the weights cannot fit.
-
-    Compared by name: this run builds the class its config names (maybe a user's own, outside litforge), and
-    Lightning restores only tensors and plain data into it, so nothing the checkpoint names is imported here. The
-    command line's check asked the same of the checkpoint's metadata (litforge.checkpointing.resume.check_early).
-    """
+    """A resumed run must train the same task and net (`net`: this run's plain net config) as the checkpoint, or the
+    weights cannot fit. Compared by name: nothing the checkpoint names is imported (the command line's check,
+    litforge.checkpointing.resume.check_early, asked the same of the checkpoint's metadata)."""
     check_continues(
         path,
         recorded_task_class(checkpoint, path),

@@ -527,11 +527,8 @@ def missing_members(obj: object, protocol: type) -> list[str]:
 
 
 def check_trainable(task_cls: type, datamodule: object) -> None:
-    """Refuse a task × data pair that cannot work before any data is read or any step runs.
-
-    The task is built from `datamodule.describe()` and trains only on its own `data_kind` (:func:`trains_on`), so a
-    datamodule without those members, or of another kind, is a configuration mistake, not a crash to debug.
-    """
+    """Refuse, before any data is read, a task × data pair that cannot work: the task is built from the datamodule's
+    `describe()` and trains only on its own `data_kind` (:func:`trains_on`)."""
     if not isinstance(datamodule, DataModule):
         missing = missing_members(datamodule, DataModule)
         raise ConfigError(

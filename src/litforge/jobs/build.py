@@ -1,10 +1,6 @@
-"""What the jobs build from the composed config that is theirs alone: the task, and Lightning's refusal of a too-small
-`limit_*_batches` fraction as one line (the command line's error report). Torch-free: the `tune=` checks and the error
-report import it before torch, or without it.
-
-The values were checked once when the job started (litforge.config.check); each builder turns what only the built
-objects can reveal into one ConfigError naming the key and the fix (the CLI prints it as one line). The Trainer is
-built in litforge.runtime.devices (a training run's: litforge.parallel.fit_trainer).
+"""The task the jobs build from the composed config, and Lightning's refusal of a too-small `limit_*_batches` fraction
+as one line (the command line's error report): each a ConfigError naming the key and the fix. Torch-free (the `tune=`
+checks and the error report import it). The Trainer is built in litforge.runtime.devices.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""The training job: one plain function of the composed config, read top to bottom, each step one call down.
-
-    check → typed settings → process switches (or the dry run's plan) → run folder, resume decision, provenance →
-    datamodule → task (built from the data's describe()), checked against the checkpoint it continues → loggers,
-    tuning, callbacks, Trainer → fit → test the best checkpoint → metrics.json and the provenance record
-
-The config is read once, into the typed settings and built objects; each step is one call into the package that owns
-it (the Trainer: litforge.parallel.fit_trainer; the checkpoints a run starts from and tests:
-litforge.checkpointing.training; the callbacks and the fit: litforge.callbacks.training). What `resume=` /
-`ckpt_path=` continue is decided in litforge.checkpointing.resume alone.
-
-Everything else (Hydra's entry point, error reporting, run folders) lives in `litforge.cli.main`, so this function can
-also be called from a notebook with a config from Hydra's compose API.
+"""The training job: one plain function of the composed config, read top to bottom, each step one call down into the
+package that owns it (check, typed settings, run folder and resume, provenance, data, task, Trainer, fit, test,
+metrics.json). Hydra's entry point and error reporting live in `litforge.cli.main`, so a notebook calls it too.
 """
 
 from __future__ import annotations

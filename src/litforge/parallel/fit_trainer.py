@@ -1,6 +1,5 @@
-"""The Trainer a training run fits with: the `strategy=` config built (mesh sizes left `auto` made explicit), the
-strategy's own refusals, asynchronous checkpoint saves, N steps per call, then torchrun's fresh rendezvous.
-"""
+"""The Trainer a training run fits with: its strategy built from `strategy=`, the strategy's refusals, async saves,
+N steps per call, torchrun's fresh rendezvous."""
 
 from __future__ import annotations
 
@@ -24,12 +23,9 @@ from litforge.runtime.devices import build_trainer, process_count
 
 
 def build_strategy(node: DictConfig | None, trainer_kwargs: Mapping[str, Any] | None = None) -> str | Strategy:
-    """`strategy` is either a name Lightning knows (`{name: auto}`) or an instantiable strategy config.
-
-    A mesh size left `auto` (`strategy=fsdp|tp|fsdp_tp|hsdp`) is given explicitly here, from the process count the
-    trainer config asks for: Lightning's ModelParallelStrategy reads `data_parallel_size: auto` as "the number of
-    nodes", so `strategy=fsdp trainer.devices=2` on one machine would otherwise shard over one rank.
-    """
+    """`strategy`: a name Lightning knows (`{name: auto}`) or an instantiable strategy config. A mesh size left `auto`
+    (`strategy=fsdp|tp|fsdp_tp|hsdp`) is made explicit from the trainer's process count: Lightning reads
+    `data_parallel_size: auto` as "the number of nodes" (`trainer.devices=2` on one machine: one rank)."""
     if node is None:
         return "auto"
     if "_target_" in node:

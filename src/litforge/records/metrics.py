@@ -26,16 +26,8 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 def write_metrics(run_dir: Path, tested: Mapping[str, Any], metric: str, mode: str, *, write: bool) -> dict[str, Any]:
     """A training run's result (`tested`: its metrics and checkpoints) with the value of its objective `metric`
     (`mode`: min or max); `metrics.json`, a finished run's marker, written where `write` (global rank 0)."""
-    metrics = tested["metrics"]
-    result = {
-        "metrics": metrics,
-        "objective": {"metric": metric, "mode": mode, "value": metrics.get(metric)},
-        "best_checkpoint": tested["best_checkpoint"],
-        "last_checkpoint": tested["last_checkpoint"],
-        "output_dir": str(run_dir),
-        "interrupted": tested["interrupted"],
-        "tested": tested["tested"],
-    }
+    objective = {"metric": metric, "mode": mode, "value": tested["metrics"].get(metric)}
+    result = {"metrics": tested["metrics"], "objective": objective, **tested, "output_dir": str(run_dir)}
     if write:
         (run_dir / "metrics.json").write_text(
             json.dumps({k: v for k, v in result.items() if k != "interrupted"}, indent=2)

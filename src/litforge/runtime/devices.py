@@ -1,9 +1,5 @@
-"""What the trainer's `accelerator` and `devices` settings mean on this machine, and the Trainer built from them.
-
-Decided before the Trainer exists, for what must be set or refused before it starts: how many processes it runs, TF32
-matmuls and deterministic kernels on CUDA, a CPU process count that a typo made absurd. :func:`build_trainer` is
-`pl.Trainer(...)` with hardware and argument mistakes reported as one actionable line (every job builds its Trainer
-there). Imports torch and Lightning: the torch-free command line (the `tune=` checks) imports it on use.
+"""What the trainer's `accelerator` and `devices` settings mean on this machine (decided before the Trainer exists),
+and the Trainer every job builds from them (:func:`build_trainer`). Imports torch: the `tune=` checks import it on use.
 """
 
 from __future__ import annotations
