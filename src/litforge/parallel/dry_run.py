@@ -55,7 +55,7 @@ import traceback
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -76,14 +76,7 @@ from litforge.parallel.pipeline import Pipeline, packs_documents
 from litforge.parallel.pipeline_split import split_net
 from litforge.parallel.plans import shard
 from litforge.parallel.strategies import ModelParallel, explicit_mesh_sizes
-from litforge.runtime.compat import (
-    dispatch_mode_class,
-    fake_tensor_mode,
-    fsdp_chunks_by_index,
-    group_size,
-    init_fake_process_group,
-    storage_resizes_seen,
-)
+from litforge.runtime import compat
 from litforge.runtime.flops import GPU_MEMORY_GIB
 
 if TYPE_CHECKING:
@@ -161,10 +154,9 @@ class RankPlan:
         return out
 
 
-@runtime_checkable
 class PlannedTask(Protocol):
-    """What the dry run steps of the task the job builds: its net, its optimizer's config, its loss (litforge's text
-    task has them all)."""
+    """What the dry run steps of the task the job builds (`build_task`): its net, its optimizer's config, its loss
+    (litforge's language_model task has them all)."""
 
     net: nn.Module
 
@@ -197,7 +189,7 @@ def _tensors(value: object) -> list[Tensor]:
     return []
 
 
-class StepCounter(dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
+class StepCounter(compat.dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
     """A dispatch mode that counts each collective's payload by kind (`comms`) and the bytes of the storages made
     under it that are still alive (`live`, its maximum `peak`). Works on real tensors (a gloo run) and fake ones."""
 
@@ -220,7 +212,7 @@ class StepCounter(dispatch_mode_class()):  # type: ignore[misc]  # torch's Torch
         if known is not None:
             kind, index, group_index = known
             group = args[group_index] if group_index < len(args) else None
-            size = group if isinstance(group, int) else group_size(group) if group is not None else 1
+            size = group if isinstance(group, int) else compat.group_size(group) if group is not None else 1
             payload = sum(t.numel() * t.element_size() for t in _tensors(args[index]))
             if kind == "broadcast" and name.startswith("c10d.") and not _is_source(args[1], args[2]):
                 payload = 0  # only the source sends; the others receive
@@ -232,7 +224,7 @@ class StepCounter(dispatch_mode_class()):  # type: ignore[misc]  # torch's Torch
 
     def __enter__(self) -> StepCounter:
         # FSDP2's in-place storage resizes (not dispatched ops): seen for the duration of the count only
-        self._resizes = storage_resizes_seen(self.resized)
+        self._resizes = compat.storage_resizes_seen(self.resized)
         self._resizes.__enter__()
         return super().__enter__()
 
@@ -293,7 +285,7 @@ def step_counter() -> StepCounter:
     return StepCounter()
 
 
-class OpCounter(dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
+class OpCounter(compat.dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
     """A dispatch mode that counts the torch ops run under it (`ops`): the work of one simulated rank, which must not
     grow with the number of ranks (tests/test_dry_run.py counts it at 8 and 2,048 ranks)."""
 
@@ -351,8 +343,9 @@ def read_setup(cfg: DictConfig) -> Setup:
         return Setup(world, "ddp" if world > 1 else "single", dp=world, label="ddp" if world > 1 else "one device")
     cls = get_class(target)
     if issubclass(cls, ModelParallel):
-        sizes = {**{k: node.get(k) for k in ("data_parallel_size", "tensor_parallel_size")}}
-        sizes.update(explicit_mesh_sizes(node, world))
+        sizes = {k: node.get(k) for k in ("data_parallel_size", "tensor_parallel_size")} | explicit_mesh_sizes(
+            node, world
+        )
         dp, tp = sizes["data_parallel_size"], sizes["tensor_parallel_size"]
         if dp == "auto" or tp == "auto" or int(dp) * int(tp) != world:
             raise ConfigError(
@@ -375,24 +368,17 @@ def read_setup(cfg: DictConfig) -> Setup:
             label += " no-reshard"
         return Setup(world, "model_parallel", dp=int(dp), tp=int(tp), fsdp_kwargs=kwargs, label=label)
     if issubclass(cls, Pipeline):
-        data_parallel = int(node.get("data_parallel", 1))
-        if world % data_parallel:
-            raise ConfigError(f"strategy.data_parallel={data_parallel} does not divide the {world} processes")
-        schedule = str(node.get("schedule", "1f1b"))
+        pipe: Pipeline = instantiate_group("strategy", node)  # its own checks, and its settings typed
+        dp, schedule = pipe.data_parallel, pipe.schedule
+        if world % dp:
+            raise ConfigError(f"strategy.data_parallel={dp} does not divide the {world} processes")
         if schedule not in ("gpipe", "1f1b"):
             raise ConfigError(
                 f"dry_run=true models the gpipe and 1f1b schedules, not strategy.schedule={schedule}: use one of them"
             )
-        return Setup(
-            world,
-            "pipeline",
-            dp=data_parallel,
-            stages=world // data_parallel,
-            microbatches=int(node.get("microbatches", 4)),
-            schedule=schedule,
-            meta_init=bool(node.get("meta_init", True)),
-            label=f"pipeline {schedule}" + (f" x dp {data_parallel}" if data_parallel > 1 else ""),
-        )
+        label = f"pipeline {schedule}" + (f" x dp {dp}" if dp > 1 else "")
+        setup = Setup(world, "pipeline", dp=dp, stages=world // dp, microbatches=pipe.microbatches, schedule=schedule)
+        return dataclasses.replace(setup, meta_init=pipe.meta_init, label=label)
     if cls is DDPStrategy:
         return Setup(world, "ddp", dp=world, label="ddp")
     raise ConfigError(
@@ -453,33 +439,32 @@ def simulate_rank(
         role = f"dp {coordinate[0]}, tp {coordinate[1]}"
     if setup.kind == "pipeline":
         return _simulate_stage(task, setup, rank, batch_size, block_size)
-    with fake_tensor_mode():
+    with compat.fake_tensor_mode():
         to_fake(net)
         params = [p for p in task.parameters() if p.requires_grad]
         optimizer = _optimizer(task, params)
         batch = text_batch(batch_size, block_size)
-        counter = step_counter()
-        with counter:
-            loss = task.step_loss(batch)
-            loss.backward()
-            del loss
-            grads = [p.grad for p in params if p.grad is not None]
-            grad_bytes = tensor_bytes(grads)
-            activations = max(0, counter.peak - grad_bytes)
-            optimizer.step()
+        with StepCounter() as counter:
+            grads, grad_bytes, activations = _backward_and_step(task.step_loss(batch), params, counter, optimizer)
         if setup.kind == "ddp":  # its reducer's all-reduce, one per bucket (module docstring)
             counter.comms["all_reduce"] = Comm()
             counter.comms["all_reduce"].add(grad_bytes, setup.world, "all_reduce", calls=_ddp_buckets(grads))
-        return RankPlan(
-            rank,
-            role,
-            tensor_bytes(net.parameters()),
-            grad_bytes,
-            _optim_bytes(optimizer),
-            activations,
-            counter.comms,
-            signature,
-        )
+        held = tensor_bytes(net.parameters())
+        return RankPlan(rank, role, held, grad_bytes, _optim_bytes(optimizer), activations, counter.comms, signature)
+
+
+def _backward_and_step(
+    loss: Tensor, params: list[nn.Parameter], counter: StepCounter, optimizer: torch.optim.Optimizer
+) -> tuple[list[Tensor], int, int]:
+    """Within `counter`'s count: the backward pass, the gradients, their bytes, the activations' peak (the step's
+    peak less the gradients), then the optimizer step."""
+    loss.backward()
+    del loss
+    grads = [p.grad for p in params if p.grad is not None]
+    grad_bytes = tensor_bytes(grads)
+    activations = max(0, counter.peak - grad_bytes)
+    optimizer.step()
+    return grads, grad_bytes, activations
 
 
 def _ddp_buckets(grads: list[Tensor]) -> int:
@@ -496,7 +481,7 @@ def _simulate_stage(task: PlannedTask, setup: Setup, rank: int, batch_size: int,
     stage = stages[index]
     first, last = index == 0, index == setup.stages - 1
     micro = max(1, batch_size // setup.microbatches)
-    with fake_tensor_mode():
+    with compat.fake_tensor_mode():
         to_fake(net)
         optimizer = _optimizer(task, [p for p in task.parameters() if p.requires_grad])
         ids, targets, doc_ids = text_batch(micro, block_size)
@@ -507,21 +492,15 @@ def _simulate_stage(task: PlannedTask, setup: Setup, rank: int, batch_size: int,
                 out = before(x, doc)
                 x = out[0] if isinstance(out, tuple) else out
         x_in = x.detach().requires_grad_(not first)
-        counter = step_counter()
-        with counter:
+        stage_params = list(stage.parameters())
+        with StepCounter() as counter:
             out = stage(x_in, doc)
             y = out[0] if isinstance(out, tuple) else out
             vocab = int(y.shape[-1])  # the last stage's output: the logits
             sent_forward = 0 if last else tensor_bytes(_tensors(out))
             loss = task.loss_fn(y.flatten(0, 1), targets.flatten()) if last else y.float().sum()
-            loss.backward()
-            del loss
-            del out, y
-            stage_params = list(stage.parameters())
-            grads = [p.grad for p in stage_params if p.grad is not None]
-            grad_bytes = tensor_bytes(grads)
-            per_micro = max(0, counter.peak - grad_bytes)
-            optimizer.step()
+            _, grad_bytes, per_micro = _backward_and_step(loss, stage_params, counter, optimizer)
+            del loss, out, y
         live = setup.microbatches if setup.schedule == "gpipe" else min(setup.microbatches, setup.stages - index)
         comms: dict[str, Comm] = {}
         if not last:
@@ -538,15 +517,9 @@ def _simulate_stage(task: PlannedTask, setup: Setup, rank: int, batch_size: int,
         if setup.dp > 1:
             comms.setdefault("all_reduce", Comm()).add(grad_bytes, setup.dp, "all_reduce")
         # strategy.meta_init (default): a rank holds only its stage; without it, the whole net
-        return RankPlan(
-            rank,
-            f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else ""),
-            tensor_bytes(stage_params if setup.meta_init else net.parameters()),
-            grad_bytes,
-            _optim_bytes(optimizer),
-            per_micro * live,
-            comms,
-        )
+        role = f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else "")
+        held = tensor_bytes(stage_params if setup.meta_init else net.parameters())
+        return RankPlan(rank, role, held, grad_bytes, _optim_bytes(optimizer), per_micro * live, comms)
 
 
 def ranks_to_simulate(setup: Setup) -> list[int]:
@@ -602,8 +575,8 @@ def _rank_process(
         # one thread: an op big enough for OpenMP (a mesh's rank map over 40,000 ranks) hung in the forked child,
         # whose copy of the parent's libgomp pool has no threads behind it; the fake step gains nothing from more
         torch.set_num_threads(1)
-        init_fake_process_group(rank, setup.world)
-        fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (this process only)
+        compat.init_fake_process_group(rank, setup.world)
+        compat.fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (here only)
         if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
             send.send(("ok", None))
         else:
@@ -651,7 +624,7 @@ def memory_budget(settings: Train) -> tuple[float, str]:
 
 
 def dry_run(
-    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], object], judge: bool = True
+    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], PlannedTask], judge: bool = True
 ) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
     the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
@@ -679,11 +652,6 @@ def dry_run(
         def build() -> PlannedTask:
             with meta_nets(True):
                 task = build_task(cfg, shape)
-            if not isinstance(task, PlannedTask):
-                raise ConfigError(
-                    f"dry_run=true steps a task with a `net`, an `optimizer_cfg`, a `loss_fn` and a `step_loss`; "
-                    f"{type(task).__name__} lacks one: use task=language_model"
-                )
             apply_activation_checkpointing(task, mode)
             return task
 

@@ -188,20 +188,9 @@ class Hogwild(DDPStrategy):
         if steps:
             # equal on every rank (gathered); sync_dist only quiets Lightning's advice (one tiny all-reduce at the
             # end of validation, where the ranks meet anyway)
-            module.log(
-                "hogwild/staleness_mean",
-                sum(row[0] for row in everyone) / steps,
-                on_step=False,
-                on_epoch=True,
-                sync_dist=True,
-            )
-            module.log(
-                "hogwild/staleness_max",
-                float(max(row[2] for row in everyone)),
-                on_step=False,
-                on_epoch=True,
-                sync_dist=True,
-            )
+            mean, most = sum(row[0] for row in everyone) / steps, float(max(row[2] for row in everyone))
+            for name, value in (("hogwild/staleness_mean", mean), ("hogwild/staleness_max", most)):
+                module.log(name, value, on_step=False, on_epoch=True, sync_dist=True)
         self._stale_sum = self._stale_steps = self._stale_max = 0
 
     def on_validation_end(self) -> None:
