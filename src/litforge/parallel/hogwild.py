@@ -86,6 +86,7 @@ class Hogwild(DDPStrategy):
         self._stale_steps = 0
         self._stale_max = 0
         self._restored: list[int] | None = None
+        self._snapshot_updates: list[int] | None = None  # each worker's steps when the last state dict was taken
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def check_task(self, module: torch.nn.Module) -> None:
@@ -218,9 +219,8 @@ class Hogwild(DDPStrategy):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: object = None) -> None:
         """Add the optimizer steps each worker has written (`checkpoint["hogwild"]["updates"]`)."""
-        updates = getattr(self, "_snapshot_updates", None)
-        if updates is not None:
-            checkpoint["hogwild"] = {"updates": updates}
+        if self._snapshot_updates is not None:
+            checkpoint["hogwild"] = {"updates": self._snapshot_updates}
         super().save_checkpoint(checkpoint, filepath, storage_options)
 
     def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torch.distributed.device_mesh import init_device_mesh
 
 from litforge.core.bounds import Count
-from litforge.core.contracts import DataModule, SteppableTask, net_of
+from litforge.core.contracts import SteppableTask, net_of
 from litforge.core.errors import ConfigError
 from litforge.loops.pipeline import MULTI_STAGE, PipelineLoop, interleavable
 from litforge.loops.steps_per_call import EpochSchedulers
@@ -67,6 +67,13 @@ class PacksDocuments(Protocol):
     """A text task whose rows may hold several documents (litforge's language_model task, `task.packed`)."""
 
     packed: bool
+
+
+@runtime_checkable
+class Batched(Protocol):
+    """Data read in batches of a known size (every litforge datamodule: contracts.DataModule.batch_size)."""
+
+    batch_size: int
 
 
 @runtime_checkable
@@ -203,7 +210,7 @@ class Pipeline(BuildsOnMeta, DDPStrategy):
     ) -> None:
         """Refuse the data and trainer settings a pipeline step cannot honour; add the epoch-scheduler stepper
         (the loop drives the optimizer under manual optimization, where Lightning steps no scheduler)."""
-        batch_size = datamodule.batch_size if isinstance(datamodule, DataModule) else None
+        batch_size = datamodule.batch_size if isinstance(datamodule, Batched) else None
         if isinstance(batch_size, int) and batch_size % self.microbatches:
             raise ConfigError(
                 f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
