@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from litforge.core.contracts import net_of
 from litforge.core.errors import ConfigError
 from litforge.parallel.plans import sharding_units
 from litforge.runtime.compat import recompute_in_backward
@@ -46,12 +47,12 @@ def checkpoint_units(net: nn.Module, mode: str) -> list[nn.Module]:
     return units if mode == "full" else units[::2]
 
 
-def apply_activation_checkpointing(task: nn.Module, mode: str) -> int:
+def apply_activation_checkpointing(task: object, mode: str) -> int:
     """Make the chosen units of `task.net` recompute their activations in the backward pass; returns how many."""
     if mode == "none":
         return 0
-    net = getattr(task, "net", None)
-    if not isinstance(net, nn.Module):
+    net = net_of(task)
+    if net is None:
         raise ConfigError(
             f"activation_checkpointing acts on the task's `net`, and {type(task).__name__} has none: "
             "set activation_checkpointing=none"

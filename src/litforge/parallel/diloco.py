@@ -25,8 +25,11 @@ torch's `PeriodicModelAverager`, which averages parameters, not parameter change
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pydantic import Field
@@ -91,7 +94,13 @@ class DiLoCo(DDPStrategy):
             self._restored = None
 
     # ---- training --------------------------------------------------------------------------------------------
-    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        closure: Callable[[], Any],
+        model: pl.LightningModule | torch.nn.Module | None = None,
+        **kwargs: object,
+    ) -> Any:
         """One inner step; every `sync_every` of them, the outer step."""
         output = super().optimizer_step(optimizer, closure, model, **kwargs)
         self.optimizer_steps += 1
@@ -147,7 +156,7 @@ class DiLoCo(DDPStrategy):
             )
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: object = None) -> None:
         """Add the outer state (anchor, outer momentum, counters) to what Lightning saves."""
         if self.outer_optimizer is not None:
             checkpoint["diloco"] = {
@@ -160,7 +169,7 @@ class DiLoCo(DDPStrategy):
             }
         super().save_checkpoint(checkpoint, filepath, storage_options)
 
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
         """Keep the outer state of a resumed checkpoint until `configure_ddp` has built the outer optimizer."""
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         self._restored = checkpoint.get("diloco")  # applied only when a fit builds the outer optimizer

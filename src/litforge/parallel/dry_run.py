@@ -47,17 +47,40 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
 import sys
 import time
+import traceback
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+import torch.distributed as dist
+from hydra.utils import get_class
+from omegaconf import DictConfig
+from pytorch_lightning.strategies import DDPStrategy
 from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
 
 from litforge.config.settings import Train, job_settings
-from litforge.core.errors import ConfigError
+from litforge.core.contracts import DataModule
+from litforge.core.errors import ConfigError, LitforgeError
+from litforge.core.instantiate import call_partial, instantiate_group
+from litforge.models.meta import meta_nets
+from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
+from litforge.parallel.pipeline import Pipeline, packs_documents
+from litforge.parallel.pipeline_split import split_net
+from litforge.parallel.plans import shard
+from litforge.parallel.strategies import ModelParallel, explicit_mesh_sizes
+from litforge.runtime import compat
+from litforge.runtime.flops import GPU_MEMORY_GIB
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
 
 # op name -> (kind, index of the input argument, index of the group argument (a boxed ProcessGroup or a group
 # name), or of the group size for functional collectives that carry it)
@@ -92,7 +115,7 @@ WIRE: dict[str, Callable[[int, int], float]] = {  # bytes this rank sends, from 
 }
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 MAX_RANKS = 2**18  # past any real cluster (the largest hold ~200,000 GPUs); planning time is flat up to it
-FSDP_DEFAULTS: dict[str, Any] = {"reshard_after_forward": True}  # strategy=fsdp's fully_shard options (its YAML)
+FSDP_DEFAULTS: dict[str, object] = {"reshard_after_forward": True}  # strategy=fsdp's fully_shard options (its YAML)
 
 
 @dataclasses.dataclass
@@ -116,7 +139,7 @@ class RankPlan:
     optim: int
     activations: int
     comms: dict[str, Comm]
-    signature: tuple[Any, ...] = ()  # its shards' local shapes (shard_signature)
+    signature: tuple[tuple[int, ...], ...] = ()  # its shards' local shapes (shard_signature)
     ops: int = 0  # torch ops its simulation dispatched (sharding and step): flat in the world size (op_counter)
 
     @property
@@ -131,16 +154,34 @@ class RankPlan:
         return out
 
 
-def tensor_bytes(tensors: Any) -> int:
+class PlannedTask(Protocol):
+    """What the dry run steps of the task the job builds (`build_task`): its net, its optimizer's config, its loss
+    (litforge's language_model task has them all)."""
+
+    net: nn.Module
+
+    @property
+    def optimizer_cfg(self) -> Mapping[str, Any]: ...
+
+    @property
+    def loss_fn(self) -> Callable[[Tensor, Tensor], Tensor]: ...
+
+    def step_loss(self, batch: tuple[Tensor, ...]) -> Tensor: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+
+def local(t: Tensor) -> Tensor:
+    """A tensor as this rank holds it: a DTensor's local shard only."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def tensor_bytes(tensors: Iterable[Tensor]) -> int:
     """Bytes of the tensors as this rank holds them: a DTensor's local shard only."""
-    total = 0
-    for t in tensors:
-        local = t.to_local() if hasattr(t, "to_local") else t
-        total += local.numel() * local.element_size()
-    return total
+    return sum(local(t).numel() * local(t).element_size() for t in tensors)
 
 
-def _tensors(value: Any) -> list[Tensor]:
+def _tensors(value: object) -> list[Tensor]:
     if isinstance(value, Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -148,115 +189,117 @@ def _tensors(value: Any) -> list[Tensor]:
     return []
 
 
-_COUNTERS: dict[str, type] = {}
-
-
-def step_counter() -> Any:
+class StepCounter(compat.dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
     """A dispatch mode that counts each collective's payload by kind (`comms`) and the bytes of the storages made
     under it that are still alive (`live`, its maximum `peak`). Works on real tensors (a gloo run) and fake ones."""
-    if "step" not in _COUNTERS:
-        from litforge.runtime.compat import dispatch_mode_class, group_size, storage_resizes_seen
 
-        class StepCounter(dispatch_mode_class()):  # type: ignore[misc]
-            def __init__(self) -> None:
-                super().__init__()
-                self.comms: dict[str, Comm] = {}
-                self.live = self.peak = 0
-                self.seen: dict[int, weakref.ref[Any]] = {}
-                self.sizes: dict[int, int] = {}
+    def __init__(self) -> None:
+        super().__init__()
+        self.comms: dict[str, Comm] = {}
+        self.live = self.peak = 0
+        self.seen: dict[int, weakref.ref[torch.UntypedStorage]] = {}
+        self.sizes: dict[int, int] = {}
 
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                name = str(func.overloadpacket)
-                known = COLLECTIVES.get(name)
-                if known is not None:
-                    kind, index, group_index = known
-                    group = args[group_index] if group_index < len(args) else None
-                    size = group if isinstance(group, int) else group_size(group) if group is not None else 1
-                    payload = sum(t.numel() * t.element_size() for t in _tensors(args[index]))
-                    if kind == "broadcast" and name.startswith("c10d.") and not self._is_source(args):
-                        payload = 0  # only the source sends; the others receive
-                    self.comms.setdefault(kind, Comm()).add(payload, size, kind)
-                out = func(*args, **kwargs)
-                for t in _tensors(out):
-                    self._track(t)
-                return out
+    def __torch_dispatch__(
+        self,
+        func: OpOverload,
+        types: Collection[type],
+        args: tuple[object, ...] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
+        name = str(func.overloadpacket)
+        known = COLLECTIVES.get(name)
+        if known is not None:
+            kind, index, group_index = known
+            group = args[group_index] if group_index < len(args) else None
+            size = group if isinstance(group, int) else compat.group_size(group) if group is not None else 1
+            payload = sum(t.numel() * t.element_size() for t in _tensors(args[index]))
+            if kind == "broadcast" and name.startswith("c10d.") and not _is_source(args[1], args[2]):
+                payload = 0  # only the source sends; the others receive
+            self.comms.setdefault(kind, Comm()).add(payload, size, kind)
+        out = func(*args, **(kwargs or {}))
+        for t in _tensors(out):
+            self._track(t)
+        return out
 
-            @staticmethod
-            def _is_source(args: Any) -> bool:
-                import torch.distributed as dist
+    def __enter__(self) -> StepCounter:
+        # FSDP2's in-place storage resizes (not dispatched ops): seen for the duration of the count only
+        self._resizes = compat.storage_resizes_seen(self.resized)
+        self._resizes.__enter__()
+        return super().__enter__()
 
-                return int(dist.ProcessGroup.unbox(args[1]).rank()) == int(args[2])
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._resizes.__exit__(None, None, None)
 
-            def __enter__(self) -> Any:
-                # FSDP2's in-place storage resizes (not dispatched ops): seen for the duration of the count only
-                self._resizes = storage_resizes_seen(self.resized)
-                self._resizes.__enter__()
-                return super().__enter__()
+    def _track(self, t: Tensor) -> None:
+        if isinstance(t, DTensor):  # its memory is its local shard's (its own storage has the global shape's size
+            with torch.no_grad():  # and no bytes)
+                t = t.to_local()
+        try:
+            storage = t.untyped_storage()
+        except Exception:  # a tensor without storage (a sparse or nested one)
+            return
+        if not self._tracked(storage):
+            self._add(storage, int(storage.nbytes()))
 
-            def __exit__(self, *exc: Any) -> Any:
-                try:
-                    return super().__exit__(*exc)
-                finally:
-                    self._resizes.__exit__(None, None, None)
+    def _tracked(self, storage: torch.UntypedStorage) -> bool:
+        ref = self.seen.get(id(storage))
+        return ref is not None and ref() is storage
 
-            def _track(self, t: Tensor) -> None:
-                if hasattr(t, "to_local"):  # a DTensor: its memory is its local shard's (its own storage has the
-                    with torch.no_grad():  # global shape's size and no bytes)
-                        t = t.to_local()
-                try:
-                    storage = t.untyped_storage()
-                except Exception:  # a tensor without storage (a sparse or nested one)
-                    return
-                if not self._tracked(storage):
-                    self._add(storage, int(storage.nbytes()))
+    def _add(self, storage: torch.UntypedStorage, nbytes: int, grow: bool = True) -> None:
+        key = id(storage)
+        self.seen[key] = weakref.ref(storage)
+        self.sizes[key] = nbytes
+        if grow:
+            self._grow(nbytes)
+        weakref.finalize(storage, self._freed, key)
 
-            def _tracked(self, storage: Any) -> bool:
-                ref = self.seen.get(id(storage))
-                return ref is not None and ref() is storage
+    def resized(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        if not self._tracked(storage):  # made before the count (at FSDP2's lazy init): part of the rest
+            self._add(storage, int(storage.nbytes()), grow=False)
+        key = id(storage)
+        self._grow(nbytes - self.sizes[key])
+        self.sizes[key] = nbytes
 
-            def _add(self, storage: Any, nbytes: int, grow: bool = True) -> None:
-                key = id(storage)
-                self.seen[key] = weakref.ref(storage)
-                self.sizes[key] = nbytes
-                if grow:
-                    self._grow(nbytes)
-                weakref.finalize(storage, self._freed, key)
+    def _grow(self, nbytes: int) -> None:
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
 
-            def resized(self, storage: Any, nbytes: int) -> None:
-                if not self._tracked(storage):  # made before the count (at FSDP2's lazy init): part of the rest
-                    self._add(storage, int(storage.nbytes()), grow=False)
-                key = id(storage)
-                self._grow(nbytes - self.sizes[key])
-                self.sizes[key] = nbytes
-
-            def _grow(self, nbytes: int) -> None:
-                self.live += nbytes
-                self.peak = max(self.peak, self.live)
-
-            def _freed(self, key: int) -> None:
-                self.live -= self.sizes.pop(key, 0)
-                self.seen.pop(key, None)
-
-        _COUNTERS["step"] = StepCounter
-    return _COUNTERS["step"]()
+    def _freed(self, key: int) -> None:
+        self.live -= self.sizes.pop(key, 0)
+        self.seen.pop(key, None)
 
 
-def op_counter() -> Any:
+def _is_source(group: object, root: object) -> bool:
+    """Whether this rank is the root of a c10d broadcast (its boxed ProcessGroup and root rank)."""
+    if not isinstance(group, torch.ScriptObject) or not isinstance(root, int):
+        return True
+    return int(dist.ProcessGroup.unbox(group).rank()) == root
+
+
+def step_counter() -> StepCounter:
+    """A fresh :class:`StepCounter` (benchmarks/memory.py counts a real gloo run's step with it)."""
+    return StepCounter()
+
+
+class OpCounter(compat.dispatch_mode_class()):  # type: ignore[misc]  # torch's TorchDispatchMode (runtime.compat)
     """A dispatch mode that counts the torch ops run under it (`ops`): the work of one simulated rank, which must not
     grow with the number of ranks (tests/test_dry_run.py counts it at 8 and 2,048 ranks)."""
-    if "ops" not in _COUNTERS:
-        from litforge.runtime.compat import dispatch_mode_class
 
-        class OpCounter(dispatch_mode_class()):  # type: ignore[misc]
-            ops = 0
+    ops = 0
 
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                self.ops += 1
-                return func(*args, **(kwargs or {}))
-
-        _COUNTERS["ops"] = OpCounter
-    return _COUNTERS["ops"]()
+    def __torch_dispatch__(
+        self,
+        func: OpOverload,
+        types: Collection[type],
+        args: tuple[object, ...] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
 
 
 # ---- what the config asks for ------------------------------------------------------------------------------------
@@ -274,7 +317,7 @@ class Setup:
     label: str = ""
 
 
-def read_setup(cfg: Any) -> Setup:
+def read_setup(cfg: DictConfig) -> Setup:
     """The world size and the parallel layout the config asks for, or one line saying why it cannot be planned."""
     trainer, node = cfg.trainer, cfg.strategy
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1) or 1
@@ -298,16 +341,11 @@ def read_setup(cfg: Any) -> Setup:
         if name not in ("auto", "ddp"):
             raise ConfigError(f"dry_run=true cannot simulate strategy.name={name}: use strategy=ddp, fsdp, tp, ...")
         return Setup(world, "ddp" if world > 1 else "single", dp=world, label="ddp" if world > 1 else "one device")
-    from hydra.utils import get_class
-    from pytorch_lightning.strategies import DDPStrategy
-
-    from litforge.parallel.pipeline import Pipeline
-    from litforge.parallel.strategies import ModelParallel, explicit_mesh_sizes
-
     cls = get_class(target)
     if issubclass(cls, ModelParallel):
-        sizes = {**{k: node.get(k) for k in ("data_parallel_size", "tensor_parallel_size")}}
-        sizes.update(explicit_mesh_sizes(node, world))
+        sizes = {k: node.get(k) for k in ("data_parallel_size", "tensor_parallel_size")} | explicit_mesh_sizes(
+            node, world
+        )
         dp, tp = sizes["data_parallel_size"], sizes["tensor_parallel_size"]
         if dp == "auto" or tp == "auto" or int(dp) * int(tp) != world:
             raise ConfigError(
@@ -319,8 +357,6 @@ def read_setup(cfg: Any) -> Setup:
                 "dry_run=true does not simulate strategy.offload=cpu (host memory and its copies): use "
                 "strategy.offload=null to plan the device side"
             )
-        from litforge.core.instantiate import instantiate_group
-
         strategy = instantiate_group("strategy", node)  # its own checks, and the FSDP2 options a real run passes
         kwargs = strategy.fsdp_kwargs()
         label = (
@@ -332,24 +368,17 @@ def read_setup(cfg: Any) -> Setup:
             label += " no-reshard"
         return Setup(world, "model_parallel", dp=int(dp), tp=int(tp), fsdp_kwargs=kwargs, label=label)
     if issubclass(cls, Pipeline):
-        data_parallel = int(node.get("data_parallel", 1))
-        if world % data_parallel:
-            raise ConfigError(f"strategy.data_parallel={data_parallel} does not divide the {world} processes")
-        schedule = str(node.get("schedule", "1f1b"))
+        pipe: Pipeline = instantiate_group("strategy", node)  # its own checks, and its settings typed
+        dp, schedule = pipe.data_parallel, pipe.schedule
+        if world % dp:
+            raise ConfigError(f"strategy.data_parallel={dp} does not divide the {world} processes")
         if schedule not in ("gpipe", "1f1b"):
             raise ConfigError(
                 f"dry_run=true models the gpipe and 1f1b schedules, not strategy.schedule={schedule}: use one of them"
             )
-        return Setup(
-            world,
-            "pipeline",
-            dp=data_parallel,
-            stages=world // data_parallel,
-            microbatches=int(node.get("microbatches", 4)),
-            schedule=schedule,
-            meta_init=bool(node.get("meta_init", True)),
-            label=f"pipeline {schedule}" + (f" x dp {data_parallel}" if data_parallel > 1 else ""),
-        )
+        label = f"pipeline {schedule}" + (f" x dp {dp}" if dp > 1 else "")
+        setup = Setup(world, "pipeline", dp=dp, stages=world // dp, microbatches=pipe.microbatches, schedule=schedule)
+        return dataclasses.replace(setup, meta_init=pipe.meta_init, label=label)
     if cls is DDPStrategy:
         return Setup(world, "ddp", dp=world, label="ddp")
     raise ConfigError(
@@ -359,7 +388,7 @@ def read_setup(cfg: Any) -> Setup:
 
 
 # ---- one rank -----------------------------------------------------------------------------------------------------
-def text_batch(task: Any, batch_size: int, block_size: int) -> tuple[Tensor, ...]:
+def text_batch(batch_size: int, block_size: int) -> tuple[Tensor, ...]:
     """A batch shaped as the text data gives it: token ids, next-token targets, document ids (B x T each)."""
     ids = torch.zeros(batch_size, block_size, dtype=torch.long)
     return ids, ids.clone(), ids.clone()
@@ -378,9 +407,7 @@ def to_fake(net: nn.Module) -> None:
             setattr(net.get_submodule(owner), attr, net.get_parameter(first))
 
 
-def _optimizer(task: Any, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    from litforge.core.instantiate import call_partial
-
+def _optimizer(task: PlannedTask, params: list[nn.Parameter]) -> torch.optim.Optimizer:
     optimizer_cfg = {k: v for k, v in dict(task.optimizer_cfg).items() if k != "lr_scaling"}
     return call_partial("optimizer", optimizer_cfg, params)
 
@@ -391,21 +418,20 @@ def _optim_bytes(optimizer: torch.optim.Optimizer) -> int:
     )
 
 
-def shard_signature(net: nn.Module) -> tuple[Any, ...]:
+def shard_signature(net: nn.Module) -> tuple[tuple[int, ...], ...]:
     """The local shapes of this rank's parameters: ranks with the same signature hold the same bytes."""
-    return tuple(tuple((p.to_local() if hasattr(p, "to_local") else p).shape) for p in net.parameters())
+    return tuple(tuple(local(p).shape) for p in net.parameters())
 
 
-def simulate_rank(build: Callable[[], Any], setup: Setup, rank: int, batch_size: int, block_size: int) -> RankPlan:
+def simulate_rank(
+    build: Callable[[], PlannedTask], setup: Setup, rank: int, batch_size: int, block_size: int
+) -> RankPlan:
     """One rank's step over a fake process group of `setup.world` ranks (the caller has it initialised)."""
-    from litforge.runtime.compat import fake_tensor_mode
-
     task = build()
     net = task.net
-    role, signature = ("replica" if setup.kind == "ddp" else "the only rank"), ()
+    role = "replica" if setup.kind == "ddp" else "the only rank"
+    signature: tuple[tuple[int, ...], ...] = ()
     if setup.kind == "model_parallel":
-        from litforge.parallel.plans import shard
-
         mesh = _mesh(setup)
         shard(net, mesh, dict(setup.fsdp_kwargs))
         coordinate = mesh.get_coordinate() or [0, 0]
@@ -413,33 +439,32 @@ def simulate_rank(build: Callable[[], Any], setup: Setup, rank: int, batch_size:
         role = f"dp {coordinate[0]}, tp {coordinate[1]}"
     if setup.kind == "pipeline":
         return _simulate_stage(task, setup, rank, batch_size, block_size)
-    with fake_tensor_mode():
+    with compat.fake_tensor_mode():
         to_fake(net)
         params = [p for p in task.parameters() if p.requires_grad]
         optimizer = _optimizer(task, params)
-        batch = text_batch(task, batch_size, block_size)
-        counter = step_counter()
-        with counter:
-            loss = task.step_loss(batch)
-            loss.backward()
-            del loss
-            grads = [p.grad for p in params if p.grad is not None]
-            grad_bytes = tensor_bytes(grads)
-            activations = max(0, counter.peak - grad_bytes)
-            optimizer.step()
+        batch = text_batch(batch_size, block_size)
+        with StepCounter() as counter:
+            grads, grad_bytes, activations = _backward_and_step(task.step_loss(batch), params, counter, optimizer)
         if setup.kind == "ddp":  # its reducer's all-reduce, one per bucket (module docstring)
             counter.comms["all_reduce"] = Comm()
             counter.comms["all_reduce"].add(grad_bytes, setup.world, "all_reduce", calls=_ddp_buckets(grads))
-        return RankPlan(
-            rank,
-            role,
-            tensor_bytes(net.parameters()),
-            grad_bytes,
-            _optim_bytes(optimizer),
-            activations,
-            counter.comms,
-            signature,
-        )
+        held = tensor_bytes(net.parameters())
+        return RankPlan(rank, role, held, grad_bytes, _optim_bytes(optimizer), activations, counter.comms, signature)
+
+
+def _backward_and_step(
+    loss: Tensor, params: list[nn.Parameter], counter: StepCounter, optimizer: torch.optim.Optimizer
+) -> tuple[list[Tensor], int, int]:
+    """Within `counter`'s count: the backward pass, the gradients, their bytes, the activations' peak (the step's
+    peak less the gradients), then the optimizer step."""
+    loss.backward()
+    del loss
+    grads = [p.grad for p in params if p.grad is not None]
+    grad_bytes = tensor_bytes(grads)
+    activations = max(0, counter.peak - grad_bytes)
+    optimizer.step()
+    return grads, grad_bytes, activations
 
 
 def _ddp_buckets(grads: list[Tensor]) -> int:
@@ -447,43 +472,35 @@ def _ddp_buckets(grads: list[Tensor]) -> int:
     return max(1, math.ceil(total / DDP_BUCKET_BYTES))
 
 
-def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_size: int) -> RankPlan:
+def _simulate_stage(task: PlannedTask, setup: Setup, rank: int, batch_size: int, block_size: int) -> RankPlan:
     """A pipeline rank (rank = stage x data_parallel + replica, litforge.parallel.pipeline): its stage's forward and
     backward on one micro-batch, scaled by the schedule (module docstring)."""
-    from litforge.parallel.pipeline_split import split_net
-    from litforge.runtime.compat import fake_tensor_mode
-
     net = task.net
     stages = split_net(net, setup.stages)
     index = rank // setup.dp
     stage = stages[index]
     first, last = index == 0, index == setup.stages - 1
     micro = max(1, batch_size // setup.microbatches)
-    with fake_tensor_mode():
+    with compat.fake_tensor_mode():
         to_fake(net)
         optimizer = _optimizer(task, [p for p in task.parameters() if p.requires_grad])
-        ids, targets, doc_ids = text_batch(task, micro, block_size)
-        doc = doc_ids if getattr(task, "packed", False) else None
+        ids, targets, doc_ids = text_batch(micro, block_size)
+        doc = doc_ids if packs_documents(task) else None
         with torch.no_grad():  # this stage's input: the stages before it, on fake tensors
-            x: Any = ids
+            x = ids
             for before in stages[:index]:
                 out = before(x, doc)
                 x = out[0] if isinstance(out, tuple) else out
         x_in = x.detach().requires_grad_(not first)
-        counter = step_counter()
-        with counter:
+        stage_params = list(stage.parameters())
+        with StepCounter() as counter:
             out = stage(x_in, doc)
             y = out[0] if isinstance(out, tuple) else out
+            vocab = int(y.shape[-1])  # the last stage's output: the logits
             sent_forward = 0 if last else tensor_bytes(_tensors(out))
             loss = task.loss_fn(y.flatten(0, 1), targets.flatten()) if last else y.float().sum()
-            loss.backward()
-            del loss
-            del out, y
-            stage_params = list(stage.parameters())
-            grads = [p.grad for p in stage_params if p.grad is not None]
-            grad_bytes = tensor_bytes(grads)
-            per_micro = max(0, counter.peak - grad_bytes)
-            optimizer.step()
+            _, grad_bytes, per_micro = _backward_and_step(loss, stage_params, counter, optimizer)
+            del loss, out, y
         live = setup.microbatches if setup.schedule == "gpipe" else min(setup.microbatches, setup.stages - index)
         comms: dict[str, Comm] = {}
         if not last:
@@ -492,7 +509,7 @@ def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_s
             back = tensor_bytes([x_in]) * setup.microbatches
             comms.setdefault("send", Comm()).add(back, 2, "send", setup.microbatches)
         # PipelineLoop broadcasts the whole batch's output from the last stage to every stage of its pipeline
-        logits = batch_size * block_size * net.head.out_features * 4 if hasattr(net, "head") else 0
+        logits = batch_size * block_size * vocab * 4
         comms.setdefault("broadcast", Comm()).add(logits if last else 0, setup.stages, "broadcast")
         tied = [p for p in stage_params if sum(any(p is q for q in s.parameters()) for s in stages) > 1]
         if tied and setup.stages > 1:
@@ -500,15 +517,9 @@ def _simulate_stage(task: Any, setup: Setup, rank: int, batch_size: int, block_s
         if setup.dp > 1:
             comms.setdefault("all_reduce", Comm()).add(grad_bytes, setup.dp, "all_reduce")
         # strategy.meta_init (default): a rank holds only its stage; without it, the whole net
-        return RankPlan(
-            rank,
-            f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else ""),
-            tensor_bytes(stage_params if setup.meta_init else net.parameters()),
-            grad_bytes,
-            _optim_bytes(optimizer),
-            per_micro * live,
-            comms,
-        )
+        role = f"stage {index}" + (f", replica {rank % setup.dp}" if setup.dp > 1 else "")
+        held = tensor_bytes(stage_params if setup.meta_init else net.parameters())
+        return RankPlan(rank, role, held, grad_bytes, _optim_bytes(optimizer), per_micro * live, comms)
 
 
 def ranks_to_simulate(setup: Setup) -> list[int]:
@@ -518,12 +529,10 @@ def ranks_to_simulate(setup: Setup) -> list[int]:
 
 
 # ---- the job ------------------------------------------------------------------------------------------------------
-def plan(build: Callable[[], Any], setup: Setup, batch_size: int, block_size: int) -> list[RankPlan]:
+def plan(build: Callable[[], PlannedTask], setup: Setup, batch_size: int, block_size: int) -> list[RankPlan]:
     """Each rank that matters, stepped in a process of its own (forked from this one, so the built config and
     `build` need no pickling), over its own fake process group: no state of one simulated rank (process groups,
     DTensor's caches keyed by group names) reaches the next."""
-    import multiprocessing
-
     context = multiprocessing.get_context("fork")
     plans: list[RankPlan] = []
     ranks = ranks_to_simulate(setup)
@@ -551,35 +560,27 @@ def plan(build: Callable[[], Any], setup: Setup, batch_size: int, block_size: in
 
 
 def _rank_process(
-    send: Any,
-    build: Callable[[], Any],
+    send: Connection,
+    build: Callable[[], PlannedTask],
     setup: Setup,
     rank: int,
     batch_size: int,
     block_size: int,
-    signatures: set[tuple[Any, ...]],
+    signatures: set[tuple[tuple[int, ...], ...]],
 ) -> None:
     """A forked simulated rank: sends ("ok", RankPlan | None), ("refused", message) or ("error", traceback), then
     leaves without the parent's exit handlers (os._exit)."""
-    import os
-    import traceback
-
-    import torch.distributed as dist
-
-    from litforge.core.errors import LitforgeError
-    from litforge.runtime.compat import fsdp_chunks_by_index, init_fake_process_group
-
     code = 0
     try:
         # one thread: an op big enough for OpenMP (a mesh's rank map over 40,000 ranks) hung in the forked child,
         # whose copy of the parent's libgomp pool has no threads behind it; the fake step gains nothing from more
         torch.set_num_threads(1)
-        init_fake_process_group(rank, setup.world)
-        fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (this process only)
+        compat.init_fake_process_group(rank, setup.world)
+        compat.fsdp_chunks_by_index()  # FSDP2 splits each parameter at a cost flat in the world size (here only)
         if setup.kind == "model_parallel" and signatures and _signature(build, setup) in signatures:
             send.send(("ok", None))
         else:
-            with op_counter() as counted:
+            with OpCounter() as counted:
                 rank_plan = simulate_rank(build, setup, rank, batch_size, block_size)
             send.send(("ok", dataclasses.replace(rank_plan, ops=counted.ops)))
     except LitforgeError as exc:
@@ -594,17 +595,13 @@ def _rank_process(
         os._exit(code)
 
 
-def _mesh(setup: Setup) -> Any:
+def _mesh(setup: Setup) -> DeviceMesh:
     """The (data_parallel, tensor_parallel) mesh Lightning's ModelParallelStrategy builds (its _setup_device_mesh)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     return init_device_mesh("cpu", (setup.dp, setup.tp), mesh_dim_names=("data_parallel", "tensor_parallel"))
 
 
-def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
+def _signature(build: Callable[[], PlannedTask], setup: Setup) -> tuple[tuple[int, ...], ...]:
     """This rank's shard shapes, from sharding a fresh meta net (cheap: no step)."""
-    from litforge.parallel.plans import shard
-
     net = build().net
     shard(net, _mesh(setup), dict(setup.fsdp_kwargs))
     return shard_signature(net)
@@ -613,8 +610,6 @@ def _signature(build: Callable[[], Any], setup: Setup) -> tuple[Any, ...]:
 def memory_budget(settings: Train) -> tuple[float, str]:
     """Each rank's device memory budget in bytes, and how the verdict names it: `dry_run_memory_gib`, else the memory
     of `dry_run_gpu` in the GPU table (litforge.runtime.flops.GPU_MEMORY_GIB)."""
-    from litforge.runtime.flops import GPU_MEMORY_GIB
-
     gib, given = settings.dry_run_memory_gib, settings.dry_run_gpu
     if gib is not None:
         return gib * 2**30, f"dry_run_memory_gib={gib:g}"
@@ -628,25 +623,24 @@ def memory_budget(settings: Train) -> tuple[float, str]:
     return GPU_MEMORY_GIB[name] * 2**30, f"one {name} (dry_run_gpu={given})"
 
 
-def dry_run(cfg: Any, build_task: Callable[[Any, Mapping[str, Any]], Any], judge: bool = True) -> dict[str, Any]:
+def dry_run(
+    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], PlannedTask], judge: bool = True
+) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
     the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
     first lever that fits, re-planned with it (`judge=False`: the table only, as benchmarks/dry_run.py wants).
     `build_task(cfg, shape)`: the job's own task builder (litforge.jobs.build), handed down so the plan builds the
     task exactly as training would without this layer importing the jobs above it."""
-    from litforge.core.instantiate import instantiate_group
-    from litforge.models.meta import meta_nets
-    from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
-
     start = time.perf_counter()
     settings = job_settings(cfg, Train)
     budget, budget_name = memory_budget(settings)
     setup = read_setup(cfg)
     datamodule = instantiate_group("data", cfg.data)
-    if getattr(datamodule, "kind", None) != "text":
+    kind = datamodule.kind if isinstance(datamodule, DataModule) else "?"
+    if kind != "text" or not isinstance(datamodule, DataModule):
         raise ConfigError(
             f"dry_run=true plans text models (model=gpt, gpt2_124m ... gpt_7b); data `{type(datamodule).__name__}` is "
-            f"{getattr(datamodule, 'kind', '?')} data, whose batches it does not shape: use a GPT preset"
+            f"{kind} data, whose batches it does not shape: use a GPT preset"
         )
     shape = datamodule.describe()
     mode = settings.activation_checkpointing
@@ -655,7 +649,7 @@ def dry_run(cfg: Any, build_task: Callable[[Any, Mapping[str, Any]], Any], judge
         block_size = min(int(cfg.data.get("block_size", block_size)), int(cfg.model.block_size))
 
     def run(setup: Setup, mode: str) -> list[RankPlan]:
-        def build() -> Any:
+        def build() -> PlannedTask:
             with meta_nets(True):
                 task = build_task(cfg, shape)
             apply_activation_checkpointing(task, mode)

@@ -21,8 +21,9 @@ at a new port; `TORCHELASTIC_USE_AGENT_STORE` is then False and this module stan
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytorch_lightning.strategies import Strategy
@@ -33,12 +34,12 @@ import torch.distributed as dist
 from litforge.core.errors import ConfigError
 
 
-def under_torchrun(env: Any = os.environ) -> bool:
+def under_torchrun(env: Mapping[str, str] = os.environ) -> bool:
     """Whether torch elastic (torchrun) started this process and serves the rendezvous store."""
     return "TORCHELASTIC_RUN_ID" in env and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
-def check_restartable_across_nodes(env: Any = os.environ) -> None:
+def check_restartable_across_nodes(env: Mapping[str, str] = os.environ) -> None:
     """Refuse a torchrun job over several nodes that may restart while its workers share the agent's store: after a
     restart the nodes' restart counts may differ, and so would their rendezvous prefixes (a hang, module docstring)."""
     nodes, restarts = int(env.get("GROUP_WORLD_SIZE", 1)), int(env.get("TORCHELASTIC_MAX_RESTARTS", 0))

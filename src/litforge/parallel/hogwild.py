@@ -35,9 +35,11 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
@@ -84,6 +86,7 @@ class Hogwild(DDPStrategy):
         self._stale_steps = 0
         self._stale_max = 0
         self._restored: list[int] | None = None
+        self._snapshot_updates: list[int] | None = None  # each worker's steps when the last state dict was taken
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def check_task(self, module: torch.nn.Module) -> None:
@@ -148,12 +151,18 @@ class Hogwild(DDPStrategy):
         counts = self.updates.tolist()
         return sum(counts) - counts[self.global_rank]
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
         super().on_train_batch_start(batch, batch_idx)
         if self.updates is not None:
             self._seen = self._others()  # this batch's forward reads the weights as they are now
 
-    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        closure: Callable[[], Any],
+        model: pl.LightningModule | torch.nn.Module | None = None,
+        **kwargs: object,
+    ) -> Any:
         """The worker's own step, written into the shared weights; then count it and the updates it missed."""
         output = super().optimizer_step(optimizer, closure, model, **kwargs)
         if self.updates is not None:
@@ -180,20 +189,9 @@ class Hogwild(DDPStrategy):
         if steps:
             # equal on every rank (gathered); sync_dist only quiets Lightning's advice (one tiny all-reduce at the
             # end of validation, where the ranks meet anyway)
-            module.log(
-                "hogwild/staleness_mean",
-                sum(row[0] for row in everyone) / steps,
-                on_step=False,
-                on_epoch=True,
-                sync_dist=True,
-            )
-            module.log(
-                "hogwild/staleness_max",
-                float(max(row[2] for row in everyone)),
-                on_step=False,
-                on_epoch=True,
-                sync_dist=True,
-            )
+            mean, most = sum(row[0] for row in everyone) / steps, float(max(row[2] for row in everyone))
+            for name, value in (("hogwild/staleness_mean", mean), ("hogwild/staleness_max", most)):
+                module.log(name, value, on_step=False, on_epoch=True, sync_dist=True)
         self._stale_sum = self._stale_steps = self._stale_max = 0
 
     def on_validation_end(self) -> None:
@@ -219,14 +217,13 @@ class Hogwild(DDPStrategy):
         self.barrier("hogwild-snapshot-taken")
         return state
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: object = None) -> None:
         """Add the optimizer steps each worker has written (`checkpoint["hogwild"]["updates"]`)."""
-        updates = getattr(self, "_snapshot_updates", None)
-        if updates is not None:
-            checkpoint["hogwild"] = {"updates": updates}
+        if self._snapshot_updates is not None:
+            checkpoint["hogwild"] = {"updates": self._snapshot_updates}
         super().save_checkpoint(checkpoint, filepath, storage_options)
 
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
         """Keep the per-worker update counts of a resumed checkpoint until `configure_ddp` maps the counters."""
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         self._restored = (checkpoint.get("hogwild") or {}).get("updates")

@@ -25,33 +25,39 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import torch
 from hydra.utils import get_class
+from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from litforge.models.meta import RNG_ATTR, build_on_meta, building_on_meta, is_meta, meta_nets
 from litforge.models.meta import own_tensors as _own_tensors
-from litforge.parallel.strategies import ModelParallel
+from litforge.parallel.strategies import BuildsOnMeta
 
 __all__ = ["build_on_meta", "building_on_meta", "is_meta", "materialize", "meta_nets", "shard_like", "wants_meta_init"]
 
 
-def wants_meta_init(strategy_cfg: Any) -> bool:
+def wants_meta_init(strategy_cfg: DictConfig) -> bool:
     """Whether the `strategy=` config shards the net with litforge's ModelParallel, or cuts it into pipeline stages
-    (litforge.parallel.pipeline.Pipeline: each rank builds only its stages), and keeps `meta_init` on."""
-    target = strategy_cfg.get("_target_") if hasattr(strategy_cfg, "get") else None
-    if not target or not bool(strategy_cfg.get("meta_init", True)):
+    (litforge.parallel.pipeline.Pipeline: each rank builds only its stages), and keeps `meta_init` on (the key
+    their YAMLs declare; a config without it takes the classes' default, on)."""
+    if "_target_" not in strategy_cfg or ("meta_init" in strategy_cfg and not strategy_cfg.meta_init):
         return False
-
     try:
-        cls = get_class(str(target))
-        # strategy=pipeline marks itself (litforge.parallel.pipeline imports this module: no import back)
-        return issubclass(cls, ModelParallel) or bool(getattr(cls, "builds_own_stages_on_meta", False))
+        return issubclass(get_class(str(strategy_cfg._target_)), BuildsOnMeta)
     except Exception:  # an unimportable target is reported where the strategy is built
         return False
+
+
+@runtime_checkable
+class InitsWeights(Protocol):
+    """A net with an init of its own over its modules, run last by its constructor (`self.apply(self.init_weights)`:
+    the GPT's N(0, 0.02))."""
+
+    def init_weights(self, module: nn.Module) -> None: ...
 
 
 def _local_slice(full: Tensor, like: Tensor) -> Tensor:
@@ -124,14 +130,13 @@ def materialize(net: nn.Module, device: torch.device | str, keep: Collection[Ten
         kept = {m for m in net.modules() if any(id(t) in ids for t in _own_tensors(m).values())}
         _to_empty_part(net, device, ids)
     resume_state = torch.random.get_rng_state()
-    own_init = getattr(net, "init_weights", None)
     modules = [m for m in net.modules() if m is not net] + [net]  # constructors build children first
     steps: dict[nn.Module, list[tuple[Tensor, Init]]] = {m: [] for m in modules}
     try:
         torch.random.set_rng_state(before)
         walks: list[tuple[list[nn.Module], Init]] = [(modules, _reset)]
-        if callable(own_init):
-            walks.append((list(net.modules()), own_init))  # what `self.apply(self.init_weights)` did last
+        if isinstance(net, InitsWeights):
+            walks.append((list(net.modules()), net.init_weights))  # what `self.apply(self.init_weights)` did last
         for walk, init in walks:
             for module in walk:
                 if _own_tensors(module):
@@ -146,7 +151,7 @@ def materialize(net: nn.Module, device: torch.device | str, keep: Collection[Ten
                     for name, tensor in _own_tensors(module).items():
                         if tensor.is_meta:  # another pipeline rank's (keep)
                             continue
-                        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+                        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
                         local.copy_(_local_slice(full[name].detach(), tensor))
                 del full
     finally:
@@ -174,7 +179,7 @@ def shard_like(net: nn.Module, weights: Mapping[str, Tensor]) -> dict[str, Tenso
     out: dict[str, Tensor] = {}
     for key, tensor in weights.items():
         like = own.get(key)
-        if like is not None and hasattr(like, "device_mesh") and tuple(tensor.shape) == tuple(like.shape):
+        if isinstance(like, DTensor) and tuple(tensor.shape) == tuple(like.shape):
             out[key] = distribute_tensor(tensor.to(like.dtype), like.device_mesh, like.placements, src_data_rank=None)
         else:
             out[key] = tensor

@@ -39,24 +39,66 @@ MixUp/CutMix (task.mix), gradient accumulation (raise the batch size: micro-batc
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.utilities.types import STEP_OUTPUT
+from torch.distributed.device_mesh import init_device_mesh
 
 from litforge.core.bounds import Count
+from litforge.core.contracts import SteppableTask, net_of
 from litforge.core.errors import ConfigError
 from litforge.loops.pipeline import MULTI_STAGE, PipelineLoop, interleavable
-from litforge.parallel.strategies import attached_module
+from litforge.loops.steps_per_call import EpochSchedulers
+from litforge.models.meta import is_meta
+from litforge.parallel.meta_init import materialize
+from litforge.parallel.pipeline_split import owners, split_net, stage_places
+from litforge.parallel.strategies import BuildsOnMeta, attached_module
+from litforge.runtime.compat import skip_in_module_sync
 
 
-def net_inputs(task: Any) -> Any:
+@runtime_checkable
+class PacksDocuments(Protocol):
+    """A text task whose rows may hold several documents (litforge's language_model task, `task.packed`)."""
+
+    packed: bool
+
+
+@runtime_checkable
+class Batched(Protocol):
+    """Data read in batches of a known size (every litforge datamodule: contracts.DataModule.batch_size)."""
+
+    batch_size: int
+
+
+@runtime_checkable
+class MixesBatches(Protocol):
+    """A task that may mix samples across a batch (MixUp/CutMix: litforge's classification task, `task.mix`)."""
+
+    mixer: object
+
+
+@runtime_checkable
+class LoadsAfterMaterializing(Protocol):
+    """A task that loads its own starting weights once a net built on meta has storage (task.init_from)."""
+
+    def on_net_materialized(self) -> None: ...
+
+
+def packs_documents(task: object) -> bool:
+    """Whether the task's batches carry document ids that the net takes (:class:`PacksDocuments`)."""
+    return isinstance(task, PacksDocuments) and task.packed
+
+
+def net_inputs(task: object) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """What the first stage takes of a batch: the net's input; for packed text (task.packed) also the document
     ids, which every stage of the GPT then passes on (GPTStage)."""
-    if getattr(task, "packed", False):
+    if packs_documents(task):
         return lambda batch: (batch[0], batch[2])
     return lambda batch: batch[:1]
 
@@ -68,8 +110,8 @@ class Layout:
     stage: int
     replica: int
     stage_ranks: list[int]  # global rank of each stage of this rank's pipeline (its replica)
-    pp_group: Any  # this replica's pipeline (None: the whole world, when data_parallel=1)
-    dp_group: Any  # the ranks holding this stage in every replica (None when data_parallel=1)
+    pp_group: dist.ProcessGroup | None  # this replica's pipeline (None: the whole world, when data_parallel=1)
+    dp_group: dist.ProcessGroup | None  # the ranks holding this stage in every replica (None when data_parallel=1)
 
 
 def pipeline_layout(world_size: int, data_parallel: int, rank: int, device_type: str) -> Layout:
@@ -77,8 +119,6 @@ def pipeline_layout(world_size: int, data_parallel: int, rank: int, device_type:
     collective (every rank calls it): the mesh creates its groups."""
     if data_parallel == 1:
         return Layout(rank, 0, list(range(world_size)), None, None)
-    from torch.distributed.device_mesh import init_device_mesh
-
     mesh = init_device_mesh(device_type, (world_size // data_parallel, data_parallel), mesh_dim_names=("pp", "dp"))
     coordinate = mesh.get_coordinate()
     if coordinate is None:  # the mesh spans the whole world, so every rank has a place in it
@@ -120,11 +160,10 @@ def check_interleavable(schedule: str, microbatches: int, num_ranks: int) -> Non
         )
 
 
-class Pipeline(DDPStrategy):
+class Pipeline(BuildsOnMeta, DDPStrategy):
     """One pipeline stage per process; a torch.distributed.pipelining schedule drives each training step."""
 
     strategy_name = "litforge_pipeline"
-    builds_own_stages_on_meta = True  # litforge.parallel.meta_init.wants_meta_init: the train job builds on meta
 
     def __init__(
         self,
@@ -152,29 +191,26 @@ class Pipeline(DDPStrategy):
         self.owners: dict[str, list[int]] = {}
 
     # ---- refusals ---------------------------------------------------------------------------------------------
-    def check_task(self, task: Any) -> None:
+    def check_task(self, task: pl.LightningModule) -> None:
         """What litforge's train job checks before launching the ranks (the split is checked again per rank)."""
-        from litforge.core.contracts import SteppableTask
-        from litforge.parallel.pipeline_split import split_net
-
         fix = "or use strategy=ddp"
-        net = getattr(task, "net", None)
+        net = net_of(task)
         if not isinstance(task, SteppableTask) or not isinstance(net, torch.nn.Module):
             raise ConfigError(
                 f"strategy=pipeline needs a task with a `net` and a per-step loss (task=classification, "
                 f"task=language_model); {type(task).__name__} has none: {fix}"
             )
-        if getattr(task, "mixer", None) is not None:
+        if isinstance(task, MixesBatches) and task.mixer is not None:
             raise ConfigError(f"strategy=pipeline does not mix images across micro-batches: pass task.mix=none {fix}")
         split_net(net, 1)  # BatchNorm or no pipeline_stages: refused before any rank starts
         self.checked_net = net  # check_run cuts it into the configured stage count
 
-    def check_run(self, datamodule: Any, trainer_kwargs: dict[str, Any], callbacks: list[Any]) -> None:
+    def check_run(
+        self, datamodule: pl.LightningDataModule, trainer_kwargs: dict[str, Any], callbacks: list[pl.Callback]
+    ) -> None:
         """Refuse the data and trainer settings a pipeline step cannot honour; add the epoch-scheduler stepper
         (the loop drives the optimizer under manual optimization, where Lightning steps no scheduler)."""
-        from litforge.loops.steps_per_call import EpochSchedulers
-
-        batch_size = getattr(datamodule, "batch_size", None)
+        batch_size = datamodule.batch_size if isinstance(datamodule, Batched) else None
         if isinstance(batch_size, int) and batch_size % self.microbatches:
             raise ConfigError(
                 f"data.batch_size={batch_size} is not divisible by strategy.microbatches="
@@ -187,8 +223,6 @@ class Pipeline(DDPStrategy):
             num_ranks = devices * nodes // self.data_parallel
             check_interleavable(self.schedule, self.microbatches, num_ranks)
             if self.checked_net is not None:  # too few blocks for the stages: refused before any rank starts
-                from litforge.parallel.pipeline_split import split_net
-
                 split_net(self.checked_net, num_ranks * self.stages_per_rank)
         # data_parallel=1: every stage reads the very batches one process would (a DistributedSampler, even over one
         # replica, shuffles in another order than the loader's own sampler); N replicas: each its share, as under
@@ -217,18 +251,16 @@ class Pipeline(DDPStrategy):
         """No DDP wrapper: cut the net, keep this rank's stage, install the schedule loop (before the optimizers)."""
         self._install()
 
-    def setup(self, trainer: Any) -> None:
+    def setup(self, trainer: pl.Trainer) -> None:
         self.sync_full_net()  # a later trainer.test without a checkpoint: Lightning broadcasts rank 0's whole net
         super().setup(trainer)
         self._install()  # validate / test / a fit's later trainer.test: the loop is already there (idempotent)
 
-    def split_stages(self, module: Any) -> tuple[list[torch.nn.Module], list[int]]:
+    def split_stages(self, module: pl.LightningModule) -> tuple[list[torch.nn.Module], list[int]]:
         """The net's stages and the pipeline rank of each (once): the layout's groups are created here (a
         collective)."""
-        from litforge.parallel.pipeline_split import split_net, stage_places
-
         if self.cut is None:
-            net = getattr(module, "net", None)
+            net = net_of(module)
             if not isinstance(net, torch.nn.Module):  # check_task refused such a task before the ranks started
                 raise ConfigError(f"strategy=pipeline needs a task with a `net`; {type(module).__name__} has none")
             check_divisible(self.world_size, self.data_parallel)  # trainer.devices=auto: known only here
@@ -252,13 +284,9 @@ class Pipeline(DDPStrategy):
         """A net built on the meta device (`strategy.meta_init`): this rank's stages get storage and their initial
         values (those of a whole build with the same seed: litforge.parallel.meta_init.materialize), every other
         tensor of the net stays on meta (once; a net built whole is left as it is)."""
-        from litforge.models.meta import is_meta
-        from litforge.parallel.meta_init import materialize
-        from litforge.runtime.compat import skip_in_module_sync
-
         module = self.lightning_module
-        net = getattr(module, "net", None) if module is not None else None
-        if self.partial or not isinstance(net, torch.nn.Module) or not is_meta(net):
+        net = net_of(module)
+        if module is None or self.partial or not isinstance(net, torch.nn.Module) or not is_meta(net):
             return
         stages, places = self.split_stages(module)
         assert self.layout is not None  # split_stages set it
@@ -267,16 +295,15 @@ class Pipeline(DDPStrategy):
         self.partial = True
         # Lightning broadcasts rank 0's tensors before validate / test: not the net's (each rank has its own part)
         skip_in_module_sync(module, [f"net.{name}" for name in net.state_dict()])
-        hook = getattr(module, "on_net_materialized", None)
-        if callable(hook):  # the task's own starting weights (task.init_from) load here; a resume then overrides
-            hook()
+        if isinstance(module, LoadsAfterMaterializing):  # the task's own starting weights (task.init_from) load here;
+            module.on_net_materialized()  # a resume then overrides them
 
     def model_to_device(self) -> None:
         """Only this rank's stages (and the task's other modules: metrics, loss) move to the device when the net
         was built on meta; the tensors left there stay."""
         self.build_own_stages()
         module = attached_module(self)
-        net = getattr(module, "net", None)
+        net = net_of(module)
         if not self.partial or not isinstance(net, torch.nn.Module):
             super().model_to_device()
             return
@@ -288,10 +315,8 @@ class Pipeline(DDPStrategy):
     def teardown(self) -> None:
         """Lightning's teardown moves the whole module to the CPU, which a net with other ranks' stages on meta
         cannot do: the net steps aside for it and moves only the tensors this rank holds."""
-        from litforge.models.meta import is_meta
-
         module = self.lightning_module
-        net = getattr(module, "net", None) if module is not None else None
+        net = net_of(module)
         if module is None or not isinstance(net, torch.nn.Module) or not is_meta(net):
             super().teardown()
             return
@@ -303,8 +328,6 @@ class Pipeline(DDPStrategy):
         move_held(net, torch.device("cpu"))
 
     def _install(self) -> None:
-        from litforge.parallel.pipeline_split import owners
-
         module = attached_module(self)
         if self.loop is None:
             if not self.partial:
@@ -314,7 +337,7 @@ class Pipeline(DDPStrategy):
             stages, places = self.split_stages(module)
             layout = self.layout
             assert layout is not None  # split_stages set it
-            net = getattr(module, "net", None)
+            net = net_of(module)
             assert isinstance(net, torch.nn.Module)  # split_stages refused a task without one
             self.owners = {f"net.{name}": where for name, where in owners(net, stages).items()}
             mine, tied = rank_stages(stages, places, layout.stage)
@@ -341,17 +364,19 @@ class Pipeline(DDPStrategy):
         self.loop.install()
 
     # ---- the steps: Lightning calls the strategy's, which run the schedule ----------------------------------------
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+    def training_step(self, batch: tuple[Any, ...], batch_idx: int) -> STEP_OUTPUT:
         with self.precision_plugin.train_step_context():
-            return self.installed_loop().training_step(*args)
+            return self.installed_loop().training_step(batch, batch_idx)
 
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+    def validation_step(self, batch: tuple[Any, ...], batch_idx: int, *dataloader_idx: int) -> STEP_OUTPUT:
         with self.precision_plugin.val_step_context():
-            return self.installed_loop().evaluation_step(attached_module(self).validation_step, *args)
+            task_step = attached_module(self).validation_step
+            return self.installed_loop().evaluation_step(task_step, batch, batch_idx, *dataloader_idx)
 
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+    def test_step(self, batch: tuple[Any, ...], batch_idx: int, *dataloader_idx: int) -> STEP_OUTPUT:
         with self.precision_plugin.test_step_context():
-            return self.installed_loop().evaluation_step(attached_module(self).test_step, *args)
+            task_step = attached_module(self).test_step
+            return self.installed_loop().evaluation_step(task_step, batch, batch_idx, *dataloader_idx)
 
     def installed_loop(self) -> PipelineLoop:
         if self.loop is None:  # configure_ddp / setup install it before any step
@@ -393,7 +418,7 @@ class Pipeline(DDPStrategy):
             checkpoint = {**checkpoint, "optimizer_states": states}
         super().load_optimizer_state_dict(checkpoint)
 
-    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer states of all stages merged (each rank's holds only its stage's parameters)."""
         state = super().optimizer_state(optimizer)
         if self.layout is None or len(self.layout.stage_ranks) == 1 or not self.owners:
@@ -401,7 +426,9 @@ class Pipeline(DDPStrategy):
         return merged_optimizer_state(state, len(self.layout.stage_ranks), self.layout.pp_group)
 
 
-def rank_stages(stages: list[torch.nn.Module], places: list[int], rank: int) -> tuple[list[int], list[Any]]:
+def rank_stages(
+    stages: list[torch.nn.Module], places: list[int], rank: int
+) -> tuple[list[int], list[torch.nn.Parameter]]:
     """The indices of the stages pipeline rank `rank` runs, and its parameters that a stage on another rank also
     holds (the GPT's tied embedding and head, unless zero_bubble puts its first and last stage both on rank 0, where
     autograd sums the two parts itself): their gradients are summed between those ranks after the schedule."""
@@ -421,23 +448,27 @@ def move_held(net: torch.nn.Module, device: torch.device) -> None:
                 tensor.data = tensor.data.to(device)
 
 
-def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> Any:
+def tied_groups(layout: Layout, holders: list[int], data_parallel: int) -> dist.ProcessGroup | None:
     """This rank's group for summing tied weights' partial gradients: the holding stages of its own replica (None
     when it holds none). One group per replica; every rank takes part in creating each (a collective)."""
     if not holders:
         return None
+    group: dist.ProcessGroup | int | None  # new_group's is NON_GROUP_MEMBER (-100) for a rank outside it
     if data_parallel == 1:
         group = dist.new_group(holders)
-        return group if layout.stage in holders else None
-    subgroup, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
-        [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)]
-    )
-    return subgroup if layout.stage in holders else None
+    else:
+        group, _ = dist.new_subgroups_by_enumeration(  # rank = stage * data_parallel + replica (pipeline_layout)
+            [[stage * data_parallel + replica for stage in holders] for replica in range(data_parallel)]
+        )
+    return group if layout.stage in holders and isinstance(group, dist.ProcessGroup) else None
 
 
 @torch.no_grad()
 def sync_full_net(
-    module: torch.nn.Module, owners: dict[str, list[int]], stage_ranks: list[int] | None = None, group: Any = None
+    module: torch.nn.Module,
+    owners: dict[str, list[int]],
+    stage_ranks: list[int] | None = None,
+    group: dist.ProcessGroup | None = None,
 ) -> None:
     """Broadcast each tensor of `module` named in `owners` (state-dict name -> stages holding it) from its first
     holder in this rank's pipeline (`stage_ranks`: the global rank of each stage; default rank = stage), so that
@@ -468,14 +499,16 @@ def gather_full_net(
             state[name] = received
 
 
-def held_optimizer_state(optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
+def held_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
     """An optimizer `state_dict` cut to the parameters `optimizer` holds with data here (not on meta): the state's
     integer keys number the parameters of `optimizer.param_groups` in order."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     return {**state, "state": {i: v for i, v in state["state"].items() if not params[int(i)].is_meta}}
 
 
-def merged_optimizer_state(state: dict[str, Any], num_stages: int, group: Any = None) -> dict[str, Any]:
+def merged_optimizer_state(
+    state: dict[str, Any], num_stages: int, group: dist.ProcessGroup | None = None
+) -> dict[str, Any]:
     """One optimizer `state_dict` from every stage's (each holds state only for its stage's parameters; the same
     parameter indices on every rank, since every rank's optimizer was built over the whole net), gathered over
     `group` (this rank's pipeline; the whole world by default)."""

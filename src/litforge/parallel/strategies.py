@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
 from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
     PostLocalSGDState,
@@ -48,7 +49,7 @@ def attached_module(strategy: Strategy) -> pl.LightningModule:
     return module
 
 
-def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:
+def explicit_mesh_sizes(node: DictConfig, world: int) -> dict[str, int]:
     """The mesh sizes a strategy config leaves `auto`, filled from the `world` size: dp = world / tp, tp = world / dp
     (Lightning's own `auto` means "the number of nodes" for dp). Empty when nothing is `auto`."""
     dp, tp = node.get("data_parallel_size"), node.get("tensor_parallel_size")
@@ -59,7 +60,14 @@ def explicit_mesh_sizes(node: Any, world: int) -> dict[str, int]:
     return {}
 
 
-class ModelParallel(ModelParallelStrategy):
+class BuildsOnMeta:
+    """A strategy whose ranks build the net on the meta device unless its `meta_init` is off: ModelParallel (each
+    rank then gives storage to its shards only) and Pipeline (its stages only); litforge.parallel.meta_init."""
+
+    meta_init: bool
+
+
+class ModelParallel(BuildsOnMeta, ModelParallelStrategy):
     """`ModelParallelStrategy` with explicit mesh sizes (`auto` filled by :func:`explicit_mesh_sizes`); plus the FSDP2
     options of `strategy=fsdp|fsdp_tp` (:meth:`fsdp_kwargs`, applied by litforge.parallel.plans.shard).
 
@@ -107,7 +115,7 @@ class ModelParallel(ModelParallelStrategy):
             kwargs["replicate_size"] = self.replicate_size  # HSDP: litforge.parallel.plans.shard builds the 2-D mesh
         return kwargs
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: object = None) -> None:
         """Write a sharded checkpoint atomically: a kill at any moment leaves the previous folder loadable.
 
         Lightning's save writes the shards *into* the existing folder (torch.distributed.checkpoint overwrites each
@@ -152,7 +160,7 @@ class ModelParallel(ModelParallelStrategy):
         super().setup_environment()
 
 
-def _remove(path: Any) -> None:
+def _remove(path: Path) -> None:
     """Delete a checkpoint folder or file if it exists."""
     if path.is_dir():
         shutil.rmtree(path)
