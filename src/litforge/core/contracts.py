@@ -256,7 +256,18 @@ class HasNet(Protocol):
 
 
 def net_of(task: object) -> nn.Module | None:
-    """The task's `net` (:class:`HasNet`), or None for a task that keeps none: where a net is optional."""
+    """The task's `net` (:class:`HasNet`), or None for a task that keeps none: where a net is optional.
+
+    A module's submodules are asked for by name: from Python 3.12 `isinstance` against a runtime Protocol reads
+    attributes statically (`inspect.getattr_static`), which does not see the submodules `nn.Module` keeps in
+    `_modules`, so `isinstance(task, HasNet)` is False for every real task there."""
+    from torch import nn  # contracts stays torch-free for the command line's checks; a net exists only past them
+
+    if isinstance(task, nn.Module):
+        try:
+            return task.get_submodule("net")
+        except AttributeError:
+            return None
     return task.net if isinstance(task, HasNet) else None
 
 
