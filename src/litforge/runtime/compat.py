@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from torch.distributed.pipelining import ScheduleInterleaved1F1B, ScheduleZBVZeroBubble
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    Schedule = TypeVar("Schedule", ScheduleInterleaved1F1B, ScheduleZBVZeroBubble)
+    Schedule = TypeVar("Schedule", bound=ScheduleInterleaved1F1B | ScheduleZBVZeroBubble)
 
 # ---- Lightning -----------------------------------------------------------------------------------------------------
 
@@ -250,14 +250,17 @@ def restart_validation_on_resume(trainer: pl.Trainer) -> None:
 # ---- torch.distributed.pipelining ---------------------------------------------------------------------------------
 
 
-def skip_in_module_sync(module: nn.Module, names: list[str]) -> None:
+def skip_in_module_sync(module: nn.Module | None, names: list[str]) -> None:
     """Leave the named parameters and buffers of `module` out of the rank-0 broadcast that Lightning's DDP strategy
     runs before validate / test / predict (`_sync_module_states`, which honours torch DDP's ignore list).
 
     strategy=pipeline with stages built on meta: each rank holds only its own stages' tensors (the others are meta),
     so a broadcast of the whole net from rank 0 would fail. The list is the attribute torch's
     `DistributedDataParallel._set_params_and_buffers_to_ignore_for_model` sets (private: Lightning's DDP strategy
-    offers no public switch). Upstream: Lightning-AI/pytorch-lightning has no option to skip that sync."""
+    offers no public switch). Upstream: Lightning-AI/pytorch-lightning has no option to skip that sync.
+    `module` is the strategy's `lightning_module`, None only before one is attached."""
+    if module is None:
+        raise RuntimeError("litforge.runtime.compat.skip_in_module_sync: the strategy holds no module yet")
     vars(module)["_ddp_params_and_buffers_to_ignore"] = list(names)  # a plain attribute, as torch's setter makes
 
 
