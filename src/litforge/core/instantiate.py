@@ -69,7 +69,7 @@ def build_error(
     cause = exc.__cause__ or exc
     if isinstance(cause, LitforgeError):
         return cause
-    target = str(cfg.get("_target_", "?")) if isinstance(cfg, Mapping) else "?"  # a DictConfig is a Mapping
+    target = str(cfg["_target_"]) if isinstance(cfg, Mapping) and "_target_" in cfg else "?"  # DictConfig too
     if "Error locating target" in str(exc) or "Error loading" in str(cause):
         return import_failure(group, target, cause)
     key = unexpected_argument(cause)

@@ -271,8 +271,8 @@ class EpochSchedulers(pl.Callback):
         self._step(trainer, pl_module, plateau=True)  # no validation ended this epoch (e.g. check_val_every_n_epoch)
 
     def _step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plateau: bool) -> None:
-        scheduler_cfg = pl_module.scheduler_cfg if isinstance(pl_module, LoopSteppedTask) else None
-        monitor = scheduler_cfg.get("monitor") if scheduler_cfg else None
+        scheduler = pl_module.scheduler_cfg if isinstance(pl_module, LoopSteppedTask) else None
+        monitor = scheduler.get("monitor") if scheduler else None
         for config in trainer.lr_scheduler_configs:
             is_plateau = isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
             if (
