@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.checkpointing.model_checkpoint import LAST, last_checkpoint
 from litforge.runtime.durations import parse_every
@@ -51,7 +51,7 @@ class ClockCheckpoint(ModelCheckpoint):
     and time_limit do). Synchronous strategies meet every step: nothing changes for them."""
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         if meets_now(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

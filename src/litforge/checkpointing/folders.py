@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.core.errors import ConfigError
 from litforge.runtime.ranks import is_rank_zero
@@ -85,11 +85,11 @@ def file_in_the_way(path: Path, itself: bool = False) -> Path | None:
 PATH_KEY = re.compile(r"(^|_)(dir|dirpath|path|root|output|input)$")
 
 
-def check_paths_in_folders(cfg: Any, overrides: list[Any]) -> None:
+def check_paths_in_folders(cfg: DictConfig, overrides: list[Any]) -> None:
     """Every path the config names (predict's and prepare's `output=`, `paths.*`, `hydra.run.dir`, ...) lies in
     folders: a file in the way would fail only at the first write, after the work (a FileExistsError)."""
 
-    def leaves(node: Any, key: str) -> list[tuple[str, Any]]:
+    def leaves(node: object, key: str) -> list[tuple[str, object]]:
         if isinstance(node, dict):
             return [kv for k, v in node.items() for kv in leaves(v, f"{key}.{k}".lstrip("."))]
         return [(key, node)]
@@ -302,7 +302,7 @@ class NoteRunFolder(Callback):
     """Hydra callback: note the run folder before Hydra makes it or writes into it (`hydra.run.dir` resolves to the
     same folder here as in Hydra's run_job: its resolvers `now`, `uid` and `run_name` cache their value)."""
 
-    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+    def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
         _noted.clear()
         folder = Path(str(config.hydra.run.dir))
         if not is_rank_zero() or config.hydra.output_subdir is None:  # other ranks, a dry run: they write nothing there

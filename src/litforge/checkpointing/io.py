@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +80,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             _make_durable(partial, target)
         self.last_save_seconds = time.perf_counter() - start  # litforge.callbacks.time_limit keeps a margin for it
 
-    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def load_checkpoint(self, path: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
         wait_for_checkpoint_writes()
         return super().load_checkpoint(path, *args, **kwargs)
 
-    def remove_checkpoint(self, path: Any) -> None:
+    def remove_checkpoint(self, path: str | Path) -> None:
         wait_for_checkpoint_writes()
         super().remove_checkpoint(path)
 
@@ -160,7 +160,7 @@ def fsync_directory(folder: Path) -> None:
         os.close(fd)
 
 
-def with_async_saves(plugins: Any, strategy: Any) -> list[Any]:
+def with_async_saves(plugins: Sequence[object] | None, strategy: object) -> list[object]:
     """`trainer.plugins` with its checkpoint plugin wrapped in Lightning's `AsyncCheckpointIO`
     (`checkpoint_async=true`).
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def unreadable(file: Path, reason: str) -> CheckpointError:
     )
 
 
-def check_lightning_checkpoint(checkpoint: Any, file: Path) -> None:
+def check_lightning_checkpoint(checkpoint: object, file: Path) -> None:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{file} is a PyTorch file but not a Lightning checkpoint (no 'state_dict'); "
@@ -119,7 +120,7 @@ def check_trusted_task_class(recorded: str, path: str, trusted: tuple[str, ...] 
         )
 
 
-def recorded_data_config(checkpoint: dict[str, Any], path: str, trusted_packages: Any = ()) -> Any:
+def recorded_data_config(checkpoint: dict[str, Any], path: str, trusted_packages: Iterable[str] | None = ()) -> Any:
     """The data config a checkpoint's run was trained with, for eval/predict/export without `data=`: refused when
     absent, or when it names a class outside the trusted packages."""
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config") or {}
@@ -144,12 +145,12 @@ TRUSTED_TARGET_PREFIXES = (
 )
 
 
-def trusted_prefixes(packages: Any = ()) -> tuple[str, ...]:
+def trusted_prefixes(packages: Iterable[str] | None = ()) -> tuple[str, ...]:
     """litforge's own trusted prefixes plus the user's `trusted_packages` (`myproject` trusts `myproject.*`)."""
     return TRUSTED_TARGET_PREFIXES + tuple(f"{str(p).rstrip('.')}." for p in packages or ())
 
 
-def check_trusted_targets(node: Any, path: str | Path, where: str, trusted: tuple[str, ...] = ()) -> None:
+def check_trusted_targets(node: object, path: str | Path, where: str, trusted: tuple[str, ...] = ()) -> None:
     """Refuse a checkpoint config whose `_target_` (anywhere inside `node`) is not a trusted class."""
     trusted = trusted or TRUSTED_TARGET_PREFIXES
     if isinstance(node, dict):

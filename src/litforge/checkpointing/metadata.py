@@ -36,10 +36,11 @@ import codecs
 import pickle
 import zipfile
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.load import (
     CHECKPOINT_KEY,
@@ -82,13 +83,13 @@ class Placeholder:
     """What a tensor, storage, dtype, device or other torch object of the file stands for; built from anything,
     calling it or setting its state does nothing."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         pass
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
+    def __call__(self, *args: object, **kwargs: object) -> Placeholder:
         return Placeholder()
 
 
@@ -100,7 +101,7 @@ def _latin1_bytes(text: str, encoding: str = "utf-8") -> bytes:
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    def __init__(self, file: Any, path: Path, may_allow: tuple[str, ...]) -> None:
+    def __init__(self, file: IO[bytes], path: Path, may_allow: tuple[str, ...]) -> None:
         super().__init__(file, encoding="utf-8")
         self.path = path
         self.may_allow = may_allow  # top-level packages that may have allowlisted their names (the user's own)
@@ -127,11 +128,11 @@ class _MetadataUnpickler(pickle.Unpickler):
             "context manager to allowlist this global if you trust this class/function.",
         )
 
-    def persistent_load(self, pid: Any) -> Placeholder:
+    def persistent_load(self, pid: object) -> Placeholder:
         return Placeholder()  # a storage: its bytes are not read
 
 
-def read_checkpoint(path: str | Path, trusted_packages: Any = ()) -> dict[str, Any] | None:
+def read_checkpoint(path: str | Path, trusted_packages: Iterable[str] | None = ()) -> dict[str, Any] | None:
     """The top-level dict of a checkpoint file, as `torch.load(weights_only=True, mmap=True)` returns it but with
     every tensor and torch object a :class:`Placeholder`; None where only torch can tell what the file holds.
 
@@ -171,7 +172,7 @@ def read_checkpoint(path: str | Path, trusted_packages: Any = ()) -> dict[str, A
     return loaded
 
 
-def check_checkpoint_early(cfg: Any, job: str) -> None:
+def check_checkpoint_early(cfg: DictConfig, job: str) -> None:
     """Refuse `ckpt_path` for `job` (eval/predict/export/generate) before Hydra makes a run folder and before torch
     is imported: the checks of the job's own load (litforge.tasks.restore.load_for_inference and
     restore_task), on the checkpoint's metadata."""
@@ -192,7 +193,7 @@ def check_checkpoint_early(cfg: Any, job: str) -> None:
         return
     check_trusted_targets(hparams, path, "task", trusted_prefixes(trusted))
     run_config = checkpoint[CHECKPOINT_KEY].get("run_config")
-    if job != "generate" and not cfg.get("data") and (not run_config or isinstance(run_config, dict)):
+    if job != "generate" and not OmegaConf.select(cfg, "data") and (not run_config or isinstance(run_config, dict)):
         recorded_data_config(checkpoint, path, trusted)
 
 

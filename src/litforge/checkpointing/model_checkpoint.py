@@ -14,8 +14,8 @@ epoch once the metric stops improving. `checkpoint_every` adds a third one of th
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -23,11 +23,24 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 LAST = "last"  # the file name (without .ckpt) every latest-state checkpoint callback writes
 
 
-def last_checkpoint(dirpath: str | Path | None, **triggers: Any) -> ModelCheckpoint:
-    """Lightning's ModelCheckpoint keeping `<dirpath>/last.ckpt` at the latest step; `triggers`: its
-    `every_n_train_steps` / `train_time_interval` / `every_n_epochs` (default: every epoch end)."""
+def last_checkpoint(
+    dirpath: str | Path | None,
+    *,
+    every_n_train_steps: int | None = None,
+    train_time_interval: timedelta | None = None,
+    every_n_epochs: int | None = None,
+) -> ModelCheckpoint:
+    """Lightning's ModelCheckpoint keeping `<dirpath>/last.ckpt` at the latest step, on its triggers (none: every
+    epoch end)."""
     return ModelCheckpoint(
-        dirpath=dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False, **triggers
+        dirpath=dirpath,
+        filename=LAST,
+        monitor=None,
+        save_top_k=1,
+        enable_version_counter=False,
+        every_n_train_steps=every_n_train_steps,
+        train_time_interval=train_time_interval,
+        every_n_epochs=every_n_epochs,
     )
 
 

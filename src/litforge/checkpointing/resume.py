@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.folders import live_holder
 from litforge.checkpointing.load import recorded_task_class
@@ -161,8 +161,8 @@ class Resume:
 
 
 def decide(
-    resume: Any,
-    ckpt_path: Any,
+    resume: str | None,
+    ckpt_path: str | None,
     log_dir: str | Path,
     task_name: str,
     *,
@@ -208,7 +208,9 @@ def own_checkpoint(run_dir: Path) -> Path:
     return ckpt.resolve()
 
 
-def check_continues(path: str, recorded_task: str, configured_task: str, saved_net: Any, current_net: Any) -> None:
+def check_continues(
+    path: str, recorded_task: str, configured_task: str, saved_net: dict[str, Any] | None, current_net: dict[str, Any]
+) -> None:
     """A run continued from checkpoint `path` must train the task and the net that wrote it, or the weights cannot
     fit: the job's check (litforge.jobs.train.check_resumable) and the command line's (:func:`check_early`)."""
     if recorded_task != configured_task:
@@ -223,13 +225,13 @@ def check_continues(path: str, recorded_task: str, configured_task: str, saved_n
         )
 
 
-def _describe(net_cfg: dict[str, Any]) -> str:
-    target = str(net_cfg.get("_target_", "?")).rsplit(".", 1)[-1]
-    knobs = ", ".join(f"{k}={v}" for k, v in net_cfg.items() if not k.startswith("_"))
+def _describe(net: dict[str, Any]) -> str:
+    target = str(net.get("_target_", "?")).rsplit(".", 1)[-1]
+    knobs = ", ".join(f"{k}={v}" for k, v in net.items() if not k.startswith("_"))
     return f"{target}({knobs})"
 
 
-def check_early(cfg: Any, checkpoint: str | Path) -> None:
+def check_early(cfg: DictConfig, checkpoint: str | Path) -> None:
     """Before Hydra writes into a run folder: the checkpoint a training run continues or starts from is a readable
     litforge checkpoint of this run's task and net (:func:`check_continues`, read without torch:
     litforge.checkpointing.metadata). Where only the full load can tell (a sharded folder, a task named through
@@ -252,7 +254,7 @@ def check_early(cfg: Any, checkpoint: str | Path) -> None:
 
 
 def resume_command_line(
-    cfg: Any, parsed: list[Any], overrides: list[str], compose: Callable[[list[str]], Any] | None = None
+    cfg: DictConfig, parsed: list[Any], overrides: list[str], compose: Callable[[list[str]], Any] | None = None
 ) -> list[str]:
     """Rewrite `resume=...` (or `ckpt_path=last`) into the resumed run's own overrides + `hydra.run.dir=<run>`, so
     Hydra reuses that folder with that run's overrides (yours win): its logs, events and checkpoints stay in one

@@ -4,7 +4,7 @@ kinds by name. Core, so every layer may annotate with them; `Field(examples=[...
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
@@ -18,7 +18,7 @@ Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 
-def fold_refusal(fold: Any, num_folds: Any) -> str | None:
+def fold_refusal(fold: object, num_folds: object) -> str | None:
     """`data.fold` against `data.num_folds` (K-fold cross-validation), or None when they fit: one text for the config
     check's relation and for a datamodule built in code (litforge.data.base)."""
     if num_folds is None and fold not in (0, None):  # it was ignored: `-m data.fold='range(5)'` ran 5 equal runs

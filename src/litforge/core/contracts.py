@@ -12,8 +12,8 @@ reference of every contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from litforge.core.errors import ConfigError
 
@@ -29,6 +29,7 @@ SHAPE_FACTS: dict[str, tuple[str, ...]] = {
     "rl": ("observation_size", "num_actions"),
     "features": ("input_shape", "feature_names"),  # plus num_classes/class_names or num_targets/target_names/...
 }
+StepMethod = TypeVar("StepMethod", bound=Callable[..., object])  # a task's training_step, marked as it is
 
 
 @runtime_checkable
@@ -110,10 +111,33 @@ class SteppableTask(Task, Protocol):
         ...
 
 
-def steps_through_step_loss(training_step: Any) -> Any:
+@runtime_checkable
+class LoopSteppedTask(Protocol):
+    """A task whose training steps a loop helper runs (steps_per_call, strategy=pipeline): the helper calls its
+    `step_loss` (:class:`SteppableTask`) per optimizer step, steps the optimizer and its schedulers, and the task
+    logs the step's losses. LitforgeTask has these. (No `training_step` here: the helper runs in its place, and a
+    LightningModule's own `(*args, **kwargs)` one would not fit :class:`Task`'s, so the two could not be combined.)"""
+
+    def step_loss(self, batch: Any) -> Tensor: ...
+
+    @property
+    def scheduler_cfg(self) -> Mapping[str, Any] | None:
+        """The `scheduler=` config, or None: its `monitor` names ReduceLROnPlateau's metric."""
+        ...
+
+    def step_position(self, batch_idx: int) -> tuple[int, int, int]:
+        """(global step, epoch, batch index) before this training step's first optimizer step."""
+        ...
+
+    def log_training_loss(self, loss: Tensor, batch: object, where: tuple[int, int, int]) -> None:
+        """Log `train/loss` of a training step (`loss`: one per optimizer step, or the step's mean)."""
+        ...
+
+
+def steps_through_step_loss(training_step: StepMethod) -> StepMethod:
     """Mark a `training_step` that is only `step_loss(batch)` plus logging, so loop helpers may drive `step_loss`
     themselves in its place (litforge's base task marks its own)."""
-    training_step.steps_through_step_loss = True
+    vars(training_step)["steps_through_step_loss"] = True  # a function attribute, read by own_training_step
     return training_step
 
 
@@ -121,10 +145,9 @@ def own_training_step(task: object) -> str | None:
     """The class that gives `task` a `training_step` of its own (one not marked by :func:`steps_through_step_loss`),
     or None. A loop that replaces `training_step` by calls to `step_loss` would silently skip that code, so it
     refuses such a task instead."""
-    method = getattr(type(task), "training_step", None)
-    if method is None or getattr(method, "steps_through_step_loss", False):
+    owner = next((c for c in type(task).__mro__ if "training_step" in vars(c)), None)
+    if owner is None or getattr(vars(owner)["training_step"], "steps_through_step_loss", False):
         return None
-    owner = next((c for c in type(task).__mro__ if "training_step" in vars(c)), type(task))
     return f"{owner.__module__}.{owner.__qualname__}"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -20,14 +20,14 @@ from omegaconf import DictConfig, OmegaConf
 from litforge.core.errors import ConfigError, LitforgeError
 
 
-def to_plain(node: Any) -> Any:
+def to_plain(node: object) -> Any:
     """A resolved, plain-Python copy of a config node (what may go into hparams and checkpoints)."""
     if isinstance(node, DictConfig) or OmegaConf.is_config(node):
         return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
     return node
 
 
-def instantiate_group(group: str, node: Any, **kwargs: Any) -> Any:
+def instantiate_group(group: str, node: object, **kwargs: object) -> Any:
     """`instantiate` a group, errors reported against the group."""
     try:
         return instantiate(node, **kwargs, _convert_="all")
@@ -49,7 +49,7 @@ def instantiate_named(group: str, node: Mapping[str, Any] | None) -> list[Any]:
     return objects
 
 
-def call_partial(group: str, cfg: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+def call_partial(group: str, cfg: Mapping[str, Any], *args: object, **kwargs: object) -> Any:
     """Build a `_partial_: true` config of `group` (optimizer, scheduler, net) with the arguments only the caller
     knows (the parameters, the optimizer, the data's shape). Its values were checked when the job started."""
     try:
@@ -61,13 +61,15 @@ def call_partial(group: str, cfg: Mapping[str, Any], *args: Any, **kwargs: Any) 
 _UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
-def build_error(group: str, cfg: Any, exc: BaseException, supplied: Mapping[str, Any] | None = None) -> LitforgeError:
+def build_error(
+    group: str, cfg: object, exc: BaseException, supplied: Mapping[str, Any] | None = None
+) -> LitforgeError:
     """One line for a failed build: the LitforgeError the target raised itself, a key the target does not take
     (`+model.foo=1`), a target that does not fit the data (`supplied`: the shape keys), or the target's own words."""
     cause = exc.__cause__ or exc
     if isinstance(cause, LitforgeError):
         return cause
-    target = str((cfg or {}).get("_target_", "?")) if isinstance(cfg, Mapping) or OmegaConf.is_dict(cfg) else "?"
+    target = str(cfg["_target_"]) if isinstance(cfg, Mapping) and "_target_" in cfg else "?"  # DictConfig too
     if "Error locating target" in str(exc) or "Error loading" in str(cause):
         return import_failure(group, target, cause)
     key = unexpected_argument(cause)
@@ -100,7 +102,7 @@ def unknown_argument(group: str, key: str, target: str) -> ConfigError:
     )
 
 
-def accepted_arguments(target: str | Any) -> list[str]:
+def accepted_arguments(target: str | Callable[..., object]) -> list[str]:
     """The keyword arguments a class or function takes, following `**kwargs` up the base classes."""
     try:
         found = get_object(target) if isinstance(target, str) else target

@@ -34,20 +34,25 @@ loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed import pipelining as pp
+from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
+from torchmetrics import Metric
 
-from litforge.core.contracts import own_training_step
+from litforge.core.contracts import HasNet, LoopSteppedTask, own_training_step
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import counted_optimizer_step, forward_only
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")  # strategy.schedule
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # the schedules that run several stages per rank
+StepOutput = TypeVar("StepOutput")  # what the task's own validation or test step returns
 
 
 class GivenOutput(nn.Module):
@@ -55,12 +60,12 @@ class GivenOutput(nn.Module):
 
     output: Tensor | None = None
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor | None:
+    def forward(self, *args: object, **kwargs: object) -> Tensor | None:
         return self.output
 
 
 @contextmanager
-def given_output(task: Any, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
+def given_output(task: HasNet, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
     """Inside, the task's `net` is a :class:`GivenOutput` of `output` (the pipeline's result; `stand_in`, reused
     per step, or a new one): the task's own `forward` and `step_loss` run, and where they call the net they get the
     pipeline's output. The net's stages are held by the schedule, so they are not touched; the net is back on
@@ -105,22 +110,26 @@ class PipelineLoop:
 
     def __init__(
         self,
-        task: Any,
+        task: pl.LightningModule,
         stage: nn.Module | list[nn.Module],
         stage_index: int | list[int],
         num_stages: int,
         schedule: str,
         microbatches: int,
-        group: Any,
+        group: dist.ProcessGroup | None,
         stage_ranks: list[int],
         tied: list[nn.Parameter],
-        tied_group: Any,
+        tied_group: dist.ProcessGroup | None,
         device: torch.device,
         clip_val: float | None = None,
         clip_algorithm: str = "norm",
         net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
-        dp_group: Any = None,
+        dp_group: dist.ProcessGroup | None = None,
     ) -> None:
+        if not isinstance(task, LoopSteppedTask) or not isinstance(task, HasNet):
+            raise TypeError(
+                f"strategy=pipeline runs a LitforgeTask's step_loss on its net, not {type(task).__name__}'s"
+            )
         self.stages = list(stage) if isinstance(stage, list) else [stage]
         self.indices = list(stage_index) if isinstance(stage_index, list) else [stage_index]
         self.task, self.num_stages = task, num_stages
@@ -133,7 +142,7 @@ class PipelineLoop:
         # what the first stage takes of a micro-batch: the inputs (packed text: and the document ids)
         self.net_inputs = net_inputs or (lambda micro: micro[:1])
         self.is_first, self.is_last = 0 in self.indices, num_stages - 1 in self.indices
-        self._schedules: dict[Any, Any] = {}
+        self._schedules: dict[tuple[object, ...], PipelineScheduleSingle | PipelineScheduleMulti] = {}
         self._micro: list[tuple[Any, ...]] = []
         self._inferring = False
         self._stand_in = GivenOutput()  # the task's net while its step_loss / eval step reads the pipeline's output
@@ -152,21 +161,19 @@ class PipelineLoop:
             )
         task.automatic_optimization = False
         if self.dp_group is not None:  # metrics sync over the replicas (every stage of one holds the same states)
-            from torchmetrics import Metric
-
             for metric in task.modules():
                 if isinstance(metric, Metric):
                     metric.process_group = self.dp_group
 
     # ---- the schedules ----------------------------------------------------------------------------------------
-    def _schedule_for(self, micro: list[tuple[Any, ...]], train: bool) -> Any:
+    def _schedule_for(
+        self, micro: list[tuple[Any, ...]], train: bool
+    ) -> PipelineScheduleSingle | PipelineScheduleMulti:
         """A PipelineStage + schedule per (mode, micro-batch shapes): a stage infers its shapes at its first step and
         keeps its receive buffers, so a partial last batch (or a validation batch size) needs its own."""
-        from torch.distributed import pipelining as pp
-
         key = (train, tuple(tuple(tuple(t.shape) for t in m if isinstance(t, Tensor)) for m in micro))
         if key not in self._schedules:
-            stages: list[Any] = [
+            stages = [
                 pp.PipelineStage(module, index, self.num_stages, self.device, group=self.group)
                 for module, index in zip(self.stages, self.indices, strict=True)
             ]
@@ -175,7 +182,7 @@ class PipelineLoop:
             loss_fn = self._loss if train else None
             if self.schedule in MULTI_STAGE:  # also for evaluation: their stage placement is the schedule's own
                 cls = pp.ScheduleInterleaved1F1B if self.schedule == "interleaved_1f1b" else pp.ScheduleZBVZeroBubble
-                schedule = cls(stages, len(micro), loss_fn=loss_fn, scale_grads=False)
+                schedule = cls(list(stages), len(micro), loss_fn=loss_fn, scale_grads=False)
                 self._schedules[key] = schedule if train else forward_only(schedule)
             else:
                 single = pp.Schedule1F1B if self.schedule == "1f1b" and train else pp.ScheduleGPipe
@@ -249,6 +256,10 @@ class PipelineLoop:
         trainer = task.trainer
         where = task.step_position(batch_idx)
         lightning_optimizer = task.optimizers()
+        if isinstance(lightning_optimizer, list):
+            raise ConfigError(
+                f"strategy=pipeline steps one optimizer; {type(task).__name__} configures {len(lightning_optimizer)}"
+            )
         optimizer = lightning_optimizer.optimizer
         optimizer.zero_grad(set_to_none=True)
         _, _, losses = self.run(tuple(batch), train=True)
@@ -319,7 +330,9 @@ class PipelineLoop:
         for g in grads:
             g.mul_(coefficient.to(g.dtype))
 
-    def evaluation_step(self, task_step: Callable[..., Any], batch: Any, batch_idx: int, *args: Any) -> Any:
+    def evaluation_step(
+        self, task_step: Callable[..., StepOutput], batch: Sequence[Tensor], batch_idx: int, *args: object
+    ) -> StepOutput:
         """The task's validation or test step (`task_step`), run on every rank on the forward pipeline's output."""
         output, _, _ = self.run(tuple(batch), train=False)
         with given_output(self.task, output, self._stand_in):

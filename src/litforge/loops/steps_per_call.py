@@ -22,22 +22,44 @@ litforge.runtime.compat. Settings whose meaning N>1 would change are refused in 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import itertools
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import WeightAveraging
 from pytorch_lightning.strategies import SingleDeviceStrategy
 from torch import Tensor
 
-from litforge.core.contracts import StatefulLoader, SteppableTask, own_training_step
+from litforge.core.contracts import (
+    DataModule,
+    LoopSteppedTask,
+    StatefulLoader,
+    lacks,
+    missing_members,
+    own_training_step,
+)
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import advance_logger_step, counted_optimizer_step
 
 log = logging.getLogger(__name__)
+Chosen = TypeVar("Chosen")  # the strategy the run asked for, returned as it is when steps_per_call=1
+
+
+@runtime_checkable
+class Batches(Protocol):
+    """A training loader as steps_per_call groups it: its length, and batches that are tuples of tensors."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Sequence[Tensor]]: ...
 
 
 class GroupedBatches:
@@ -48,39 +70,49 @@ class GroupedBatches:
     item is consumed whole by the training step, so the inner position is always at an item boundary.
     """
 
-    def __init__(self, loader: Any, steps: int) -> None:
+    def __init__(self, loader: Batches, steps: int) -> None:
         self.loader = loader
         self.steps = steps
 
     def __len__(self) -> int:
         return -(-len(self.loader) // self.steps)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Sequence[Tensor]]:
         batches = iter(self.loader)
         while group := list(itertools.islice(batches, self.steps)):
             yield group[0] if len(group) == 1 else tuple(torch.cat(parts) for parts in zip(*group, strict=True))
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> object:
         return getattr(self.loader, "sampler", None)
 
     @property
-    def batch_sampler(self) -> Any:
+    def batch_sampler(self) -> object:
         return getattr(self.loader, "batch_sampler", None)
 
 
 class StatefulGroupedBatches(GroupedBatches):
     """:class:`GroupedBatches` of a loader with `state_dict`/`load_state_dict`, which Lightning saves in checkpoints."""
 
+    def __init__(self, loader: StatefulBatches, steps: int) -> None:
+        super().__init__(loader, steps)
+        self.stateful = loader
+
     def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
+        return self.stateful.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+        self.stateful.load_state_dict(state)
 
 
-def grouped(loader: Any, steps: int) -> GroupedBatches:
-    return (StatefulGroupedBatches if isinstance(loader, StatefulLoader) else GroupedBatches)(loader, steps)
+class StatefulBatches(Batches, StatefulLoader, Protocol):
+    """A training loader whose position travels in checkpoints (litforge's in-memory loader)."""
+
+
+def grouped(loader: Batches, steps: int) -> GroupedBatches:
+    if isinstance(loader, StatefulLoader):
+        return StatefulGroupedBatches(loader, steps)
+    return GroupedBatches(loader, steps)
 
 
 def optimizer_steps_in_run(trainer: pl.Trainer) -> int:
@@ -110,7 +142,7 @@ class StepsPerCall(SingleDeviceStrategy):
         micro_batch_size: int,
         clip_val: float | None,
         clip_algorithm: str,
-        datamodule: Any,
+        datamodule: pl.LightningDataModule,
         schedulers: EpochSchedulers,
     ) -> None:
         super().__init__(device=device)
@@ -127,24 +159,34 @@ class StepsPerCall(SingleDeviceStrategy):
         task = self.lightning_module
         if task is None or not task.trainer.training:
             return dataloader
+        if not isinstance(dataloader, Batches):
+            raise TypeError(f"steps_per_call groups a training loader of known length, not a {type(dataloader)}")
         if self.steps == "auto":  # decided once, at the first training loader of the run
             self.steps = self.schedulers.steps = auto_steps(task, self.datamodule, dataloader)
         return grouped(dataloader, int(self.steps))
 
-    def training_step(self, *args: Any, **kwargs: Any) -> Tensor:
+    def stepped_task(self) -> LoopSteppedTask:
+        """The task, whose `step_loss` this strategy drives (install() refused any other)."""
+        task = self.lightning_module
+        if task is None or not isinstance(task, LoopSteppedTask):
+            raise TypeError(f"steps_per_call steps a LitforgeTask's step_loss, not a {type(task).__name__}'s")
+        return task
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         """In place of the task's `training_step` (Lightning's own strategy calls that one): the task's `step_loss`
         on each of the item's batches, one optimizer step each; logged as the task's `training_step` logs."""
-        batch, batch_idx = args[0], args[1]
-        task: Any = self.lightning_module  # a LitforgeTask: install() refused any other
+        task = self.stepped_task()
         with self.precision_plugin.train_step_context():
             where = task.step_position(batch_idx)
             losses = self.run_steps(batch, task.step_loss)
             task.log_training_loss(losses, batch, where)
         return losses  # one loss per optimizer step: the NaN guard names the exact step
 
-    def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[Any], Tensor]) -> Tensor:
+    def run_steps(self, batch: tuple[Tensor, ...], step_loss: Callable[[tuple[Tensor, ...]], Tensor]) -> Tensor:
         """Optimizer steps on consecutive `micro_batch_size` slices of `batch`; the loss of each step."""
-        task: Any = self.lightning_module
+        task = self.lightning_module
+        if task is None:
+            raise RuntimeError("steps_per_call: the strategy holds no task")
         trainer = task.trainer
         lightning_optimizer = task.optimizers()
         if isinstance(lightning_optimizer, list):
@@ -189,7 +231,7 @@ class EpochSchedulers(pl.Callback):
     inside an epoch. An epoch of unknown length (a streamed dataset) steps at the epoch's end.
     """
 
-    def __init__(self, steps: int, processes_ok: bool = False) -> None:
+    def __init__(self, steps: int | str, processes_ok: bool = False) -> None:
         self.steps = steps
         self.processes_ok = processes_ok  # strategy=pipeline: its loop steps the optimizer on every rank
         self._batches_this_epoch = 0
@@ -209,7 +251,7 @@ class EpochSchedulers(pl.Callback):
         self._stepped.clear()
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
     ) -> None:
         self._batches_this_epoch += 1
         if batch_idx + 1 == trainer.num_training_batches:  # inf for a streamed epoch: never equal
@@ -229,7 +271,8 @@ class EpochSchedulers(pl.Callback):
         self._step(trainer, pl_module, plateau=True)  # no validation ended this epoch (e.g. check_val_every_n_epoch)
 
     def _step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plateau: bool) -> None:
-        monitor = (getattr(pl_module, "scheduler_cfg", None) or {}).get("monitor")
+        scheduler = pl_module.scheduler_cfg if isinstance(pl_module, LoopSteppedTask) else None
+        monitor = scheduler.get("monitor") if scheduler else None
         for config in trainer.lr_scheduler_configs:
             is_plateau = isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
             if (
@@ -270,8 +313,6 @@ def choose_steps_per_call(
     cap: int = AUTO_CAP,
 ) -> int:
     """The smallest N with `overhead_seconds <= share * N * step_seconds`, within [1, min(cap, batches per epoch)]."""
-    import math
-
     wanted = math.ceil(overhead_seconds / (share * max(step_seconds, 1e-9)))
     limit = cap if batches_per_epoch == float("inf") else min(cap, int(batches_per_epoch))
     return max(1, min(wanted, limit))
@@ -279,7 +320,6 @@ def choose_steps_per_call(
 
 def trivial_call_seconds(calls: int = 5_000) -> float:
     """Seconds per call of an empty Python function, now, on this machine (its speed and its load)."""
-    import time
 
     def nothing() -> None:
         return None
@@ -294,19 +334,17 @@ def trivial_call_seconds(calls: int = 5_000) -> float:
 
 
 def time_optimizer_step(
-    task: Any, optimizer: torch.optim.Optimizer, batch: Any, warmup: int = 2, repeats: int = 5
+    task: pl.LightningModule, optimizer: torch.optim.Optimizer, batch: object, warmup: int = 2, repeats: int = 5
 ) -> float:
     """Median seconds of one optimizer step (`step_loss`, backward, `optimizer.step`) of `task` on `batch`, taken on
     a copy of the task and a fresh optimizer of the same kind: the run's weights, optimizer state and RNG stream
     are left exactly as they were, so the run equals its steps_per_call=N twin."""
-    import copy
-    import statistics
-    import time
-
     rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
         probe = copy.deepcopy(task, {id(task.trainer): None})  # the task without its Trainer (not copied along)
+        if not isinstance(probe, LoopSteppedTask):
+            raise TypeError(f"steps_per_call=auto times a task's step_loss; {type(task).__name__} has none")
         probe.train()
         params = [p for p in probe.parameters() if p.requires_grad]
         accepted = inspect.signature(type(optimizer)).parameters  # `defaults` may hold derived keys (AdamW's)
@@ -329,13 +367,12 @@ def time_optimizer_step(
             torch.cuda.set_rng_state_all(cuda_rng)
 
 
-def auto_steps(task: Any, datamodule: Any, loader: Any) -> int:
+def auto_steps(task: pl.LightningModule, datamodule: pl.LightningDataModule, loader: Batches) -> int:
     """steps_per_call=auto: N from this run's measured step time (see :func:`choose_steps_per_call`)."""
     trainer = task.trainer
     raw = next(iter(datamodule.train_dataloader()))  # a fresh loader: the run's own is not advanced
     batch = trainer.strategy.batch_to_device(raw)
-    if hasattr(datamodule, "on_after_batch_transfer"):
-        batch = datamodule.on_after_batch_transfer(batch, 0)  # normalisation, as the training step sees it
+    batch = datamodule.on_after_batch_transfer(batch, 0)  # normalisation, as the training step sees it
     step = time_optimizer_step(task, trainer.optimizers[0], batch)
     overhead = LIGHTNING_STEP_IN_TRIVIAL_CALLS * trivial_call_seconds()
     steps = choose_steps_per_call(step, overhead, len(loader))
@@ -353,8 +390,13 @@ def auto_steps(task: Any, datamodule: Any, loader: Any) -> int:
 
 
 def install(
-    steps: Any, task: Any, datamodule: Any, trainer_kwargs: dict[str, Any], strategy: Any, callbacks: list[Any]
-) -> Any:
+    steps: int | str,
+    task: object,
+    datamodule: pl.LightningDataModule,
+    trainer_kwargs: dict[str, Any],
+    strategy: Chosen,
+    callbacks: list[pl.Callback],
+) -> Chosen | StepsPerCall:
     """The strategy that runs steps_per_call=`steps` (1: `strategy` as it is); `task` is switched to manual
     optimization, `datamodule` is left as it is.
 
@@ -370,19 +412,20 @@ def install(
     if steps == 1:  # its type and range: litforge.config.settings
         return strategy
     fix = "set steps_per_call=1"
-    if not isinstance(task, SteppableTask):
-        raise ConfigError(
-            f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
-            f"task=classification and task=language_model have); {type(task).__name__} has none: {fix}"
-        )
     if not isinstance(task, pl.LightningModule):  # the Trainer trains nothing else
         raise TypeError(f"steps_per_call={steps} needs a LightningModule task, not {type(task).__name__}")
+    if not isinstance(task, LoopSteppedTask):
+        raise ConfigError(
+            f"steps_per_call={steps} needs a task with a per-step loss (`step_loss`, as "
+            f"task=classification and task=language_model have); {type(task).__name__} lacks "
+            f"{lacks(missing_members(task, LoopSteppedTask))}: {fix}"
+        )
     if owner := own_training_step(task):
         raise ConfigError(
             f"steps_per_call={steps} drives the task's step_loss(batch) in place of its training_step, but {owner} "
             f"overrides training_step: move that code into step_loss, or {fix}"
         )
-    if not isinstance(getattr(datamodule, "batch_size", None), int):
+    if not isinstance(datamodule, DataModule) or not isinstance(datamodule.batch_size, int):
         raise ConfigError(
             f"steps_per_call={steps} needs a datamodule with a `batch_size` (data="
             f"{type(datamodule).__name__} has none): {fix}"
@@ -403,8 +446,6 @@ def install(
             f"steps_per_call={steps} does not do fp16 loss scaling: use trainer.precision=bf16-mixed "
             f"or 32-true, or {fix}"
         )
-    from pytorch_lightning.callbacks import WeightAveraging
-
     averaging = [type(cb).__name__ for cb in callbacks if isinstance(cb, WeightAveraging)]
     if averaging:
         raise ConfigError(
@@ -421,7 +462,7 @@ def install(
     return StepsPerCall(device, steps, datamodule.batch_size, clip_val, clip_algorithm, datamodule, schedulers)
 
 
-def one_device(steps: Any, trainer_kwargs: dict[str, Any]) -> torch.device:
+def one_device(steps: int | str, trainer_kwargs: dict[str, Any]) -> torch.device:
     """The device Lightning picks for these trainer settings (its own choice, made by a Trainer built for nothing
     else), refused when they ask for several processes."""
     probe = pl.Trainer(

@@ -30,7 +30,7 @@ def input_keywords(input_shape: list[int] | tuple[int, ...]) -> dict[str, Any]:
     raise ValueError(f"input_shape {list(input_shape)}: expected [C, H, W] (images) or [F] (features)")
 
 
-def build_net(net_cfg: dict[str, Any], **shape: Any) -> nn.Module:
+def build_net(net_cfg: dict[str, Any], **shape: object) -> nn.Module:
     """Instantiate a `_partial_` net config, completing it with the data's shape (in_channels, num_classes, ...)."""
     net_cfg = {k: v for k, v in net_cfg.items() if k not in LEGACY_TASK_KEYS}
     # a shape key the config sets itself wins (a preset's vocab_size, conf/model/gpt_7b.yaml): only what it lacks

@@ -21,7 +21,6 @@ in one line before the run folder exists (litforge.cli.preflight asks :func:`flo
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import torch
 from torch import nn
@@ -33,7 +32,7 @@ RECIPES = ("tensorwise", "rowwise")  # the `float8` key's values besides none (t
 MIN_CAPABILITY = (8, 9)
 
 
-def float8_refusal(recipe: str, accelerator: Any = None) -> str | None:
+def float8_refusal(recipe: str, accelerator: object = None) -> str | None:
     """Why `float8=<recipe>` cannot run here (one line), or None when it can. Imports torch only when the trainer
     does not say cpu."""
     fix = "pass float8=none (trainer.precision=bf16-mixed is the fast dtype there)"

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.attention.flex_attention import create_block_mask
 
 from litforge.core.errors import ConfigError
-from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
+from litforge.models.layers import BlockStack, TransformerBlock, split_runs
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -90,7 +90,7 @@ def attention_inputs(
     return positions, mask
 
 
-class GPT(nn.Module):
+class GPT(BlockStack, nn.Module):
     """Token + learned position embeddings → `self.blocks` → final LayerNorm → `self.head` (tied to the embedding).
 
     `vocab_size` and `block_size` (the longest context) come from the text datamodule, like an image net's shape.
@@ -140,20 +140,6 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
-
-    # ---- sharding facts (litforge.parallel) -----------------------------------------------------------------------
-    def fsdp_units(self) -> list[nn.Module]:
-        """FSDP2 sharding units: the transformer blocks (the root unit gathers the rest: embeddings, head)."""
-        return list(self.blocks)
-
-    def tensor_parallel_plan(self) -> dict[str, str]:
-        """Submodule → `colwise` | `rowwise`: every block split the Megatron way (litforge.models.layers)."""
-        return blocks_tensor_parallel_plan(self.blocks)
-
-    def check_tensor_parallel(self, tp_size: int) -> None:
-        for block in self.blocks:
-            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-            block.check_tensor_parallel(tp_size)  # type: ignore[operator]
 
     def forward(self, idx: Tensor, doc_ids: Tensor | None = None) -> Tensor:
         """Next-token logits (B, T, vocab) for token ids `idx` (B, T); see the module docstring for `doc_ids`."""

@@ -133,6 +133,25 @@ def blocks_tensor_parallel_plan(blocks: nn.ModuleList, prefix: str = "blocks") -
     }
 
 
+class BlockStack:
+    """The sharding facts (litforge.parallel) of a net whose body is `blocks`, a stack of TransformerBlocks (GPT, ViT):
+    each block is an FSDP2 unit (the root unit gathers the rest: embeddings, head) and splits the Megatron way."""
+
+    blocks: nn.ModuleList
+
+    def fsdp_units(self) -> list[nn.Module]:
+        return list(self.blocks)
+
+    def tensor_parallel_plan(self) -> dict[str, str]:
+        """Submodule → `colwise` | `rowwise`."""
+        return blocks_tensor_parallel_plan(self.blocks)
+
+    def check_tensor_parallel(self, tp_size: int) -> None:
+        for block in self.blocks:
+            if isinstance(block, TransformerBlock):
+                block.check_tensor_parallel(tp_size)
+
+
 T = TypeVar("T")
 
 

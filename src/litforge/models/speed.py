@@ -61,7 +61,7 @@ def sharding_units(net: nn.Module) -> list[nn.Module]:
     return [unit for unit in units if any(True for _ in unit.parameters())]
 
 
-def compile_blocks(net: nn.Module, **options: Any) -> int:
+def compile_blocks(net: nn.Module, **options: object) -> int:
     """Compile each of the net's `fsdp_units()` in place (`compile=blocks`, or `compile={blocks: true, ...}` with
     torch.compile options for every block); returns how many."""
     units = sharding_units(net)

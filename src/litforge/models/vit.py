@@ -14,7 +14,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from litforge.core.errors import ConfigError
-from litforge.models.layers import TransformerBlock, blocks_tensor_parallel_plan, split_runs
+from litforge.models.layers import BlockStack, TransformerBlock, split_runs
 
 
 def nearest_divisor(n: int, target: int) -> int:
@@ -23,7 +23,7 @@ def nearest_divisor(n: int, target: int) -> int:
     return min(divisors, key=lambda d: (abs(d - target), -d))
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(BlockStack, nn.Module):
     """Patchify with a strided conv, prepend a cls token, add learned positions, run `self.blocks`, classify cls.
 
     The head reads the cls token after a final LayerNorm: `self.norm`, `self.head`.
@@ -63,20 +63,6 @@ class VisionTransformer(nn.Module):
         """Initialise the net's own tokens (its layers have their own): also what meta-device init replays."""
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
-
-    # ---- sharding facts (litforge.parallel) -----------------------------------------------------------------------
-    def fsdp_units(self) -> list[nn.Module]:
-        """FSDP2 sharding units: the transformer blocks (the root unit gathers the rest: embeddings, head)."""
-        return list(self.blocks)
-
-    def tensor_parallel_plan(self) -> dict[str, str]:
-        """Submodule → `colwise` | `rowwise`: every block split the Megatron way (litforge.models.layers)."""
-        return blocks_tensor_parallel_plan(self.blocks)
-
-    def check_tensor_parallel(self, tp_size: int) -> None:
-        for block in self.blocks:
-            # the concrete module's method: nn.Module.__getattr__ is typed Tensor | Module
-            block.check_tensor_parallel(tp_size)  # type: ignore[operator]
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, num_patches, dim)

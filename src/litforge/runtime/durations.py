@@ -7,14 +7,13 @@ job starts, and the callbacks that act on them (litforge.checkpointing.clock, .t
 from __future__ import annotations
 
 import re
-from typing import Any
 
 UNITS = {"d": 86400.0, "h": 3600.0, "min": 60.0, "m": 60.0, "s": 1.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|min|m|s)")
 _CLOCK = re.compile(r"(?:(\d+)[-:])?(\d+):(\d{1,2}):(\d{1,2})")  # [D-]HH:MM:SS or [D:]HH:MM:SS (SLURM, Lightning)
 
 
-def parse_duration(value: Any) -> float | None:
+def parse_duration(value: object) -> float | None:
     """Seconds in `value` (`3h55min`, `30min`, `90s`, `1.5h`, `04:00:00`, `1-00:00:00`), or None if it is not one.
 
     A bare number is not a duration (seconds or steps?): the caller decides what it means.
@@ -32,7 +31,7 @@ def parse_duration(value: Any) -> float | None:
     return sum(float(p.group(1)) * UNITS[p.group(2)] for p in parts)
 
 
-def parse_every(value: Any) -> tuple[str, float] | None:
+def parse_every(value: object) -> tuple[str, float] | None:
     """`500` → ("steps", 500); `30min` → ("seconds", 1800.0); None when `value` is neither (or not positive)."""
     if isinstance(value, bool):
         return None
@@ -44,7 +43,7 @@ def parse_every(value: Any) -> tuple[str, float] | None:
     return ("seconds", seconds) if seconds is not None and seconds > 0 else None
 
 
-def is_time_limit(value: Any) -> bool:
+def is_time_limit(value: object) -> bool:
     """What `time_limit` takes: `auto` (SLURM's job end time when under SLURM) or a positive duration."""
     if value == "auto":
         return True

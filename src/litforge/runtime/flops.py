@@ -137,11 +137,14 @@ def measure_matmul_flops(dtype: torch.dtype = torch.float32, size: int = 1024, r
     return 2 * size**3 / best
 
 
-def _cpu_sdpa(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+# (FlopCounterMode hands a formula its tensor arguments' shapes, then the op's other arguments, unused here)
+def _cpu_sdpa(query: torch.Size, key: torch.Size, value: torch.Size, *args: object, **kwargs: object) -> int:
     return int(sdpa_flop_count(query, key, value))
 
 
-def _cpu_sdpa_backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+def _cpu_sdpa_backward(
+    grad_out: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size, *args: object, **kwargs: object
+) -> int:
     return int(sdpa_backward_flop_count(grad_out, query, key, value))
 
 

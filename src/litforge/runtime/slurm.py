@@ -19,10 +19,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -107,9 +106,9 @@ def local_gpus() -> int:
     return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
 
 
-def _count(devices: Any) -> int | None:
+def _count(devices: object) -> int | None:
     """`trainer.devices` as a count per node: a number, a list of ids; None for auto / -1 (every GPU there is)."""
-    if isinstance(devices, (list, tuple)) or (hasattr(devices, "__len__") and not isinstance(devices, str)):
+    if isinstance(devices, Sized) and not isinstance(devices, str):  # a list, a tuple, a ListConfig
         return len(devices)
     text = str(devices).strip()
     if text.isdigit() and int(text) > 0:
@@ -119,7 +118,7 @@ def _count(devices: Any) -> int | None:
     return None
 
 
-def gpus_per_node(accelerator: Any, devices: Any) -> int | None:
+def gpus_per_node(accelerator: object, devices: object) -> int | None:
     """GPUs to ask for per node, or None (no `--gpus-per-node`, no gres request) for a run on CPUs.
 
     `accelerator=cpu` never asks; `accelerator=gpu` asks for `devices` (auto: this machine's count, at least 1);
@@ -134,12 +133,12 @@ def gpus_per_node(accelerator: Any, devices: Any) -> int | None:
     return _count(devices) or max(here, 1)
 
 
-def tasks_per_node(accelerator: Any, devices: Any) -> int:
+def tasks_per_node(accelerator: object, devices: object) -> int:
     """One task per device: the GPUs asked for, else `devices` on CPUs (auto: 1, as Lightning counts CPUs)."""
     return gpus_per_node(accelerator, devices) or _count(devices) or 1
 
 
-def cpus_per_task(num_workers: Any) -> int:
+def cpus_per_task(num_workers: int | str | None) -> int:
     """The loader's workers plus the training process, never more than this machine's CPUs."""
     wanted = int(num_workers or 0) + 1
     return max(1, min(wanted, os.cpu_count() or 1))
