@@ -116,7 +116,9 @@ class InMemorySplits(SplitDataModule):
         """Whether the batch in hand is a training one (an attached trainer, in its fit's training loop)."""
         return self.trainer is not None and bool(self.trainer.training)
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
         """`(inputs, targets)` with the inputs augmented on training batches (:meth:`augment_batch`)."""
         if isinstance(batch, (tuple, list)) and self.is_training_batch():
             return (self.augment_batch(batch[0]), *batch[1:])
@@ -189,6 +191,7 @@ class ImageDataModule(InMemorySplits):
         self.class_names: list[str] = []
         self._mean = mean
         self._std = std
+        self._stats_cache: tuple[tuple[object, ...], Tensor, Tensor] | None = None  # (its key, mean, std)
         self._splits: dict[str, tuple[Tensor, Tensor]] = {}
 
     # ---- subclasses -----------------------------------------------------------------------------------------------
@@ -249,7 +252,9 @@ class ImageDataModule(InMemorySplits):
             self._splits[split] = tensors
         return tensors
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
         if isinstance(batch, Tensor):  # images alone: the task's example input, which Lightning's model summary runs
             return self.normalize(batch)
         images, labels = batch
@@ -286,7 +291,7 @@ class ImageDataModule(InMemorySplits):
         if mean is None or std is None:
             raise RuntimeError(f"{type(self).__name__}.normalize without statistics: call ensure_stats() first")
         key = (images.device, images.dtype, tuple(mean), tuple(std))
-        cached = getattr(self, "_stats_cache", None)
+        cached = self._stats_cache
         if cached is None or cached[0] != key:
             stats = [
                 torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1) for v in (mean, std)

@@ -41,7 +41,7 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: Any, action: int, reward: float, next_obs: Any, done: bool) -> None:
+    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
         i = self.pos
         self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
         self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
@@ -60,6 +60,15 @@ class ReplayBuffer:
     def __getitem__(self, i: int) -> Transition:
         return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
 
+    def tensors(self) -> dict[str, Tensor]:
+        return {
+            "obs": self.obs,
+            "next_obs": self.next_obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "dones": self.dones,
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the buffer, its write position and its sampling generator (tensors and ints only, so
         checkpoints load under `weights_only=True`)."""
@@ -68,11 +77,7 @@ class ReplayBuffer:
             "capacity": self.capacity,
             "size": n,
             "pos": self.pos,
-            "obs": self.obs[:n].clone(),
-            "next_obs": self.next_obs[:n].clone(),
-            "actions": self.actions[:n].clone(),
-            "rewards": self.rewards[:n].clone(),
-            "dones": self.dones[:n].clone(),
+            **{name: tensor[:n].clone() for name, tensor in self.tensors().items()},
             "generator": self.generator.get_state(),
         }
 
@@ -86,8 +91,8 @@ class ReplayBuffer:
             )
         n = self.size = int(state["size"])
         self.pos = int(state["pos"])
-        for name in ("obs", "next_obs", "actions", "rewards", "dones"):
-            getattr(self, name)[:n] = state[name]
+        for name, tensor in self.tensors().items():
+            tensor[:n] = state[name]
         self.generator.set_state(state["generator"])
 
 
@@ -215,7 +220,7 @@ class GymDataModule(pl.LightningDataModule):
         # tickets, not transitions: the minibatch is drawn when consumed (ReplayDraw says why)
         return DataLoader(ReplayDraws(self.steps_per_epoch, self.batch_size), batch_size=None)
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_before_batch_transfer(self, batch: object, dataloader_idx: int) -> object:
         """Lightning calls this on the batch the loop is about to train on (not the one it prefetched)."""
         return self.buffer.sample(batch.size) if isinstance(batch, ReplayDraw) else batch
 

@@ -323,7 +323,9 @@ class StreamingImageDataModule(ImageDataModule):
             generator=torch.Generator().manual_seed(self.shuffle_seed),
         )
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor] | Mapping[str, Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
         if isinstance(batch, Mapping):  # LitData yields the stored dicts; the tasks take (images, labels)
             batch = (batch["image"], batch["label"])
         return super().on_after_batch_transfer(batch, dataloader_idx)

@@ -217,7 +217,7 @@ def bundled_table(name: str) -> Table:
     }[name]
     bunch = loader()
     table: Table = {str(n): [float(v) for v in bunch.data[:, i]] for i, n in enumerate(bunch.feature_names)}
-    names = getattr(bunch, "target_names", None)
+    names = bunch.get("target_names")  # a Bunch is a dict; regression tables have no class names
     targets = bunch.target.tolist()
     table["target"] = [str(names[t]) for t in targets] if names is not None else [float(t) for t in targets]
     return table

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -226,7 +227,9 @@ class TabularDataModule(InMemorySplits):
             self.feature_names = list(state_dict["feature_names"])
             self._stats = None
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
         if isinstance(batch, Tensor):  # features alone: the task's example input
             return self.normalize(batch)
         features, target = batch

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
@@ -21,6 +22,7 @@ from litforge.checkpointing.load import (
     recorded_task_class,
     trusted_prefixes,
 )
+from litforge.core.contracts import DataModule
 from litforge.core.errors import CheckpointError, ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain
 from litforge.tasks.base import LitforgeTask
@@ -61,7 +63,7 @@ def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = 
     return task.eval()
 
 
-def inference_device(name: str = "auto") -> Any:
+def inference_device(name: str = "auto") -> torch.device:
     """The device predict/generate run on: `auto` = the GPU when there is one (cuda:0), else the CPU."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -92,7 +94,7 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     return task, datamodule, checkpoint
 
 
-def check_same_shape(task: Any, datamodule: Any, path: str) -> None:
+def check_same_shape(task: pl.LightningModule, datamodule: DataModule, path: str) -> None:
     expected = {k: task.hparams.get(k) for k in ("input_shape", "num_classes") if k in task.hparams}
     actual = {k: v for k, v in datamodule.describe().items() if k in expected}
     if expected != actual:
