@@ -11,7 +11,7 @@ Any environment with a discrete action space and a vector observation works: `da
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pytorch_lightning as pl
@@ -22,6 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from litforge.core.bounds import Count, Seed
 from litforge.core.errors import ConfigError
 from litforge.runtime import compat
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
 
@@ -122,7 +125,20 @@ class ReplayDraws(IterableDataset):
         return self.length
 
 
-def env_state(env: Any) -> dict[str, Any] | None:
+@runtime_checkable
+class ArrayStateEnv(Protocol):
+    """An env whose position is its `state` array and its `np_random` (gymnasium's classic control)."""
+
+    state: np.ndarray
+    np_random: np.random.Generator
+
+
+@runtime_checkable
+class CountsPastTheEnd(Protocol):
+    steps_beyond_terminated: int | None  # CartPole's steps after the end (it warns once)
+
+
+def env_state(env: gym.Env) -> dict[str, Any] | None:
     """`env`'s position mid-episode as plain data (tensors, ints, dicts: checkpoints load with `weights_only=True`),
     or None for an env that keeps its state in another form.
 
@@ -131,15 +147,14 @@ def env_state(env: Any) -> dict[str, Any] | None:
     for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.runtime.compat).
     """
     inner = env.unwrapped
-    state = getattr(inner, "state", None)
-    if not isinstance(state, np.ndarray) or not hasattr(inner.np_random, "bit_generator"):
+    if not isinstance(inner, ArrayStateEnv) or not isinstance(inner.state, np.ndarray):
         return None
     saved: dict[str, Any] = {
-        "state": torch.from_numpy(state.copy()),
-        "dtype": str(state.dtype),
+        "state": torch.from_numpy(inner.state.copy()),
+        "dtype": str(inner.state.dtype),
         "np_random": inner.np_random.bit_generator.state,
     }
-    if hasattr(inner, "steps_beyond_terminated"):
+    if isinstance(inner, CountsPastTheEnd):
         saved["steps_beyond_terminated"] = inner.steps_beyond_terminated
     elapsed = compat.time_limit_elapsed(env)
     if elapsed is not None:
@@ -147,12 +162,14 @@ def env_state(env: Any) -> dict[str, Any] | None:
     return saved
 
 
-def load_env_state(env: Any, saved: dict[str, Any]) -> None:
+def load_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
     """Put an `env` made and reset afresh back where `env_state` found the saved one."""
     inner = env.unwrapped
+    if not isinstance(inner, ArrayStateEnv):
+        raise ConfigError(f"{type(inner).__name__} keeps no `state` array: its saved position cannot be restored")
     inner.state = saved["state"].numpy().astype(saved["dtype"])
     inner.np_random.bit_generator.state = saved["np_random"]
-    if "steps_beyond_terminated" in saved:
+    if isinstance(inner, CountsPastTheEnd) and "steps_beyond_terminated" in saved:
         inner.steps_beyond_terminated = saved["steps_beyond_terminated"]
     if "elapsed_steps" in saved:
         compat.set_time_limit_elapsed(env, saved["elapsed_steps"])
@@ -193,7 +210,7 @@ class GymDataModule(pl.LightningDataModule):
         self.observation_size, self.num_actions = int(obs_space.shape[0]), int(space.n)
         self.buffer = ReplayBuffer(buffer_size, self.observation_size, seed)
 
-    def make_env(self) -> Any:
+    def make_env(self) -> gym.Env:
         import gymnasium as gym  # extra [rl]
 
         try:
