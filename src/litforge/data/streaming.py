@@ -340,10 +340,3 @@ class StreamingImageDataModule(ImageDataModule):
         if not images:
             return torch.empty((0, *self.input_shape)), torch.empty(0, dtype=torch.int64)
         return torch.cat(images), torch.cat(labels).to(torch.int64)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "class_names": list(self.class_names),
-        }

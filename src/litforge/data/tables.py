@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, SupportsFloat
 
 from pydantic import AfterValidator, Field
 
@@ -198,7 +198,7 @@ def sniff_delimiter(text: str) -> str:
         return ","
 
 
-def _plain(value: Any) -> float | str | None:
+def _plain(value: str | SupportsFloat | None) -> float | str | None:
     if value is None or isinstance(value, str):
         return value
     number = float(value)

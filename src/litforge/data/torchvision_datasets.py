@@ -95,9 +95,7 @@ class TorchvisionImageDataModule(ImageDataModule):
         self._prepared = True
 
     def load_arrays(self, split: str) -> tuple[Tensor, Tensor]:
-        dataset = self._open(train=split == "train")
-        images, labels = self._to_arrays(dataset)
-        return images, labels
+        return self._to_arrays(self._open(train=split == "train"))
 
     def _open(self, train: bool) -> torchvision.datasets.VisionDataset:
         """torchvision's dataset read from disk without downloading; downloads first if `setup` runs on its own."""

@@ -211,9 +211,9 @@ def check_describe_sizes_net(cfg: DictConfig) -> None:
 
 def _check_describe_sizes_net(cfg: DictConfig) -> None:
     datamodule, task = build(cfg)
-    missing = missing_members(datamodule, DataModule)
     assert isinstance(datamodule, DataModule), (
-        f"data `{type(datamodule).__name__}` lacks {', '.join(missing)} (litforge.DataModule)"
+        f"data `{type(datamodule).__name__}` lacks {', '.join(missing_members(datamodule, DataModule))} "
+        "(litforge.DataModule)"
     )
     facts = datamodule.describe()
     try:
