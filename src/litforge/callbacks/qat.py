@@ -70,8 +70,7 @@ def convert_int8(module: nn.Module) -> nn.Module:
     converted = copy.deepcopy(module).eval()
     _detach_pruning(converted)  # zeros stay, the reparametrisation goes
     prepared = any(type(m).__name__ == "FakeQuantizedLinear" for m in converted.modules())
-    # never prepared (e.g. a checkpoint tested before start_epoch): plain post-training quantization
-    quantize_int8(converted, "convert" if prepared else None)
+    quantize_int8(converted, "convert" if prepared else None)  # never prepared (tested before start_epoch): PTQ
     return converted
 
 

@@ -8,6 +8,7 @@ A litforge checkpoint records the task class, its plain-data hyperparameters and
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -42,7 +43,7 @@ def task_class_from_checkpoint(
     return cls
 
 
-def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = ()) -> LitforgeTask:
+def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Iterable[str] | None = ()) -> LitforgeTask:
     """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights; classes of
     `trusted_packages` (the user's own, named by that config key) are built besides litforge's."""
     trusted = trusted_prefixes(trusted_packages)
