@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -226,16 +225,6 @@ class TabularDataModule(InMemorySplits):
             self.encoding = list(state_dict["encoding"])
             self.feature_names = list(state_dict["feature_names"])
             self._stats = None
-
-    def on_after_batch_transfer(
-        self, batch: Tensor | Sequence[Tensor], dataloader_idx: int
-    ) -> Tensor | Sequence[Tensor]:
-        if isinstance(batch, Tensor):  # features alone: the task's example input
-            return self.normalize(batch)
-        features, target = batch
-        if self.is_training_batch():
-            features = self.augment_batch(features)  # the hook (none by default), on the encoded rows
-        return self.normalize(features), target
 
     # ---- helpers for predict and export ---------------------------------------------------------------------------
     def standardization(self) -> tuple[list[float], list[float]]:
