@@ -43,7 +43,7 @@ def test_checkpoint_every_takes_steps_or_a_duration_and_refuses_the_rest():
 
 
 def fake_trainer(step: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(global_step=step, strategy=SimpleNamespace(broadcast=lambda v: v))
+    return SimpleNamespace(global_step=step, strategy=SimpleNamespace(broadcast=lambda v: v, checkpoint_io=None))
 
 
 def test_checkpoint_every_is_lightnings_unmonitored_model_checkpoint_writing_last_ckpt(tmp_path):

@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -159,7 +160,9 @@ class _MovedModule(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     An import hook and not a file per old name: the old names need no module files at the top of the package, whose
     only module is this one (docs/architecture: a reader finds a module by its package)."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED_MODULES:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)

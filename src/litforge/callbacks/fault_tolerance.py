@@ -20,6 +20,7 @@ import math
 import signal
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -65,13 +66,13 @@ class StopOnNonFiniteLoss(Callback):
         return pl_module.step_losses if isinstance(pl_module, KeepsLosses) else self._own
 
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         self._where = (trainer.global_step, trainer.current_epoch, batch_idx)
         self._task_kept = pl_module.step_losses.kept if isinstance(pl_module, KeepsLosses) else -1
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         if not (isinstance(pl_module, KeepsLosses) and pl_module.step_losses.kept > self._task_kept):  # not kept there
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -212,7 +213,7 @@ class CheckpointOnSignal(Callback):
             if take_early_signal():  # it came while the job was starting (litforge.runtime.requeue.catch_early)
                 self._agree.note(signal.Signals[self.requeue_signal], requeue=True)
 
-    def _on_requeue_signal(self, signum: int, _frame: Any) -> None:
+    def _on_requeue_signal(self, signum: int, _frame: FrameType | None) -> None:
         """The pre-emption signal's handler: flags only (see the class docstring)."""
         if self._agree is not None:
             self._agree.note(signum, requeue=True)
@@ -229,7 +230,7 @@ class CheckpointOnSignal(Callback):
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
         outputs: STEP_OUTPUT,
-        batch: Any,
+        batch: object,
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:

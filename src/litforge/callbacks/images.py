@@ -7,7 +7,8 @@ confusion matrix (synchronised across processes) and matplotlib figures sent to 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal
 
 import matplotlib.pyplot as plt
 import pytorch_lightning as pl
@@ -56,7 +57,7 @@ class ClassificationImages(pl.Callback):
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
         outputs: STEP_OUTPUT,
-        batch: Any,
+        batch: Sequence[torch.Tensor],
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
@@ -99,7 +100,9 @@ def class_names(pl_module: pl.LightningModule) -> list[str]:
     return list(pl_module.class_names or ()) if isinstance(pl_module, PredictTask) else []
 
 
-def prediction_grid(images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> Any:
+def prediction_grid(
+    images: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor, class_names: list[str]
+) -> Figure:
     """A grid of images titled `predicted / true`, green when right and red when wrong."""
     n = len(images)
     cols = min(8, n)

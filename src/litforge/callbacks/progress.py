@@ -32,7 +32,7 @@ class RichProgressBar(LightningRichProgressBar):
         self._next_train_update = 0.0  # the first batch of each epoch draws
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         now = time.monotonic()
         if now < self._next_train_update and batch_idx + 1 < self.total_train_batches:

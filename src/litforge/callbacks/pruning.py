@@ -22,6 +22,7 @@ zeros are real), so eval/predict/export load them like any other checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import pytorch_lightning as pl
@@ -106,7 +107,9 @@ class Pruning(ModelPruning):
         return self.target * (1.0 - (1.0 - progress) ** 3)
 
     # ---- which parameters -------------------------------------------------------------------------------------------
-    def filter_parameters_to_prune(self, parameters_to_prune: Any = ()) -> Any:
+    def filter_parameters_to_prune(
+        self, parameters_to_prune: Sequence[tuple[nn.Module, str]] = ()
+    ) -> list[tuple[nn.Module, str]]:
         kept = [(m, n) for m, n in parameters_to_prune if isinstance(m, PRUNABLE)]
         if self.structured and kept:
             # removing output channels of the classifier would remove classes: structured pruning keeps it whole
@@ -139,7 +142,7 @@ class Pruning(ModelPruning):
             for (module, name), key in zip(self._resolve(pl_module), self._names, strict=True):
                 mask = self._restored_masks.get(key)
                 if mask is not None and not prune.is_pruned(module):
-                    prune.custom_from_mask(module, name, mask.to(getattr(module, name).device))
+                    prune.custom_from_mask(module, name, mask.to(module.get_parameter(name).device))
             self._restored_masks = {}
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -187,7 +190,7 @@ class Pruning(ModelPruning):
         masks = {}
         modules = self._resolve(self._module) if self._module is not None else []
         for name, (module, _) in zip(self._names, modules, strict=True):
-            mask = getattr(module, "weight_mask", None)
+            mask = dict(module.named_buffers(recurse=False)).get("weight_mask")
             if mask is not None:
                 masks[name] = mask.detach().to("cpu", torch.bool)
         return {"masks": masks, "target": self.target, "start_epoch": self.start_epoch, "end_epoch": self.end_epoch}

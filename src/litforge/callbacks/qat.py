@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -43,39 +44,33 @@ INT8_FILENAME = "model_int8.pt"
 SCHEME = "int8 dynamic per-token activations, int8 per-channel symmetric weights (torchao)"
 
 
-def int8_config() -> Any:
-    """The int8 scheme: dynamic int8 activations, int8 per-output-channel weights.
+def quantize_int8(module: nn.Module, qat_step: Literal["prepare", "convert"] | None = None) -> None:
+    """Apply the int8 scheme to `module` in place: dynamic int8 activations, int8 per-output-channel weights; with
+    `qat_step`, torchao's QAT step of it (`prepare`: fake-quantize, `convert`: a prepared module to real int8).
 
     `Int8DynamicActivationIntxWeightConfig` (not `Int8DynamicActivationInt8WeightConfig`, which torchao's QATConfig
     rejects as a base config) with int8 weights and one scale per output channel.
     """
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerAxis  # extra [deploy]
+    import torchao.quantization as tq  # extra [deploy], ~4 s of import: only runs that quantize pay it
 
-    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    config = tq.Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=tq.PerAxis(0))
+    tq.quantize_(module, config if qat_step is None else tq.qat.QATConfig(config, step=qat_step))
 
 
 def prepare_qat(module: nn.Module) -> int:
     """Fake-quantize every Linear of `module` in place (keeping pruning masks); returns how many were swapped."""
-    from torchao.quantization import quantize_  # extra [deploy]
-    from torchao.quantization.qat import QATConfig  # extra [deploy]
-
     masks = _detach_pruning(module)
-    quantize_(module, QATConfig(int8_config(), step="prepare"))
+    quantize_int8(module, "prepare")
     _reattach_pruning(module, masks)
     return sum(type(m).__name__ == "FakeQuantizedLinear" for m in module.modules())
 
 
 def convert_int8(module: nn.Module) -> nn.Module:
     """A real int8 copy of a (QAT-prepared or plain) module; the original keeps training/testing untouched."""
-    from torchao.quantization import quantize_  # extra [deploy]
-    from torchao.quantization.qat import QATConfig  # extra [deploy]
-
     converted = copy.deepcopy(module).eval()
     _detach_pruning(converted)  # zeros stay, the reparametrisation goes
-    if any(type(m).__name__ == "FakeQuantizedLinear" for m in converted.modules()):
-        quantize_(converted, QATConfig(int8_config(), step="convert"))
-    else:  # never prepared (e.g. a checkpoint tested before start_epoch): plain post-training quantization
-        quantize_(converted, int8_config())
+    prepared = any(type(m).__name__ == "FakeQuantizedLinear" for m in converted.modules())
+    quantize_int8(converted, "convert" if prepared else None)  # never prepared (tested before start_epoch): PTQ
     return converted
 
 
@@ -83,8 +78,9 @@ def _detach_pruning(module: nn.Module) -> dict[str, Tensor]:
     """Make pruning masks permanent, returning them by parameter path so they can be re-applied."""
     masks = {}
     for name, sub in module.named_modules():
-        if prune.is_pruned(sub) and hasattr(sub, "weight_mask"):
-            masks[name] = sub.weight_mask.detach().clone()
+        mask = dict(sub.named_buffers(recurse=False)).get("weight_mask")
+        if prune.is_pruned(sub) and mask is not None:
+            masks[name] = mask.detach().clone()
             prune.remove(sub, "weight")  # the same Parameter object stays, now holding the masked values
     return masks
 
@@ -118,8 +114,8 @@ class QuantizationAwareTraining(pl.Callback):
         self._acc: MulticlassAccuracy | None = None
 
     def _net(self, pl_module: pl.LightningModule) -> nn.Module:
-        net = getattr(pl_module, self.module_name, None)
-        if not isinstance(net, nn.Module):
+        net = dict(pl_module.named_children()).get(self.module_name)
+        if net is None:
             raise ConfigError(
                 f"callbacks.qat.module={self.module_name!r}: {type(pl_module).__name__} has no such nn.Module attribute"
             )
@@ -162,7 +158,7 @@ class QuantizationAwareTraining(pl.Callback):
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
         outputs: STEP_OUTPUT,
-        batch: Any,
+        batch: Sequence[torch.Tensor],
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
@@ -217,24 +213,26 @@ def save_int8_model(int8_net: nn.Module, pl_module: pl.LightningModule, path: Pa
     return path
 
 
+def read_int8_file(path: str | Path) -> dict[str, Any]:
+    """What :func:`save_int8_model` wrote, loaded with `weights_only=True`."""
+    import torchao  # noqa: F401  extra [deploy], ~4 s of import; registers the int8 tensor subclasses as safe globals
+
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
 def int8_source(path: str | Path) -> str | None:
     """The checkpoint file name an int8 model was converted from."""
-    import torchao  # noqa: F401
-
-    return torch.load(path, weights_only=True, map_location="cpu").get("source_checkpoint")
+    return read_int8_file(path).get("source_checkpoint")
 
 
 def load_int8_model(path: str | Path) -> nn.Module:
     """Rebuild the int8 net saved by :class:`QuantizationAwareTraining` (no pickled code: `weights_only=True`)."""
-    import torchao  # noqa: F401  (registers the int8 tensor subclasses as safe globals for weights_only loading)
-    from torchao.quantization import quantize_  # extra [deploy]
-
     file = Path(path)
     if not file.is_file():
         raise CheckpointError(f"int8 model {file} does not exist: it is written by a run with callbacks=[default,qat]")
-    saved = torch.load(file, weights_only=True, map_location="cpu")
+    saved = read_int8_file(file)
     hp = saved["hyper_parameters"]
     net = build_net(hp["net"], **input_keywords(hp["input_shape"]), num_classes=hp["num_classes"])
-    quantize_(net, int8_config())
+    quantize_int8(net)
     net.load_state_dict(saved["state_dict"], assign=True)
     return net.eval()

@@ -16,8 +16,9 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from litforge.core.contracts import net_of
+from litforge.core.contracts import ImageInputs, net_of
 from litforge.records.metrics import scalar_metrics
+from litforge.tasks.base import LitforgeTask
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class HParamsSummary(pl.Callback):
 def run_hparams(pl_module: pl.LightningModule) -> dict[str, Any]:
     """What defines the run: the task's hyperparameters plus the seed and the data settings (batch size, ...)."""
     params: dict[str, Any] = dict(pl_module.hparams)
-    run_config = getattr(pl_module, "run_config", None) or {}
+    run_config = (pl_module.run_config if isinstance(pl_module, LitforgeTask) else None) or {}
     params["seed"] = run_config.get("seed")
     params["data"] = {k: v for k, v in (run_config.get("data") or {}).items() if not str(k).startswith("_")}
     params.pop("class_names", None)  # long and the same for every run of a dataset
@@ -110,6 +111,8 @@ def example_input(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.T
     example = pl_module.example_input_array
     if isinstance(example, torch.Tensor):
         return example
-    # Lightning's connectors set it; Trainer does not declare it
-    shape = getattr(trainer.datamodule, "input_shape", None) or pl_module.hparams.get("input_shape")  # type: ignore[attr-defined]
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it; Trainer does not declare it
+    shape = (datamodule.input_shape if isinstance(datamodule, ImageInputs) else None) or pl_module.hparams.get(
+        "input_shape"
+    )
     return torch.zeros(1, *shape) if shape else None

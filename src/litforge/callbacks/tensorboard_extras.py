@@ -8,9 +8,10 @@ touching Lightning's dispatch.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.callbacks.images import ClassificationImages, Normalize
@@ -51,7 +52,7 @@ class TensorBoardExtras(pl.Callback):
             self.throughput.on_train_epoch_start(trainer, pl_module)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         if self.throughput is not None:
             self.throughput.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
@@ -77,7 +78,7 @@ class TensorBoardExtras(pl.Callback):
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
         outputs: STEP_OUTPUT,
-        batch: Any,
+        batch: Sequence[torch.Tensor],
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:

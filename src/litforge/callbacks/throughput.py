@@ -60,7 +60,7 @@ class Throughput(pl.Callback):
         self._samples = self._window_samples = self._batches = 0
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         self._samples += _batch_size(batch)
         self._last_batch_end = time.perf_counter()
@@ -84,7 +84,7 @@ class Throughput(pl.Callback):
                 self._log_perf(trainer, self._perf(self._samples, train_time, trainer.world_size))
 
     # ---- FLOPs -----------------------------------------------------------------------------------------------------
-    def _count(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
+    def _count(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object) -> None:
         self._counted = True
         began = time.perf_counter()
         forward = net_forward(pl_module, batch)
@@ -136,7 +136,7 @@ class Throughput(pl.Callback):
                 logger.log_metrics(perf, step=trainer.global_step)
 
 
-def net_forward(pl_module: pl.LightningModule, batch: Any) -> Any:
+def net_forward(pl_module: pl.LightningModule, batch: object) -> Any:
     """The call of the task's plain net on a training batch's inputs, as its training step makes it; None for tasks
     whose step is not one forward of `net` (reinforcement learning, a pipeline's stages)."""
     net = net_of(pl_module)
@@ -178,7 +178,7 @@ def compiled(net: torch.nn.Module) -> bool:
     return any(getattr(m, "litforge_compiled", False) for m in net.modules())
 
 
-def _batch_size(batch: Any) -> int:
+def _batch_size(batch: object) -> int:
     """Leading dimension of the first tensor in the batch (images, tokens, ...)."""
     while isinstance(batch, (list, tuple)) and batch:
         batch = batch[0]

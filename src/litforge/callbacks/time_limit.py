@@ -26,13 +26,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.checkpointing.clock import checkpoint_every
+from litforge.checkpointing.io import AtomicCheckpointIO
 from litforge.checkpointing.model_checkpoint import save_latest
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.runtime.durations import is_time_limit, parse_duration
@@ -57,7 +57,7 @@ def process_start_time() -> float:
 
 
 def resolve_deadline(
-    value: Any, env: Mapping[str, str] = os.environ, started: Callable[[], float] = process_start_time
+    value: object, env: Mapping[str, str] = os.environ, started: Callable[[], float] = process_start_time
 ) -> float | None:
     """The Unix time `time_limit=value` ends at (None: no limit), SLURM's job end time included where it is set."""
     if value is None:
@@ -96,7 +96,7 @@ class TimeLimit(Callback):
         return self.floor_s + 2 * self.slowest_step + self.slowest_validation + 2 * save
 
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         self._step_start = self.clock()
 
@@ -108,7 +108,7 @@ class TimeLimit(Callback):
             self.slowest_validation = max(self.slowest_validation, self.clock() - self._validation_start)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
     ) -> None:
         now = self.clock()
         if self._step_start is not None:
@@ -130,12 +130,13 @@ class TimeLimit(Callback):
 
     def note_save_time(self, trainer: pl.Trainer) -> None:
         """The slowest checkpoint write so far, as litforge's atomic checkpoint plugin measured it."""
-        seconds = getattr(getattr(trainer.strategy, "checkpoint_io", None), "last_save_seconds", 0.0) or 0.0
-        self.slowest_save = max(self.slowest_save, float(seconds))
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):
+            self.slowest_save = max(self.slowest_save, io.last_save_seconds)
 
 
 def clock_callbacks(
-    checkpoint_every_: Any, time_limit: Any, checkpoint_dir: str | Path | None = None
+    checkpoint_every_: int | str | None, time_limit: str | None, checkpoint_dir: str | Path | None = None
 ) -> list[Callback]:
     """The callbacks the top-level keys `checkpoint_every` and `time_limit` ask for (none when both are off);
     `checkpoint_dir`: the run's checkpoint folder."""

@@ -34,7 +34,11 @@ from litforge.core.errors import ConfigError
 Augment = Literal["none", "flip_crop", "randaugment", "trivialaugment", "autoaugment"]  # data.augment
 AUGMENTS: tuple[str, ...] = get_args(Augment)
 #: torchvision.transforms.v2 class of each policy
-POLICIES = {"randaugment": "RandAugment", "trivialaugment": "TrivialAugmentWide", "autoaugment": "AutoAugment"}
+POLICIES: dict[str, Callable[[], v2.Transform]] = {
+    "randaugment": v2.RandAugment,
+    "trivialaugment": v2.TrivialAugmentWide,
+    "autoaugment": v2.AutoAugment,
+}
 
 
 def resolve_augment(value: str | bool | None) -> str:
@@ -57,7 +61,7 @@ def build_augment(name: str) -> Callable[[Tensor], Tensor] | None:
     if name == "flip_crop":
         return random_crop_flip
 
-    return PerImage(getattr(v2, POLICIES[name])())
+    return PerImage(POLICIES[name]())
 
 
 class PerImage:

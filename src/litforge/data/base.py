@@ -116,11 +116,20 @@ class InMemorySplits(SplitDataModule):
         """Whether the batch in hand is a training one (an attached trainer, in its fit's training loop)."""
         return self.trainer is not None and bool(self.trainer.training)
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """`(inputs, targets)` with the inputs augmented on training batches (:meth:`augment_batch`)."""
-        if isinstance(batch, (tuple, list)) and self.is_training_batch():
-            return (self.augment_batch(batch[0]), *batch[1:])
-        return batch
+    def normalize(self, inputs: Tensor) -> Tensor:
+        """Raw inputs as the task trains on them (the image and table datamodules standardise them)."""
+        return inputs
+
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
+        """`(inputs, targets)` with the inputs augmented on training batches (:meth:`augment_batch`, on the raw
+        inputs the policies are defined on), then normalised; inputs alone (the task's example input, which
+        Lightning's model summary runs) are normalised."""
+        if isinstance(batch, Tensor):
+            return self.normalize(batch)
+        inputs = self.augment_batch(batch[0]) if self.is_training_batch() else batch[0]
+        return (self.normalize(inputs), *batch[1:])
 
     def loader(self, split: str, train: bool) -> InMemoryLoader:
         trainer = self.trainer
@@ -189,6 +198,7 @@ class ImageDataModule(InMemorySplits):
         self.class_names: list[str] = []
         self._mean = mean
         self._std = std
+        self._stats_cache: tuple[tuple[object, ...], Tensor, Tensor] | None = None  # (its key, mean, std)
         self._splits: dict[str, tuple[Tensor, Tensor]] = {}
 
     # ---- subclasses -----------------------------------------------------------------------------------------------
@@ -249,14 +259,6 @@ class ImageDataModule(InMemorySplits):
             self._splits[split] = tensors
         return tensors
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if isinstance(batch, Tensor):  # images alone: the task's example input, which Lightning's model summary runs
-            return self.normalize(batch)
-        images, labels = batch
-        if self.is_training_batch():
-            images = self.augment_batch(images)  # on the raw uint8 / [0, 1] pixels the policies are defined on
-        return self.normalize(images), labels
-
     def augment_batch(self, images: Tensor) -> Tensor:
         """The configured `data.augment` policy (litforge.data.augment) on a training batch of raw images (uint8
         [0, 255] or float [0, 1], N x C x H x W); override for one's own (see InMemorySplits.augment_batch)."""
@@ -286,7 +288,7 @@ class ImageDataModule(InMemorySplits):
         if mean is None or std is None:
             raise RuntimeError(f"{type(self).__name__}.normalize without statistics: call ensure_stats() first")
         key = (images.device, images.dtype, tuple(mean), tuple(std))
-        cached = getattr(self, "_stats_cache", None)
+        cached = self._stats_cache
         if cached is None or cached[0] != key:
             stats = [
                 torch.as_tensor(v, dtype=images.dtype, device=images.device).view(1, -1, 1, 1) for v in (mean, std)

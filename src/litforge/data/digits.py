@@ -21,10 +21,6 @@ from litforge.data.base import ImageDataModule, split_indices
 DIGITS = "a non-empty list of distinct digits in [0, 9]"
 
 
-def _distinct(v: list[int]) -> bool:
-    return bool(v) and len(set(v)) == len(v)
-
-
 def distinct(values: list[int]) -> list[int]:
     """data.classes: each digit once (a repeated one would be two labels for the same images)."""
     if len(set(values)) != len(values):

@@ -11,7 +11,7 @@ Any environment with a discrete action space and a vector observation works: `da
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pytorch_lightning as pl
@@ -22,6 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from litforge.core.bounds import Count, Seed
 from litforge.core.errors import ConfigError
 from litforge.runtime import compat
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 Transition = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # obs, action, reward, next_obs, done
 
@@ -41,7 +44,7 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: Any, action: int, reward: float, next_obs: Any, done: bool) -> None:
+    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
         i = self.pos
         self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
         self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
@@ -60,6 +63,15 @@ class ReplayBuffer:
     def __getitem__(self, i: int) -> Transition:
         return self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i]
 
+    def tensors(self) -> dict[str, Tensor]:
+        return {
+            "obs": self.obs,
+            "next_obs": self.next_obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "dones": self.dones,
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """The filled part of the buffer, its write position and its sampling generator (tensors and ints only, so
         checkpoints load under `weights_only=True`)."""
@@ -68,11 +80,7 @@ class ReplayBuffer:
             "capacity": self.capacity,
             "size": n,
             "pos": self.pos,
-            "obs": self.obs[:n].clone(),
-            "next_obs": self.next_obs[:n].clone(),
-            "actions": self.actions[:n].clone(),
-            "rewards": self.rewards[:n].clone(),
-            "dones": self.dones[:n].clone(),
+            **{name: tensor[:n].clone() for name, tensor in self.tensors().items()},
             "generator": self.generator.get_state(),
         }
 
@@ -86,8 +94,8 @@ class ReplayBuffer:
             )
         n = self.size = int(state["size"])
         self.pos = int(state["pos"])
-        for name in ("obs", "next_obs", "actions", "rewards", "dones"):
-            getattr(self, name)[:n] = state[name]
+        for name, tensor in self.tensors().items():
+            tensor[:n] = state[name]
         self.generator.set_state(state["generator"])
 
 
@@ -117,7 +125,20 @@ class ReplayDraws(IterableDataset):
         return self.length
 
 
-def env_state(env: Any) -> dict[str, Any] | None:
+@runtime_checkable
+class ArrayStateEnv(Protocol):
+    """An env whose position is its `state` array and its `np_random` (gymnasium's classic control)."""
+
+    state: np.ndarray
+    np_random: np.random.Generator
+
+
+@runtime_checkable
+class CountsPastTheEnd(Protocol):
+    steps_beyond_terminated: int | None  # CartPole's steps after the end (it warns once)
+
+
+def env_state(env: gym.Env) -> dict[str, Any] | None:
     """`env`'s position mid-episode as plain data (tensors, ints, dicts: checkpoints load with `weights_only=True`),
     or None for an env that keeps its state in another form.
 
@@ -126,15 +147,14 @@ def env_state(env: Any) -> dict[str, Any] | None:
     for CartPole, `steps_beyond_terminated`, plus the TimeLimit wrapper's step count (litforge.runtime.compat).
     """
     inner = env.unwrapped
-    state = getattr(inner, "state", None)
-    if not isinstance(state, np.ndarray) or not hasattr(inner.np_random, "bit_generator"):
+    if not isinstance(inner, ArrayStateEnv) or not isinstance(inner.state, np.ndarray):
         return None
     saved: dict[str, Any] = {
-        "state": torch.from_numpy(state.copy()),
-        "dtype": str(state.dtype),
+        "state": torch.from_numpy(inner.state.copy()),
+        "dtype": str(inner.state.dtype),
         "np_random": inner.np_random.bit_generator.state,
     }
-    if hasattr(inner, "steps_beyond_terminated"):
+    if isinstance(inner, CountsPastTheEnd):
         saved["steps_beyond_terminated"] = inner.steps_beyond_terminated
     elapsed = compat.time_limit_elapsed(env)
     if elapsed is not None:
@@ -142,12 +162,14 @@ def env_state(env: Any) -> dict[str, Any] | None:
     return saved
 
 
-def load_env_state(env: Any, saved: dict[str, Any]) -> None:
+def load_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
     """Put an `env` made and reset afresh back where `env_state` found the saved one."""
     inner = env.unwrapped
+    if not isinstance(inner, ArrayStateEnv):
+        raise ConfigError(f"{type(inner).__name__} keeps no `state` array: its saved position cannot be restored")
     inner.state = saved["state"].numpy().astype(saved["dtype"])
     inner.np_random.bit_generator.state = saved["np_random"]
-    if "steps_beyond_terminated" in saved:
+    if isinstance(inner, CountsPastTheEnd) and "steps_beyond_terminated" in saved:
         inner.steps_beyond_terminated = saved["steps_beyond_terminated"]
     if "elapsed_steps" in saved:
         compat.set_time_limit_elapsed(env, saved["elapsed_steps"])
@@ -188,7 +210,7 @@ class GymDataModule(pl.LightningDataModule):
         self.observation_size, self.num_actions = int(obs_space.shape[0]), int(space.n)
         self.buffer = ReplayBuffer(buffer_size, self.observation_size, seed)
 
-    def make_env(self) -> Any:
+    def make_env(self) -> gym.Env:
         import gymnasium as gym  # extra [rl]
 
         try:
@@ -215,7 +237,7 @@ class GymDataModule(pl.LightningDataModule):
         # tickets, not transitions: the minibatch is drawn when consumed (ReplayDraw says why)
         return DataLoader(ReplayDraws(self.steps_per_epoch, self.batch_size), batch_size=None)
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_before_batch_transfer(self, batch: object, dataloader_idx: int) -> object:
         """Lightning calls this on the batch the loop is about to train on (not the one it prefetched)."""
         return self.buffer.sample(batch.size) if isinstance(batch, ReplayDraw) else batch
 

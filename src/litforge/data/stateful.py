@@ -22,7 +22,7 @@ global RNG shifts every later dropout mask. Evaluation loaders with workers need
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import Dataset
@@ -40,28 +40,20 @@ def stateful_train_loader(
     seed: int,
     num_workers: int = 0,
     trainer: pl.Trainer | None = None,
-    **kwargs: Any,
-) -> Any:
+    pin_memory: bool = False,
+    drop_last: bool = False,
+) -> StatefulDataLoader:
     """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
     over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
     shards = trainer.distributed_sampler_kwargs if trainer is not None else None  # {"num_replicas", "rank"} or None
-    if shards:
-        sampler = StatefulDistributedSampler(dataset, shuffle=True, seed=seed, **shards)
-        return StatefulDataLoader(
-            dataset,
-            batch_size=batch_size,
-            sampler=sampler,
-            num_workers=num_workers,
-            persistent_workers=num_workers > 0,
-            generator=torch.Generator().manual_seed(seed),  # the workers' base seed, not from the global RNG
-            **kwargs,
-        )
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=True,
+        shuffle=None if shards else True,  # the sampler shuffles
+        sampler=StatefulDistributedSampler(dataset, shuffle=True, seed=seed, **shards) if shards else None,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        generator=torch.Generator().manual_seed(seed),
-        **kwargs,
+        generator=torch.Generator().manual_seed(seed),  # the workers' base seed, not from the global RNG
+        pin_memory=pin_memory,
+        drop_last=drop_last,
     )

@@ -323,7 +323,9 @@ class StreamingImageDataModule(ImageDataModule):
             generator=torch.Generator().manual_seed(self.shuffle_seed),
         )
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_after_batch_transfer(
+        self, batch: Tensor | Sequence[Tensor] | Mapping[str, Tensor], dataloader_idx: int
+    ) -> Tensor | Sequence[Tensor]:
         if isinstance(batch, Mapping):  # LitData yields the stored dicts; the tasks take (images, labels)
             batch = (batch["image"], batch["label"])
         return super().on_after_batch_transfer(batch, dataloader_idx)
@@ -338,10 +340,3 @@ class StreamingImageDataModule(ImageDataModule):
         if not images:
             return torch.empty((0, *self.input_shape)), torch.empty(0, dtype=torch.int64)
         return torch.cat(images), torch.cat(labels).to(torch.int64)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "class_names": list(self.class_names),
-        }

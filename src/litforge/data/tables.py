@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, SupportsFloat
 
 from pydantic import AfterValidator, Field
 
@@ -198,7 +198,7 @@ def sniff_delimiter(text: str) -> str:
         return ","
 
 
-def _plain(value: Any) -> float | str | None:
+def _plain(value: str | SupportsFloat | None) -> float | str | None:
     if value is None or isinstance(value, str):
         return value
     number = float(value)
@@ -217,7 +217,7 @@ def bundled_table(name: str) -> Table:
     }[name]
     bunch = loader()
     table: Table = {str(n): [float(v) for v in bunch.data[:, i]] for i, n in enumerate(bunch.feature_names)}
-    names = getattr(bunch, "target_names", None)
+    names = bunch.get("target_names")  # a Bunch is a dict; regression tables have no class names
     targets = bunch.target.tolist()
     table["target"] = [str(names[t]) for t in targets] if names is not None else [float(t) for t in targets]
     return table

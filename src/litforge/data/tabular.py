@@ -226,14 +226,6 @@ class TabularDataModule(InMemorySplits):
             self.feature_names = list(state_dict["feature_names"])
             self._stats = None
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if isinstance(batch, Tensor):  # features alone: the task's example input
-            return self.normalize(batch)
-        features, target = batch
-        if self.is_training_batch():
-            features = self.augment_batch(features)  # the hook (none by default), on the encoded rows
-        return self.normalize(features), target
-
     # ---- helpers for predict and export ---------------------------------------------------------------------------
     def standardization(self) -> tuple[list[float], list[float]]:
         return standardization(self.encoding)

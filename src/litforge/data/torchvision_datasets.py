@@ -33,7 +33,7 @@ class TorchvisionImageDataModule(ImageDataModule):
     and pickle (CIFAR) formats.
     """
 
-    tv_class_name: ClassVar[str] = ""  # attribute of `torchvision.datasets`, e.g. "MNIST"
+    dataset_class: ClassVar[type[torchvision.datasets.VisionDataset]]  # e.g. torchvision.datasets.MNIST
     display_name: ClassVar[str] = ""  # in messages, e.g. "Fashion-MNIST"
     shape: ClassVar[tuple[int, int, int]] = (1, 1, 1)
     default_mean: ClassVar[tuple[float, ...]] = ()
@@ -74,7 +74,7 @@ class TorchvisionImageDataModule(ImageDataModule):
         """Where the downloadable archives can go instead, to be unpacked by `data.download=true` offline."""
         raise NotImplementedError
 
-    def _to_arrays(self, dataset: Any) -> tuple[Tensor, Tensor]:
+    def _to_arrays(self, dataset: torchvision.datasets.VisionDataset) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
 
     # ---- shared ---------------------------------------------------------------------------------------------------
@@ -83,28 +83,23 @@ class TorchvisionImageDataModule(ImageDataModule):
         """`data_dir` as an absolute path, so messages say exactly where files must go."""
         return os.path.abspath(os.path.expanduser(str(self.data_dir)))
 
-    def _dataset_class(self) -> Any:
-        return getattr(torchvision.datasets, self.tv_class_name)
-
     def prepare_data(self) -> None:
         """Download (and unpack) the files if they are not there yet; does nothing when `download=False`."""
         if not self.download:
             return
         try:
             # one construction downloads both splits: torchvision fetches every file of the dataset at once
-            self._dataset_class()(root=self.root, train=True, download=True)
+            self.dataset_class(root=self.root, train=True, download=True)
         except (RuntimeError, URLError, OSError) as err:
             raise DataError(self._download_failed_message(err)) from err
         self._prepared = True
 
     def load_arrays(self, split: str) -> tuple[Tensor, Tensor]:
-        dataset = self._open(train=split == "train")
-        images, labels = self._to_arrays(dataset)
-        return images, labels
+        return self._to_arrays(self._open(train=split == "train"))
 
-    def _open(self, train: bool) -> Any:
+    def _open(self, train: bool) -> torchvision.datasets.VisionDataset:
         """torchvision's dataset read from disk without downloading; downloads first if `setup` runs on its own."""
-        cls = self._dataset_class()
+        cls = self.dataset_class
         try:
             return cls(root=self.root, train=train, download=False)
         except RuntimeError as err:  # torchvision: "Dataset not found (or corrupted)"
@@ -169,23 +164,23 @@ class _MNISTFormat(TorchvisionImageDataModule):
     shape = (1, 28, 28)
 
     def _class_names(self) -> list[str]:
-        return list(self._dataset_class().classes)
+        return list(self.dataset_class.classes)
 
     def files_folder(self) -> str:
-        return os.path.join(self.root, self.tv_class_name, "raw")
+        return os.path.join(self.root, self.dataset_class.__name__, "raw")
 
     def expected_files(self) -> list[str]:
         # torchvision reads the unpacked names: train-images-idx3-ubyte, ... (the .gz are only downloaded)
-        return [os.path.splitext(name)[0] for name, _ in self._dataset_class().resources]
+        return [os.path.splitext(name)[0] for name, _ in self.dataset_class.resources]
 
     def _archive_hint(self) -> str:
-        archives = ", ".join(name for name, _ in self._dataset_class().resources)
+        archives = ", ".join(name for name, _ in self.dataset_class.resources)
         return (
             f"or put the archives {archives} in that folder and set data.download=true "
             f"(archives already present are unpacked without internet)"
         )
 
-    def _to_arrays(self, dataset: Any) -> tuple[Tensor, Tensor]:
+    def _to_arrays(self, dataset: torchvision.datasets.VisionDataset) -> tuple[Tensor, Tensor]:
         # (N, 28, 28) → (N, 1, 28, 28)
         images = torch.as_tensor(dataset.data, dtype=torch.uint8).unsqueeze(1).contiguous()
         labels = torch.as_tensor(dataset.targets, dtype=torch.int64)
@@ -195,7 +190,7 @@ class _MNISTFormat(TorchvisionImageDataModule):
 class MNISTDataModule(_MNISTFormat):
     """MNIST handwritten digits: 60,000 train / 10,000 test grey 28x28 images, 10 classes."""
 
-    tv_class_name = "MNIST"
+    dataset_class = torchvision.datasets.MNIST
     display_name = "MNIST"
     default_mean = (0.1307,)
     default_std = (0.3081,)
@@ -204,7 +199,7 @@ class MNISTDataModule(_MNISTFormat):
 class FashionMNISTDataModule(_MNISTFormat):
     """Fashion-MNIST (Zalando clothing): 60,000 train / 10,000 test grey 28x28 images, 10 classes."""
 
-    tv_class_name = "FashionMNIST"
+    dataset_class = torchvision.datasets.FashionMNIST
     display_name = "Fashion-MNIST"
     default_mean = (0.2860,)
     default_std = (0.3530,)
@@ -216,42 +211,33 @@ class CIFAR10DataModule(TorchvisionImageDataModule):
     The class names are those of `batches.meta`, fixed here so they are known before any file is read.
     """
 
-    tv_class_name = "CIFAR10"
+    dataset_class = torchvision.datasets.CIFAR10
     display_name = "CIFAR-10"
     shape = (3, 32, 32)
     default_mean = (0.4914, 0.4822, 0.4465)
     default_std = (0.2470, 0.2435, 0.2616)
-    cifar10_classes: ClassVar[tuple[str, ...]] = (
-        "airplane",
-        "automobile",
-        "bird",
-        "cat",
-        "deer",
-        "dog",
-        "frog",
-        "horse",
-        "ship",
-        "truck",
+    cifar10_classes: ClassVar[tuple[str, ...]] = tuple(
+        "airplane automobile bird cat deer dog frog horse ship truck".split()
     )
 
     def _class_names(self) -> list[str]:
         return list(self.cifar10_classes)
 
     def files_folder(self) -> str:
-        return os.path.join(self.root, self._dataset_class().base_folder)
+        return os.path.join(self.root, self.dataset_class.base_folder)
 
     def expected_files(self) -> list[str]:
-        cls = self._dataset_class()
+        cls = self.dataset_class
         return [name for name, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
 
     def _archive_hint(self) -> str:
-        cls = self._dataset_class()
+        cls = self.dataset_class
         return (
             f"or put the archive {cls.filename} in {self.root} and set data.download=true "
             f"(an archive already present is unpacked without internet)"
         )
 
-    def _to_arrays(self, dataset: Any) -> tuple[Tensor, Tensor]:
+    def _to_arrays(self, dataset: torchvision.datasets.VisionDataset) -> tuple[Tensor, Tensor]:
         # torchvision holds (N, 32, 32, 3) uint8 numpy (HWC); the nets want (N, 3, 32, 32)
         images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()
         labels = torch.as_tensor(dataset.targets, dtype=torch.int64)

@@ -9,7 +9,7 @@ nothing but the file.
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -244,7 +244,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
 
     # ---- training: one optimizer step per batch, from the task's per-step loss ----------------------------------
     @steps_through_step_loss
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Sequence[torch.Tensor], batch_idx: int) -> torch.Tensor:
         """One optimizer step on `batch`, from the task's `step_loss(batch)`: the loss of one step (updating the
         training metrics). `step_loss` is what loop helpers (litforge.loops.steps_per_call) drive; a task
         that cannot be stepped that way (DQN acts in its environment) overrides `training_step` instead."""
@@ -259,7 +259,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         trainer = attached_trainer(self)
         return (trainer.global_step, trainer.current_epoch, batch_idx) if trainer is not None else (0, 0, batch_idx)
 
-    def log_training_loss(self, loss: torch.Tensor, batch: Any, where: Where) -> None:
+    def log_training_loss(self, loss: torch.Tensor, batch: Sequence[torch.Tensor], where: Where) -> None:
         """Keep the loss on the device; on the steps the loggers write, read every kept loss to the host in one copy
         and log `train/loss` (the mean, when a training step ran several optimizer steps) from it.
 
@@ -292,7 +292,7 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
             return True
         return writes_step_metrics(trainer, self.step_at_batch_start)
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
         """The global step as this batch begins: the logging decision of the whole batch is taken from it (a task
         overriding this hook calls super())."""
         self.step_at_batch_start = self.global_step

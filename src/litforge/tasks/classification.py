@@ -4,6 +4,7 @@ torchmetrics accuracy."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -172,7 +173,7 @@ class ClassificationTask(LitforgeTask):
         confidence, predicted = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return predicted.masked_fill(confidence < self.threshold, ABSTAIN), confidence
 
-    def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
+    def predict_step(self, batch: Tensor | Sequence[Tensor], batch_idx: int) -> dict[str, Tensor]:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
         predicted, confidence = self.decide(self(images))
         return {"predicted": predicted, "confidence": confidence}

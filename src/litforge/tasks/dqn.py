@@ -15,6 +15,7 @@ import copy
 import logging
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import Tensor, nn
@@ -87,7 +88,7 @@ class DQNTask(LitforgeTask):
         fraction = min(1.0, self.global_step * h.env_steps_per_step / max(1, h.eps_decay_steps))
         return h.eps_start + fraction * (h.eps_end - h.eps_start)
 
-    def act(self, obs: Any, epsilon: float) -> int:
+    def act(self, obs: np.ndarray, epsilon: float) -> int:
         # greedy play (epsilon 0: evaluation) draws nothing, so it leaves the training exploration stream alone
         if epsilon > 0 and torch.rand((), generator=self.explore) < epsilon:
             return int(torch.randint(self.hparams.num_actions, (), generator=self.explore))
@@ -191,7 +192,7 @@ class DQNTask(LitforgeTask):
             next_value = next_q.max(dim=1).values
         return rewards + self.hparams.gamma * (1.0 - dones) * next_value
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
         super().on_train_batch_start(batch, batch_idx)
         # the sync due after step N runs before step N+1, not in on_train_batch_end: Lightning runs callbacks' batch-
         # end hooks (ModelCheckpoint's save) before the module's, so a checkpoint at step N would miss that sync

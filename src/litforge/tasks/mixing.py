@@ -18,7 +18,7 @@ from torchvision.transforms import v2
 from litforge.core.errors import ConfigError
 from litforge.tasks.losses import FocalLoss
 
-MIXES = {"mixup": "MixUp", "cutmix": "CutMix"}  # task.mix → torchvision.transforms.v2 class
+MIXES: dict[str, type[v2.MixUp | v2.CutMix]] = {"mixup": v2.MixUp, "cutmix": v2.CutMix}  # task.mix → its class
 
 
 def build_mixer(
@@ -41,4 +41,4 @@ def build_mixer(
             f"take: pass loss=cross_entropy (or label_smoothing, focal), or task.mix=none"
         )
 
-    return getattr(v2, MIXES[mix])(alpha=float(alpha), num_classes=num_classes)
+    return MIXES[mix](alpha=float(alpha), num_classes=num_classes)

@@ -8,6 +8,7 @@ The net learns standardised targets, `(y - mean) / std` with the training split'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -84,7 +85,7 @@ class RegressionTask(LitforgeTask):
         """The net with its outputs in the target's units: what export.py converts (no statistics left to apply)."""
         return Rescaled(self.net, self.target_mean, self.target_std)
 
-    def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
+    def predict_step(self, batch: Tensor | Sequence[Tensor], batch_idx: int) -> dict[str, Tensor]:
         inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
         return {"predicted": self(inputs).float()}
 

@@ -8,8 +8,10 @@ A litforge checkpoint records the task class, its plain-data hyperparameters and
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
@@ -21,6 +23,7 @@ from litforge.checkpointing.load import (
     recorded_task_class,
     trusted_prefixes,
 )
+from litforge.core.contracts import DataModule
 from litforge.core.errors import CheckpointError, ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain
 from litforge.tasks.base import LitforgeTask
@@ -40,7 +43,7 @@ def task_class_from_checkpoint(
     return cls
 
 
-def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = ()) -> LitforgeTask:
+def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Iterable[str] | None = ()) -> LitforgeTask:
     """Rebuild the task a checkpoint was trained as, from its plain-data hparams, and load its weights; classes of
     `trusted_packages` (the user's own, named by that config key) are built besides litforge's."""
     trusted = trusted_prefixes(trusted_packages)
@@ -61,7 +64,7 @@ def restore_task(checkpoint: dict[str, Any], path: str, trusted_packages: Any = 
     return task.eval()
 
 
-def inference_device(name: str = "auto") -> Any:
+def inference_device(name: str = "auto") -> torch.device:
     """The device predict/generate run on: `auto` = the GPU when there is one (cuda:0), else the CPU."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -92,7 +95,7 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
     return task, datamodule, checkpoint
 
 
-def check_same_shape(task: Any, datamodule: Any, path: str) -> None:
+def check_same_shape(task: pl.LightningModule, datamodule: DataModule, path: str) -> None:
     expected = {k: task.hparams.get(k) for k in ("input_shape", "num_classes") if k in task.hparams}
     actual = {k: v for k, v in datamodule.describe().items() if k in expected}
     if expected != actual:

@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
+from torch import nn
 
 from litforge.config.settings import Train, job_settings
 from litforge.core.contracts import DataModule, check_trainable, missing_members
@@ -45,7 +46,7 @@ def one_line(what: str) -> Iterator[None]:
         raise AssertionError(f"{what}: {exc}") from None
 
 
-def prepared(cfg: DictConfig, tmp_path: str | Path, name: str, **changes: Any) -> DictConfig:
+def prepared(cfg: DictConfig, tmp_path: str | Path, name: str, **changes: object) -> DictConfig:
     """A copy of `cfg` whose run writes under `tmp_path/name` (Hydra's run folder does not exist outside a run)."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     assert isinstance(out, DictConfig)
@@ -65,7 +66,7 @@ def scratch(cfg: DictConfig) -> Iterator[DictConfig]:
         yield prepared(cfg, folder, "run")
 
 
-def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
+def build(cfg: DictConfig, seed: bool = True) -> tuple[pl.LightningDataModule, pl.LightningModule]:
     """(datamodule, task) as the training job builds them, seeded as it seeds them."""
     if seed:
         pl.seed_everything(job_settings(cfg, Train).seed, workers=True, verbose=False)  # the job's: conf/train.yaml
@@ -76,16 +77,17 @@ def build(cfg: DictConfig, seed: bool = True) -> tuple[Any, Any]:
     return datamodule, task
 
 
-def quiet_trainer(root: str | Path, steps: int, callbacks: Sequence[Any] = (), **overrides: Any) -> Any:
+def quiet_trainer(root: str | Path, steps: int, callbacks: Sequence[pl.Callback] = (), **overrides: Any) -> pl.Trainer:
     """A CPU Trainer that trains `steps` optimizer steps and writes nothing of its own (no logger, progress bar,
-    summary, validation or checkpoint callback): the checks compare exact weights, and anything else is noise."""
+    summary, validation or checkpoint callback): the checks compare exact weights, and anything else is noise.
+    `overrides`: more of `pl.Trainer`'s keyword arguments, each of its own type."""
     options: dict[str, Any] = dict(
         accelerator="cpu",
         devices=1,
         max_steps=steps,
         max_epochs=1000,  # the steps end the run; an epoch-based LR schedule still has a length
         logger=False,
-        enable_checkpointing=any(type(cb).__name__ == "ModelCheckpoint" for cb in callbacks),
+        enable_checkpointing=any(isinstance(cb, ModelCheckpoint) for cb in callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
@@ -96,7 +98,9 @@ def quiet_trainer(root: str | Path, steps: int, callbacks: Sequence[Any] = (), *
     return pl.Trainer(**{**options, **overrides})
 
 
-def fit(trainer: Any, task: Any, datamodule: Any, ckpt_path: str | None = None) -> None:
+def fit(
+    trainer: pl.Trainer, task: pl.LightningModule, datamodule: pl.LightningDataModule, ckpt_path: str | None = None
+) -> None:
     with one_line("training"), warnings_quiet():
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
 
@@ -110,7 +114,7 @@ def warnings_quiet() -> Iterator[None]:
         yield
 
 
-def inputs_of(batch: Any) -> Any:
+def inputs_of(batch: object) -> object:
     """The net's input in a batch as the task receives it: the batch itself or its first element."""
     if isinstance(batch, (tuple, list)):
         return batch[0]
@@ -119,15 +123,15 @@ def inputs_of(batch: Any) -> Any:
     return batch
 
 
-def parameters(task: Any) -> dict[str, Any]:
+def parameters(task: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in task.named_parameters()}
 
 
-def weights(task: Any) -> dict[str, Any]:
+def weights(task: nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().clone() for name, t in task.state_dict().items()}
 
 
-def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def first_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> str | None:
     """The first tensor of `a` that `b` lacks or holds with other values (None: all equal, bit for bit)."""
     for name, tensor in a.items():
         other = b.get(name)
@@ -137,11 +141,11 @@ def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return None
 
 
-def max_diff(a: Any, b: Any) -> float:
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
 
 
-def trusted_for(cfg: DictConfig, task: Any, datamodule: Any) -> list[str]:
+def trusted_for(cfg: DictConfig, task: object, datamodule: object) -> list[str]:
     """The packages outside litforge that the config's classes live in: the project's own, which a project trusts
     (`trusted_packages`) for eval, predict and export of its checkpoints."""
     names = {type(task).__module__, type(datamodule).__module__}
@@ -152,12 +156,14 @@ def trusted_for(cfg: DictConfig, task: Any, datamodule: Any) -> list[str]:
     return sorted(packages - {"litforge", "torch", "torchvision", "pytorch_lightning", "lightning", "builtins"})
 
 
-def InputProbe(seen: dict[str, Any], forward: bool = False) -> Any:  # noqa: N802 - builds a Callback class lazily
+def InputProbe(seen: dict[str, Any], forward: bool = False) -> pl.Callback:  # noqa: N802 - builds a Callback class lazily
     """A callback that keeps the first training batch's input as the task receives it (after the datamodule's
     transfer hooks) in `seen["inputs"]`, and with `forward`, the task's output on it in eval mode in `seen["out"]`."""
 
     class Probe(pl.Callback):
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_start(
+            self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+        ) -> None:
             if "inputs" in seen:
                 return
             seen["inputs"] = inputs_of(batch)
@@ -171,7 +177,9 @@ def InputProbe(seen: dict[str, Any], forward: bool = False) -> Any:  # noqa: N80
     return Probe()
 
 
-def trained_checkpoint(cfg: DictConfig, tmp_path: str | Path, name: str = "kit") -> tuple[Path, Any, Any, Any]:
+def trained_checkpoint(
+    cfg: DictConfig, tmp_path: str | Path, name: str = "kit"
+) -> tuple[Path, pl.LightningModule, pl.LightningDataModule, object]:
     """A real checkpoint file of one training step of `cfg` (the checkpoint hooks of the task and the datamodule run
     as in `litforge train`); with the trained (task, datamodule) and the input of its training batch."""
     run = prepared(cfg, tmp_path, name)
@@ -185,7 +193,7 @@ def trained_checkpoint(cfg: DictConfig, tmp_path: str | Path, name: str = "kit")
     return path, task, datamodule, seen.get("inputs")
 
 
-def job_config(job: str, tmp_path: str | Path, name: str, **values: Any) -> DictConfig:
+def job_config(job: str, tmp_path: str | Path, name: str, **values: object) -> DictConfig:
     """litforge's own `<job>.yaml` (predict, export) with `values`, writing under `tmp_path/name`."""
     cfg = compose([], config_name=job)
     return prepared(cfg, tmp_path, name, **values)
@@ -202,8 +210,10 @@ def check_describe_sizes_net(cfg: DictConfig) -> None:
 
 def _check_describe_sizes_net(cfg: DictConfig) -> None:
     datamodule, task = build(cfg)
-    missing = missing_members(datamodule, DataModule)
-    assert not missing, f"data `{type(datamodule).__name__}` lacks {', '.join(missing)} (litforge.DataModule)"
+    assert isinstance(datamodule, DataModule), (
+        f"data `{type(datamodule).__name__}` lacks {', '.join(missing_members(datamodule, DataModule))} "
+        "(litforge.DataModule)"
+    )
     facts = datamodule.describe()
     try:
         loaded = round_trip(facts)
@@ -215,9 +225,7 @@ def _check_describe_sizes_net(cfg: DictConfig) -> None:
     probe = InputProbe(seen, forward=True)
     fit(quiet_trainer(cfg.paths.output_dir, steps=1, callbacks=[probe]), task, datamodule)
     assert "out" in seen, "the training loader gave no batch"
-    out = seen["out"]
-    out = out[0] if isinstance(out, (tuple, list)) else out
-    assert isinstance(out, torch.Tensor), f"the task's forward returned {type(out).__name__}, not a tensor"
+    out = first_tensor(seen["out"])
     assert out.shape[0] == len(seen["inputs"]), (
         f"the task's output has {out.shape[0]} rows for a batch of {len(seen['inputs'])}"
     )
@@ -239,10 +247,17 @@ def _check_one_step_trains(cfg: DictConfig) -> None:
     datamodule, task = build(cfg)
     before = parameters(task)
     assert before, f"task `{type(task).__name__}` has no parameters"
-    losses: list[Any] = []
+    losses: list[torch.Tensor] = []
 
     class Loss(pl.Callback):
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_end(
+            self,
+            trainer: pl.Trainer,
+            pl_module: pl.LightningModule,
+            outputs: object,
+            batch: object,
+            batch_idx: int,
+        ) -> None:
             loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
             if isinstance(loss, torch.Tensor):
                 losses.append(loss.detach())
@@ -276,6 +291,9 @@ def check_checkpoint_round_trip(cfg: DictConfig, tmp_path: str | Path) -> None:
     with one_line("rebuilding the task from its checkpoint alone"):
         rebuilt, rebuilt_data, _ = load_for_inference(inference)
     assert type(rebuilt) is type(task), f"the checkpoint rebuilt a {type(rebuilt).__name__}"
+    assert isinstance(datamodule, DataModule), (
+        f"data `{type(datamodule).__name__}` lacks `describe` (litforge.DataModule)"
+    )
     assert rebuilt_data.describe() == datamodule.describe(), "the checkpoint's data describes another shape"
     different = first_difference(weights(task), weights(rebuilt))
     assert different is None, f"the rebuilt task's {different} differs from the trained one's"
@@ -360,7 +378,7 @@ def check_export_contract(cfg: DictConfig, tmp_path: str | Path) -> None:
 
 
 # ---- small helpers ---------------------------------------------------------------------------------------------------
-def round_trip(value: Any) -> Any:
+def round_trip(value: object) -> object:
     """`value` saved and loaded back as checkpoints are (torch.load with weights_only=True)."""
     buffer = io.BytesIO()
     torch.save(value, buffer)
@@ -368,8 +386,11 @@ def round_trip(value: Any) -> Any:
     return torch.load(buffer, weights_only=True)
 
 
-def first_tensor(out: Any) -> Any:
-    return out[0] if isinstance(out, (tuple, list)) else out
+def first_tensor(out: object) -> torch.Tensor:
+    """A task's forward output, or the first of the outputs it returns."""
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    assert isinstance(out, torch.Tensor), f"the task's forward returned {type(out).__name__}, not a tensor"
+    return out
 
 
 def first_line(exc: BaseException) -> str:

@@ -17,7 +17,6 @@ import os
 import socket
 import traceback
 from pathlib import Path
-from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -32,7 +31,7 @@ WORLD_SIZE = 2
 ATOL = 1e-5  # gloo sums two half-batch gradients in another order than one process sums the whole batch
 
 
-def comparable() -> Any:
+def comparable() -> pl.Callback:
     """The callback that keeps dropout and BatchNorm modules in eval mode on every training batch (Lightning puts
     the whole module in train mode at each epoch's start)."""
     # torch's public dropout and batch-norm classes (their common bases are private)
@@ -46,7 +45,9 @@ def comparable() -> Any:
     )
 
     class Comparable(pl.Callback):
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_start(
+            self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+        ) -> None:
             for module in pl_module.modules():
                 if isinstance(module, STOCHASTIC):
                     module.eval()
