@@ -7,12 +7,13 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from litforge.checkpointing.load import load_checkpoint, recorded_task_class
 from litforge.checkpointing.model_checkpoint import latest_path
 from litforge.checkpointing.resume import Resume, check_continues
+from litforge.core.instantiate import to_plain
 from litforge.records.metrics import scalar_metrics
 from litforge.records.provenance import CHECKPOINT_KEY
 
@@ -31,11 +32,11 @@ def starting_checkpoint(decided: Resume, task_cls: type, net_cfg: DictConfig) ->
         return None, {}
     log.info("Resuming from %s", decided.checkpoint)
     checkpoint = load_checkpoint(decided.checkpoint)
-    check_resumable(checkpoint, decided.checkpoint, task_cls, OmegaConf.to_container(net_cfg, resolve=True))
+    check_resumable(checkpoint, decided.checkpoint, task_cls, to_plain(net_cfg))
     return decided.checkpoint, (checkpoint.get(CHECKPOINT_KEY) or {}).get("tracker_runs") or {}
 
 
-def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, net: object) -> None:
+def check_resumable(checkpoint: dict[str, Any], path: str, task_cls: type, net: dict[str, Any]) -> None:
     """A resumed run must train the same task and net (`net`: this run's plain net config) as the checkpoint, or the
     weights cannot fit. Compared by name: nothing the checkpoint names is imported (the command line's check,
     litforge.checkpointing.resume.check_early, asked the same of the checkpoint's metadata)."""

@@ -46,7 +46,7 @@ from torch.distributed import pipelining as pp
 from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
 from torchmetrics import Metric
 
-from litforge.core.contracts import HasNet, LoopSteppedTask, own_training_step
+from litforge.core.contracts import LoopSteppedTask, net_of, own_training_step
 from litforge.core.errors import ConfigError
 from litforge.runtime.compat import counted_optimizer_step, forward_only
 
@@ -65,13 +65,13 @@ class GivenOutput(nn.Module):
 
 
 @contextmanager
-def given_output(task: HasNet, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
+def given_output(task: nn.Module, output: Tensor, stand_in: GivenOutput | None = None) -> Iterator[None]:
     """Inside, the task's `net` is a :class:`GivenOutput` of `output` (the pipeline's result; `stand_in`, reused
     per step, or a new one): the task's own `forward` and `step_loss` run, and where they call the net they get the
     pipeline's output. The net's stages are held by the schedule, so they are not touched; the net is back on
     exit."""
     stand_in = stand_in if stand_in is not None else GivenOutput()
-    net, stand_in.output = task.net, output
+    net, stand_in.output = task.get_submodule("net"), output
     task.net = stand_in
     try:
         yield
@@ -126,7 +126,7 @@ class PipelineLoop:
         net_inputs: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
         dp_group: dist.ProcessGroup | None = None,
     ) -> None:
-        if not isinstance(task, LoopSteppedTask) or not isinstance(task, HasNet):
+        if not isinstance(task, LoopSteppedTask) or net_of(task) is None:
             raise TypeError(
                 f"strategy=pipeline runs a LitforgeTask's step_loss on its net, not {type(task).__name__}'s"
             )

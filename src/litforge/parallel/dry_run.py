@@ -55,8 +55,9 @@ import traceback
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from hydra.utils import get_class
@@ -67,7 +68,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from litforge.config.settings import Train, job_settings
-from litforge.core.contracts import DataModule
+from litforge.core.contracts import DataModule, SteppableTask, net_of
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.core.instantiate import call_partial, instantiate_group
 from litforge.models.meta import meta_nets
@@ -169,6 +170,16 @@ class PlannedTask(Protocol):
     def step_loss(self, batch: tuple[Tensor, ...]) -> Tensor: ...
 
     def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+
+def _planned(task: pl.LightningModule) -> PlannedTask:
+    """The built task as the plan steps it, or one line saying why it cannot be planned."""
+    if not isinstance(task, SteppableTask) or net_of(task) is None:
+        raise ConfigError(
+            f"dry_run=true: {type(task).__name__} keeps no `net` or has no `step_loss(batch)` to step on fake ranks; "
+            "plan a task that has both (litforge's language_model task), or train without dry_run"
+        )
+    return cast("PlannedTask", task)  # checked just above; mypy cannot express a LightningModule that is a Protocol
 
 
 def local(t: Tensor) -> Tensor:
@@ -624,7 +635,7 @@ def memory_budget(settings: Train) -> tuple[float, str]:
 
 
 def dry_run(
-    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], PlannedTask], judge: bool = True
+    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], pl.LightningModule], judge: bool = True
 ) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
     the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
@@ -653,7 +664,7 @@ def dry_run(
             with meta_nets(True):
                 task = build_task(cfg, shape)
             apply_activation_checkpointing(task, mode)
-            return task
+            return _planned(task)
 
         return plan(build, setup, batch_size, block_size)
 

@@ -393,14 +393,17 @@ def dispatch_mode_class() -> type[TorchDispatchMode]:
     return TorchDispatchMode
 
 
-def group_size(group: str | torch.ScriptObject) -> int:
+def group_size(group: object) -> int:
     """The ranks in a process group as a collective op carries it: a c10d op's boxed ProcessGroup, or a functional
     collective's group name (resolved by `torch.distributed.distributed_c10d._resolve_process_group`, the name
     functional collectives use internally; no public lookup by name exists)."""
+    from torch import ScriptObject  # torch-free importers
     from torch.distributed.distributed_c10d import ProcessGroup, _resolve_process_group  # torch-free importers
 
     if isinstance(group, str):
         return int(_resolve_process_group(group).size())  # type: ignore[arg-type]  # GroupName is a str
+    if not isinstance(group, ScriptObject):
+        raise TypeError(f"not a process group as a collective op carries one: {group!r}")
     return int(ProcessGroup.unbox(group).size())
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -165,7 +166,7 @@ class DQNTask(LitforgeTask):
             self.env.close()
 
     # ---- learning -------------------------------------------------------------------------------------------------
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+    def training_step(self, batch: Sequence[Tensor], batch_idx: int) -> Tensor:
         for _ in range(self.hparams.env_steps_per_step):
             finished = self.env_step(self.epsilon)
             if finished is not None:
