@@ -20,6 +20,7 @@ flattened run config as W&B config, the run id under the `run_id` key that :func
 from __future__ import annotations
 
 import logging
+from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -101,7 +102,7 @@ class MLflowLogger(MLFlowLogger):
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
         self.resumed = resumed
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         """Log the run config flattened (Lightning hands over the task's and data's hparams: `params` is used only
         when no run config was given)."""
         from mlflow.entities import Param  # extra [trackers]
@@ -182,7 +183,7 @@ class WandbLogger(LightningWandbLogger):
         )  # Lightning passes id= with resume="allow" to wandb.init
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         """The run config flattened (`data.batch_size`, as in MLflow) when given; else Lightning's hparams."""
         if self.run_config is None:
             super().log_hyperparams(params)
