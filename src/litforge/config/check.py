@@ -58,14 +58,10 @@ def check_group(scope: str, node: DictConfig) -> None:
 
 
 def _check(
-    cfg: DictConfig,
-    scopes: list[tuple[str, object]],
-    relations: Sequence[Relation],
-    found: dict[str, str],
-    imports: bool,
+    cfg: DictConfig, scopes: list[tuple[str, object]], rules: Sequence[Relation], found: dict[str, str], imports: bool
 ) -> None:
-    """Each group's mapping, then the relations none of whose keys was refused; torch's imports (4-6 s) only when all
-    passed."""
+    """Each group's mapping, then the relations (`rules`) none of whose keys was refused; torch's imports (4-6 s) only
+    when all passed."""
     pending = []
     for scope, node in [(s, n) for s, n in scopes if isinstance(n, DictConfig)]:
         try:
@@ -74,7 +70,7 @@ def _check(
             found[scope] = str(exc)
             continue
         pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False, found)]
-    for keys, holds, message in relations:
+    for keys, holds, message in rules:
         values = [_lookup(cfg, key) for key in keys]
         if _MISSING in values or any(k == f or k.startswith(f + ".") for k in keys for f in found):
             continue  # a key absent, or refused on its own (its line says so)

@@ -53,6 +53,12 @@ def reopen(tracking_uri: str, run_id: str) -> bool:
     return True
 
 
+def run_files(run_dir: Path) -> list[Path]:
+    """What a tracker keeps of a run: its config, overrides, provenance record and uncommitted diff, where written."""
+    names = (".hydra/config.yaml", ".hydra/overrides.yaml", FILE, DIFF_FILE)
+    return [path for path in (run_dir / name for name in names) if path.is_file()]
+
+
 def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"data": {"batch_size": 64}} → {"data.batch_size": 64}; lists stay one value (`[16,32]`)."""
     out: dict[str, Any] = {}
@@ -134,14 +140,8 @@ class MLflowLogger(MLFlowLogger):
     def log_run_files(self, run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         """The config, the provenance (and diff) and the best checkpoint's path as artifacts; the commit as a tag."""
         client, run_id = self.experiment, self.run_id
-        for path in (
-            run_dir / ".hydra" / "config.yaml",
-            run_dir / ".hydra" / "overrides.yaml",
-            run_dir / FILE,
-            run_dir / DIFF_FILE,
-        ):
-            if path.is_file():
-                client.log_artifact(run_id, str(path))
+        for path in run_files(run_dir):
+            client.log_artifact(run_id, str(path))
         best = result.get("best_checkpoint") or result.get("last_checkpoint")
         client.log_text(run_id, f"{best or ''}\n", "best_checkpoint.txt")
         commit = (record.get("git") or {}).get("commit")
@@ -196,14 +196,8 @@ class WandbLogger(LightningWandbLogger):
         """The config, overrides, provenance (and diff) as run files; the best checkpoint's path and the commit in
         the summary; then the run is finished."""
         run = self.experiment
-        for path in (
-            run_dir / ".hydra" / "config.yaml",
-            run_dir / ".hydra" / "overrides.yaml",
-            run_dir / FILE,
-            run_dir / DIFF_FILE,
-        ):
-            if path.is_file():
-                run.save(str(path), base_path=str(run_dir), policy="now")
+        for path in run_files(run_dir):
+            run.save(str(path), base_path=str(run_dir), policy="now")
         best = result.get("best_checkpoint") or result.get("last_checkpoint")
         run.summary["best_checkpoint"] = str(best or "")
         commit = (record.get("git") or {}).get("commit")
