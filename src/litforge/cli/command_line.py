@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
 from omegaconf import DictConfig
 
 from litforge.core.errors import ConfigError
@@ -61,7 +61,7 @@ def compose(
         GlobalHydra.instance().clear()
 
 
-def parse(overrides: list[str]) -> list[Any] | None:
+def parse(overrides: list[str]) -> list[Override] | None:
     """Hydra's parsed overrides, or None for a syntax error (Hydra reports those itself)."""
     try:
         return OverridesParser.create().parse_overrides(overrides)
@@ -69,7 +69,12 @@ def parse(overrides: list[str]) -> list[Any] | None:
         return None
 
 
-def values(override: Any) -> list[Any]:
+def typed(overrides: Iterable[Override]) -> list[str]:
+    """The overrides as the user typed them (Hydra sets `input_line` on each it parses from a command line)."""
+    return [o.input_line or "" for o in overrides]
+
+
+def values(override: Override) -> list[object]:
     """The values an override hands to its jobs: one, or each of a choice/range sweep (an interval: none here)."""
     if not override.is_sweep_override():
         return [override.value()]
@@ -88,16 +93,16 @@ def null_groups_removed(conf_dir: Path, args: list[str]) -> list[str]:
     ]
 
 
-def is_hydra(override: Any) -> bool:
+def is_hydra(override: Override) -> bool:
     return override.key_or_group.split(".")[0].split("/")[0] == "hydra"
 
 
-def is_group(conf_dir: Path, override: Any) -> bool:
+def is_group(conf_dir: Path, override: Override) -> bool:
     key = override.key_or_group
     return "." not in key and (conf_dir / key).is_dir()
 
 
-def sweep_jobs(parsed: list[Any], grid: bool = False, limit: int = 16) -> list[list[str]]:
+def sweep_jobs(parsed: list[Override], grid: bool = False, limit: int = 16) -> list[list[str]]:
     """The jobs (override lines) a sweep's check composes: every combination of :func:`sweep_values` while there are
     at most `limit` (each value meets every other, so the relations between swept keys are judged too); past that,
     each value once with the other keys at their first value: as many jobs as values, bounded by what was typed and
@@ -110,7 +115,7 @@ def sweep_jobs(parsed: list[Any], grid: bool = False, limit: int = 16) -> list[l
     return [first, *([*first[:i], v, *first[i + 1 :]] for i, row in enumerate(rows) for v in row[1:])]
 
 
-def sweep_values(parsed: list[Any], grid: bool) -> dict[str, list[str]]:
+def sweep_values(parsed: list[Override], grid: bool) -> dict[str, list[str]]:
     """Per key (as typed: `+key`, `~key`), the override lines whose values the sweep's jobs can get, as far as a check
     of them needs: every value of a choice; the smallest and largest of a range, and the two ends of a search's
     interval (`tag(int, ...)`: as integers). A key's check is a type and a range of numbers, which the two ends decide,
@@ -124,7 +129,7 @@ def sweep_values(parsed: list[Any], grid: bool) -> dict[str, list[str]]:
         if isinstance(sweep, ChoiceSweep):
             texts = list(o.sweep_string_iterator())
         elif isinstance(sweep, RangeSweep):
-            numbers = list(o.sweep_iterator())
+            numbers = [v for v in o.sweep_iterator() if isinstance(v, int | float)]  # a range's: all numbers
             texts = [override_text(v) for v in (min(numbers), max(numbers))] if numbers else []
         elif isinstance(sweep, IntervalSweep) and grid:
             raise ConfigError(
@@ -139,7 +144,7 @@ def sweep_values(parsed: list[Any], grid: bool) -> dict[str, list[str]]:
             continue
         else:
             texts = []
-            lines[key] = [o.input_line]
+            lines[key] = typed([o])
         if texts:
             lines[key] = [f"{key}={t}" for t in dict.fromkeys(texts)]
     return lines

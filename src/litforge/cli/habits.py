@@ -7,9 +7,10 @@ file of secrets is read (:func:`load_env_file`, by litforge.cli.main before the 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
+from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
 from litforge.core.errors import ConfigError
@@ -46,9 +47,10 @@ OPTIONS = {
 }
 
 
-def habit_message(override: Any, trainer_defaults: dict[str, Any]) -> str | None:
-    """Litforge's spelling of one of their overrides (a Hydra override), in one line; None when it is not a habit."""
-    key, line = override.key_or_group, override.input_line
+def habit_message(override: Override, trainer_keys: Collection[str]) -> str | None:
+    """Litforge's spelling of one of their overrides (a Hydra override), in one line; None when it is not a habit.
+    `trainer_keys`: the keys litforge's trainer config sets (not null)."""
+    key, line = override.key_or_group, override.input_line or ""
     value = line.split("=", 1)[1] if "=" in line else ""
     for theirs, fix in KEYS.items():
         if key == theirs or (theirs.endswith(".") and key.startswith(theirs)):
@@ -58,16 +60,18 @@ def habit_message(override: Any, trainer_defaults: dict[str, Any]) -> str | None
     if option:
         return f"{line}: lightning-hydra-template's option, not litforge's; {option} (docs/migrating.md)"
     name = key.removeprefix("trainer.")
-    if override.is_add() and key.startswith("trainer.") and trainer_defaults.get(name) is not None:
+    if override.is_add() and key.startswith("trainer.") and name in trainer_keys:
         return f"{line}: trainer.{name} is already a key of litforge's trainer config; set it without +: {line[1:]}"
     return None
 
 
-def check_habits(conf_dir: Path, parsed: list[Any]) -> None:
+def check_habits(conf_dir: Path, parsed: list[Override]) -> None:
     """Refuse each of `parsed` (Hydra's parsed overrides) that is one of their spellings, naming litforge's."""
     trainer = conf_dir / "trainer" / "default.yaml"
-    defaults: Any = OmegaConf.to_container(OmegaConf.load(trainer)) if any(o.is_add() for o in parsed) else {}
-    if lines := [m for m in (habit_message(o, defaults) for o in parsed) if m]:
+    defaults = OmegaConf.to_container(OmegaConf.load(trainer)) if any(o.is_add() for o in parsed) else {}
+    assert isinstance(defaults, dict)
+    keys = {str(k) for k, v in defaults.items() if v is not None}
+    if lines := [m for m in (habit_message(o, keys) for o in parsed) if m]:
         raise ConfigError(*lines)
 
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
-from litforge.cli.command_line import compose
+from litforge.cli.command_line import compose, typed
 from litforge.config.check import GROUP_TARGETS
 from litforge.config.library import STAND_INS
 from litforge.config.settings import JobSettings
@@ -61,16 +61,17 @@ def options_with_key(conf_dir: Path, group: str, key: str, extra: Sequence[Path]
 
 
 def unknown_key_message(
-    cfg: DictConfig, override: Any, job: str = "train", conf_dir: Path | None = None, extra: Sequence[Path] = ()
+    cfg: DictConfig, override: Override, job: str = "train", conf_dir: Path | None = None, extra: Sequence[Path] = ()
 ) -> str | None:
     """`trainer.max_epoch=3`: which part of the key does not exist, the closest key that does and, where what the
     group builds takes that argument, that `+` adds it; else the group's other options that have the key."""
-    node: Any = cfg
+    node: object = cfg
     path: list[str] = []
-    line, value = override.input_line, override.input_line.partition("=")[2]
+    line = override.input_line or ""
+    value = line.partition("=")[2]
     parts = override.key_or_group.split(".")
     for i, part in enumerate(parts):
-        if not OmegaConf.is_dict(node):
+        if not isinstance(node, DictConfig):
             return None  # e.g. a group switched off (null): Hydra's message applies
         if part not in node.keys():  # `in node` is False for a key whose value is ??? (to be given)
             if override.is_add() or override.is_force_add():
@@ -104,26 +105,27 @@ def nested_key(cfg: DictConfig, name: str) -> str | None:
     optimizer.lr, `epochs`: trainer.max_epochs): a top-level key typed for one a group holds, or misspelt."""
     leaves: dict[str, str] = {}  # own name -> the first dotted key with it: the top level's, then the groups' in order
 
-    def walk(node: Any, prefix: str) -> None:
+    def walk(node: Mapping[str, object], prefix: str) -> None:
         for key, child in node.items():
             if isinstance(child, dict):
                 walk(child, f"{prefix}{key}.")
             elif not str(key).startswith("_"):
                 leaves.setdefault(str(key), f"{prefix}{key}")
 
-    plain: Any = OmegaConf.to_container(cfg, resolve=False)  # interpolations unresolved: some resolve only in a job
+    plain = OmegaConf.to_container(cfg, resolve=False)  # interpolations unresolved: some resolve only in a job
+    assert isinstance(plain, dict)
     plain.pop("hydra", None)
-    walk({k: v for k, v in plain.items() if not isinstance(v, dict)}, "")
-    walk({k: v for k, v in plain.items() if isinstance(v, dict)}, "")
+    walk({str(k): v for k, v in plain.items() if not isinstance(v, dict)}, "")
+    walk({str(k): v for k, v in plain.items() if isinstance(v, dict)}, "")
     worded = [k for k in leaves if name.lower() in k.lower().split("_")]  # epochs: max_epochs (how many), min_epochs
     worded.sort(key=lambda k: (not k.startswith("max_"), len(k)))
     found = name if name in leaves else next(iter(worded), None) or closest(name, list(leaves))
     return leaves[found] if found else None
 
 
-def takes(node: Any, scope: str, argument: str) -> bool:
+def takes(node: DictConfig, scope: str, argument: str) -> bool:
     """Whether what `node` (at `scope`) builds has an argument `argument`, as far as is known without torch."""
-    name = str(node.get("_target_") or scope) if OmegaConf.is_dict(node) else scope
+    name = str(node.get("_target_") or scope)
     name = GROUP_TARGETS.get(name, name)
     read = read_signature(name) if "." in name and not name.startswith(("torch.", "pytorch_lightning.")) else None
     return argument in {**(read or ({}, True))[0], **STAND_INS.get(name, {})}
@@ -142,7 +144,7 @@ def decision_overrides(overrides: list[str], job: str) -> list[str]:
     return [f"++{o}" if o.startswith("task.") else o for o in overrides]
 
 
-def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
+def check_added_keys(cfg: DictConfig, parsed: list[Override], job: str) -> None:
     """Each `+key=value` (or `++`) at the top level that no part of `job` reads: refused, with the key meant."""
     text, plain = OmegaConf.to_yaml(cfg), OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
@@ -157,7 +159,7 @@ def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
             continue  # an interpolation reads it, or `++` sets a key of the jobs' own
         others = [str(k) for k, v in plain.items() if str(k) != key and not isinstance(v, dict)]
         match = closest(key, others)
-        value = o.input_line.split("=", 1)[1]
+        value = str(o.input_line).split("=", 1)[1]
         lines.append(
             f"{o.input_line}: {job} reads no top-level key `{key}`, so it would change nothing; "
             + (f"did you mean {match}={value}?" if match else f"remove it (python {job}.py --help lists the keys)")
@@ -166,9 +168,11 @@ def check_added_keys(cfg: DictConfig, parsed: list[Any], job: str) -> None:
         raise ConfigError(*lines)
 
 
-def absent_group_message(conf_dir: Any, name: str, searchpath: list[Any], groups: list[Any], job: str) -> str | None:
+def absent_group_message(
+    conf_dir: Path, name: str, searchpath: list[Override], groups: list[Override], job: str
+) -> str | None:
     """`predict.py logger=csv`: a group the job composes none of (Hydra suggests `+logger=csv`, which nothing reads)."""
-    cfg = compose(conf_dir, name, [o.input_line for o in searchpath], hydra=True)
+    cfg = compose(conf_dir, name, typed(searchpath), hydra=True)
     choices = cfg.hydra.runtime.choices if cfg is not None else {}
     for o in [o for o in groups if cfg is not None and not o.is_add() and o.key_or_group not in choices]:
         group, value = o.key_or_group, "null" if o.is_delete() else o.value()

@@ -13,14 +13,16 @@ import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig
+from hydra.core.override_parser.types import ChoiceSweep, Override
+from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.litforge_optuna.sweeper import check_search_space
+from hydra_plugins.litforge_slurm import check_launcher
 from litforge.checkpointing.folders import check_folder, check_not_another_run, check_paths_in_folders
 from litforge.checkpointing.resume import resume_command_line, slurm_job_run
 from litforge.cli import hints
-from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, values
+from litforge.cli.command_line import compose, is_group, is_hydra, parse, split_config_flags, sweep_jobs, typed, values
 from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, user_conf_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
@@ -85,18 +87,20 @@ def checked_overrides(
     keys = [o for o in parsed if not is_group(conf_dir, o) and not is_hydra(o)]
     # the user's config folders (hydra.searchpath) take part: their options compose and are checked like conf/'s
     searchpath = [o for o in parsed if o.key_or_group == "hydra.searchpath"]
-    cfg = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups, *keys]], top_dir)
+    cfg = compose(conf_dir, config_name, typed([*searchpath, *groups, *keys]), top_dir)
     found: list[LitforgeError] = []
     if cfg is None:  # a key that does not exist: named with the closest that does (the rest Hydra judges)
-        baseline = compose(conf_dir, config_name, [o.input_line for o in [*searchpath, *groups]], top_dir)
-        extra = user_conf_folders([o.input_line for o in searchpath], top_dir)
+        baseline = compose(conf_dir, config_name, typed([*searchpath, *groups]), top_dir)
+        extra = user_conf_folders(typed(searchpath), top_dir)
         unknown = {
-            o.input_line: m for o in keys if baseline and (m := unknown_key_message(baseline, o, job, conf_dir, extra))
+            line: m
+            for o, line in zip(keys, typed(keys), strict=True)
+            if baseline and (m := unknown_key_message(baseline, o, job, conf_dir, extra))
         }
         if not unknown and (absent := absent_group_message(conf_dir, config_name, searchpath, groups, job)):
             raise ConfigError(absent)  # predict: logger=
         found = [ConfigError(*unknown.values())] if unknown else []  # the other keys: judged without these
-        kept = [o.input_line for o in [*searchpath, *groups, *keys] if o.input_line not in unknown]
+        kept = [line for line in typed([*searchpath, *groups, *keys]) if line not in unknown]
         cfg = compose(conf_dir, config_name, kept, top_dir) if found else None
         if cfg is None:
             raise_found(found)
@@ -115,7 +119,7 @@ def checked_overrides(
     return resume_command_line(cfg, parsed, overrides, recompose) if job == "train" and not multirun else overrides
 
 
-def check_paths(cfg: DictConfig, parsed: list[Any], dry_run: bool) -> None:
+def check_paths(cfg: DictConfig, parsed: list[Override], dry_run: bool) -> None:
     """Every path under a file (output=<a file>/out.csv: refused now, not after the work); then room and write access
     in paths.log_dir (a dry run writes nothing there)."""
     check_paths_in_folders(cfg, parsed)
@@ -123,14 +127,14 @@ def check_paths(cfg: DictConfig, parsed: list[Any], dry_run: bool) -> None:
         check_folder(Path(cfg.paths.log_dir), cfg.paths.min_free_mb, key="paths.log_dir")
 
 
-def check_run_dir(cfg: DictConfig, parsed: list[Any], job: str) -> None:
+def check_run_dir(cfg: DictConfig, parsed: list[Override], job: str) -> None:
     """hydra.run.dir=<another run's folder> (not to continue it): refused, never written into."""
     if not (job == "train" and (cfg.resume or cfg.ckpt_path == "last")):
         own = slurm_job_run(str(cfg.paths.log_dir), str(cfg.task_name)) if job == "train" else None
         for o in parsed:
-            if o.key_or_group == "hydra.run.dir" and isinstance(o.value(), str):
-                if own is None or Path(o.value()).resolve() != own.resolve():  # a requeued job's own folder: resumed
-                    check_not_another_run(Path(o.value()))
+            if o.key_or_group == "hydra.run.dir" and isinstance(folder := o.value(), str):
+                if own is None or Path(folder).resolve() != own.resolve():  # a requeued job's own folder: resumed
+                    check_not_another_run(Path(folder))
 
 
 # dry_run=true writes nothing: Hydra runs in the current folder (which exists), without .hydra/ or a log file
@@ -159,13 +163,10 @@ def check_sweep(
             )
     found: list[LitforgeError] = [ConfigError(*lines)] if lines else []
     raise_found(refuse_each(found, lambda: check_options(conf_dir, parsed, job, top_dir)))
-    cfg: Any = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True) or {}  # its first job
-    hydra = cfg.get("hydra") or {}
+    cfg = compose(conf_dir, config_name, sweep_jobs(parsed)[0], top_dir, hydra=True)  # its first job
+    hydra = OmegaConf.select(cfg, "hydra") or {} if cfg is not None else {}
     sweeper = hydra.get("sweeper") or {}  # its params: the search space (Optuna's), or the grid in the config
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
-    from hydra_plugins.litforge_optuna.sweeper import check_search_space
-    from hydra_plugins.litforge_slurm import check_launcher
-
     check_launcher(hydra)
     check_search_space(sweeper, overrides)
     grid = str(sweeper.get("_target_", "BasicSweeper")).endswith("BasicSweeper")  # Hydra's: no interval()
@@ -174,7 +175,7 @@ def check_sweep(
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
-def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | None) -> None:
+def check_options(conf_dir: Path, parsed: list[Override], job: str, top_dir: Path | None) -> None:
     """Each moved key, group whose extra is not installed, other template's spelling and option that does not exist."""
     moved = [o for o in parsed if o.key_or_group in MOVED_KEYS]
     lines = [
@@ -189,18 +190,16 @@ def check_options(conf_dir: Path, parsed: list[Any], job: str, top_dir: Path | N
     said = [line for exc in found for line in exc.lines]  # an override refused above is not judged again below
     groups = [o for o in parsed if is_group(conf_dir, o) and not is_hydra(o)]
     groups = [o for o in groups if not any(line.startswith(f"{o.input_line}:") for line in said)]
-    extra = user_conf_folders([o.input_line for o in parsed], top_dir)
+    extra = user_conf_folders(typed(parsed), top_dir)
     raise_found(refuse_each(found, lambda: check_group_options(conf_dir, groups, extra)))
 
 
-def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
+def check_needs_multirun(parsed: list[Override], config_name: str) -> None:
     """Each sweep, search or launcher without `-m`: Hydra refuses the first in four lines and runs the others as one
     job, here."""
-    from hydra.core.override_parser.types import ChoiceSweep
-
     lines = []
     for override in parsed:
-        key, line = override.key_or_group, override.input_line
+        key, line = override.key_or_group, override.input_line or ""
         if override.is_sweep_override() and not is_hydra(override):
             listed = isinstance(override.value(), ChoiceSweep) and "(" not in line
             as_list = f"; a list value is written {key}=[{line.split('=', 1)[1]}]" if listed else ""
@@ -218,7 +217,7 @@ def check_needs_multirun(parsed: list[Any], config_name: str) -> None:
         raise ConfigError(*lines)
 
 
-def check_group_options(conf_dir: Path, groups: list[Any], extra: Sequence[Path] = ()) -> None:
+def check_group_options(conf_dir: Path, groups: list[Override], extra: Sequence[Path] = ()) -> None:
     """`model=resnt`: name the options there are, conf/'s and those of the user's own config folders (Hydra lists
     them one per line, after its search path); every such option of the command line."""
     lines = []

@@ -11,58 +11,66 @@ from __future__ import annotations
 
 import inspect
 import re
+import socket
 import typing
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeGuard
+from urllib.parse import urlsplit
 
-from omegaconf import OmegaConf
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from litforge.config.library import STAND_INS
-from litforge.config.relations import MOVED_KEYS, RELATIONS, moved_key_message
+from litforge.config.relations import MOVED_KEYS, RELATIONS, Relation, moved_key_message
 from litforge.config.settings import JobSettings
 from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
 from litforge.core.instantiate import import_failure
+from litforge.runtime.extras import require
 
 BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
 NAMED_GROUPS = ("callbacks", "logger")  # {name: {_target_: ...}}: each entry is its own scope
 GROUP_TARGETS = {"trainer": "pytorch_lightning.Trainer"}  # a group built without a `_target_`: what it builds
 _FOREIGN = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchvision", "torchmetrics")
-_ADAPTERS: dict[int, tuple[Any, TypeAdapter[Any] | None]] = {}
+_ADAPTERS: dict[int, tuple[object, TypeAdapter[Any] | None]] = {}
 _MISSING = _UNSET = object()
-Params = dict[str, tuple[Any, Any]]  # argument -> (annotation, default)
+Params = dict[str, tuple[object, object]]  # argument -> (annotation, default)
 
 
-def check_config(cfg: Any, imports: bool = True) -> None:
+def check_config(cfg: DictConfig, imports: bool = True) -> None:
     """Everything, once, every mistake (one line each): moved keys, the job's own keys, each group's values, the
     relations of keys that passed; then, when all that passed and `imports`, what needs a target imported (torch)."""
     found = {old: moved_key_message(old, v) for old in MOVED_KEYS if (v := OmegaConf.select(cfg, old)) is not None}
     own = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in BUILT_GROUPS and k != "hydra"])
     bind("", own, fields(JobSettings), True, "JobSettings", found)
-    named = {g: [(f"{g}.{n}", cfg[g][n]) for n in cfg[g]] for g in NAMED_GROUPS if cfg.get(g)}
-    _check(cfg, [s for g in BUILT_GROUPS for s in named.get(g, [(g, cfg.get(g))])], RELATIONS, found, imports)
+    named = {g: [(f"{g}.{n}", node[n]) for n in node] for g in NAMED_GROUPS if (node := OmegaConf.select(cfg, g))}
+    scopes = [s for g in BUILT_GROUPS for s in named.get(g, [(g, OmegaConf.select(cfg, g))])]
+    _check(cfg, scopes, RELATIONS, found, imports)
 
 
-def check_group(scope: str, node: Any) -> None:
+def check_group(scope: str, node: DictConfig) -> None:
     """One group (`data`, `callbacks.<name>`, ...) and its own relations, e.g. for a group composed in code."""
     nested = OmegaConf.create({})
     OmegaConf.update(nested, scope, node, force_add=True)
     own = [r for r in RELATIONS if all(k.startswith(scope + ".") for k in r[0])]
-    _check(nested, [(scope, OmegaConf.select(nested, scope))], own, {})
+    _check(nested, [(scope, OmegaConf.select(nested, scope))], own, {}, True)
 
 
-def _check(cfg: Any, scopes: list[Any], relations: Any, found: dict[str, str], imports: bool = True) -> None:
-    """Each scope, then the relations none of whose keys was refused; torch's imports (4-6 s) only when all passed."""
+def _check(
+    cfg: DictConfig, scopes: list[tuple[str, object]], rules: Sequence[Relation], found: dict[str, str], imports: bool
+) -> None:
+    """Each group's mapping, then the relations (`rules`) none of whose keys was refused; torch's imports (4-6 s) only
+    when all passed."""
     pending = []
-    for scope, node in [(s, n) for s, n in scopes if n is not None]:
+    for scope, node in [(s, n) for s, n in scopes if isinstance(n, DictConfig)]:
         try:
             check_package(scope, node)
         except ConfigError as exc:  # its extra is not installed: the group cannot be judged further
             found[scope] = str(exc)
             continue
         pending += [(key, sub) for key, sub in _targets(scope, node) if not _bind_target(key, sub, False, found)]
-    for keys, holds, message in relations:
+    for keys, holds, message in rules:
         values = [_lookup(cfg, key) for key in keys]
         if _MISSING in values or any(k == f or k.startswith(f + ".") for k in keys for f in found):
             continue  # a key absent, or refused on its own (its line says so)
@@ -71,15 +79,15 @@ def _check(cfg: Any, scopes: list[Any], relations: Any, found: dict[str, str], i
         except TypeError:  # a value of the wrong type: its own check (below) says so
             fails = False
         if fails:
-            shown_values = (shown(v, False) for v in values)
-            found[",".join(keys)] = message(*values) if callable(message) else message.format(*shown_values)
+            line = message(*values) if callable(message) else message.format(*(shown(v, False) for v in values))
+            found[",".join(keys)] = str(line)
     for key, sub in pending if imports and not found else []:
         _bind_target(key, sub, True, found)
     if found:
         raise ConfigError(*found.values())
 
 
-def _bind_target(key: str, node: Any, imports: bool, found: dict[str, str]) -> bool:
+def _bind_target(key: str, node: DictConfig, imports: bool, found: dict[str, str]) -> bool:
     """Bind one node to what it builds; False when that needs the target imported (then called with `imports`)."""
     name = key if "." not in key and "_target_" not in node else str(node.get("_target_") or "")
     table = {k: (v, _UNSET) for k, v in STAND_INS.get(name, {}).items()}
@@ -92,18 +100,16 @@ def _bind_target(key: str, node: Any, imports: bool, found: dict[str, str]) -> b
         params, open_ended = read or (table, True)
         bind(key, node, params, open_ended, name, found)
         return read is not None
-    from hydra.utils import get_object
-
     try:
         params, open_ended = signature(get_object(name))
     except Exception as exc:  # the target does not import: say why, before anything runs
         found[key] = str(import_failure(key, name, exc))
         return True
-    bind(key, node, params | {k: (Any, d) for k, (_, d) in table.items()}, open_ended, name, found)  # table's: judged
+    bind(key, node, params | {k: (object, d) for k, (_, d) in table.items()}, open_ended, name, found)  # judged above
     return True
 
 
-def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, found: dict[str, str]) -> None:
+def bind(scope: str, node: DictConfig, params: Params, open_ended: bool, name: str, found: dict[str, str]) -> None:
     """Each key of `node` against `params`, each mistake into `found` (key -> its line); a mapping whose annotation
     is a pydantic model is bound to its fields."""
     for key in [str(k) for k in node if not str(k).startswith("_")]:
@@ -125,9 +131,9 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, fou
             value = node[key]
             if OmegaConf.is_dict(value) and "_target_" in value:
                 continue  # a node of its own, bound to what it builds
-            model = next((m for m in (kind, *typing.get_args(kind)) if _is_model(m)), None)
-            if model is not None and OmegaConf.is_dict(value):
-                bind(full, value, fields(model), False, model.__name__, found)
+            models = [m for m in (kind, *typing.get_args(kind)) if _is_model(m)]
+            if models and isinstance(value, DictConfig):
+                bind(full, value, fields(models[0]), False, models[0].__name__, found)
                 continue
             value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except Exception:  # an interpolation that resolves only inside a Hydra job: checked there
@@ -137,15 +143,16 @@ def bind(scope: str, node: Any, params: Params, open_ended: bool, name: str, fou
             found[full] = refusal(full, value, judge, default)  # (null with a null default: the builder fills in)
 
 
-def _source(node: Any, key: str) -> str:
+def _source(node: DictConfig, key: str) -> str:
     """The key an interpolation like `${seed}` copies."""
     raw: Any = OmegaConf.to_container(node, resolve=False)
     return str(raw[key]).removeprefix("${").removesuffix("}")
 
 
-def adapter(kind: Any) -> TypeAdapter[Any] | None:
+def adapter(kind: object) -> TypeAdapter[Any] | None:
     """pydantic's validator for an annotation (None for one it cannot build: a forward reference, ...)."""
     if (entry := _ADAPTERS.get(id(kind))) is None or entry[0] is not kind:
+        judge: TypeAdapter[Any] | None
         try:  # (a model's own config stands alone)
             judge = TypeAdapter(kind, config=None if _is_model(kind) else ConfigDict(arbitrary_types_allowed=True))
         except Exception:
@@ -154,7 +161,7 @@ def adapter(kind: Any) -> TypeAdapter[Any] | None:
     return entry[1]
 
 
-def _passes(judge: TypeAdapter[Any], value: Any) -> bool:
+def _passes(judge: TypeAdapter[Any], value: object) -> bool:
     try:
         judge.validate_python(value, strict=True)
         return True
@@ -162,7 +169,7 @@ def _passes(judge: TypeAdapter[Any], value: Any) -> bool:
         return False
 
 
-def refusal(key: str, value: Any, judge: TypeAdapter[Any], default: Any) -> str:
+def refusal(key: str, value: object, judge: TypeAdapter[Any], default: object) -> str:
     """`key=value: expected <what the annotation takes>, e.g. key=<a value that passes>`."""
     try:
         schema = judge.json_schema()
@@ -219,14 +226,14 @@ def _sample(schema: Mapping[str, Any]) -> Any:
     return {"boolean": True, "string": "auto"}.get(str(schema.get("type")))
 
 
-def _walk(schema: Any, key: str) -> Iterator[Any]:
+def _walk(schema: object, key: str) -> Iterator[Any]:
     """Every value listed under `key` anywhere in a JSON Schema."""
     yield from schema.get(key, []) if isinstance(schema, Mapping) else []
     for value in schema.values() if isinstance(schema, Mapping) else schema if isinstance(schema, list) else []:
         yield from _walk(value, key)
 
 
-def shown(value: Any, quote: bool = True) -> str:
+def shown(value: object, quote: bool = True) -> str:
     """A value as it would be typed on the command line (`null`, `true`, `[1,2]`; text quoted when `quote`)."""
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
@@ -239,7 +246,7 @@ def shown(value: Any, quote: bool = True) -> str:
     return str(value)
 
 
-def _is_model(kind: Any) -> bool:
+def _is_model(kind: object) -> TypeGuard[type[BaseModel]]:
     return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
@@ -248,11 +255,12 @@ def fields(model: type[BaseModel]) -> Params:
     return {n: (hints[n], f.get_default(call_default_factory=True)) for n, f in model.model_fields.items()}
 
 
-def signature(target: Any) -> tuple[Params, bool]:
+def signature(target: Callable[..., object]) -> tuple[Params, bool]:
     """The arguments of an imported class or function, following `**kwargs` up the base classes, and whether it still
     takes any keyword at the end (then an unknown key cannot be judged)."""
     classes, found = target.__mro__ if inspect.isclass(target) else [], Params()
-    for function in [vars(c)["__init__"] for c in classes if "__init__" in vars(c)] or [target]:
+    inits = [(vars(c)["__init__"], c.__module__) for c in classes if "__init__" in vars(c)]
+    for function, module in inits or [(target, target.__module__)]:
         try:
             params = list(inspect.signature(function).parameters.values())
             hints = typing.get_type_hints(function, include_extras=True)
@@ -263,19 +271,14 @@ def signature(target: Any) -> tuple[Params, bool]:
                 found[p.name] = (hints.get(p.name, Any), None if p.default is p.empty else p.default)
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return found, False
-        if str(getattr(function, "__module__", "")).split(".")[0] in _FOREIGN:  # DDP's **kwargs go to torch
+        if module.split(".")[0] in _FOREIGN:  # DDP's **kwargs go to torch
             break
     return found, True
 
 
-def check_package(scope: str, node: Any) -> None:
+def check_package(scope: str, node: DictConfig) -> None:
     """A `_target_` that needs an extra that is not installed (litforge.runtime.extras); a tracking server that does
     not answer (MLflow would retry for minutes, then fail inside fit)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from litforge.runtime.extras import require
-
     require(str(target := _lookup(node, "_target_")), f"{scope} ({target})")
     if isinstance(uri := _lookup(node, "tracking_uri"), str) and uri.startswith(("http://", "https://")):
         url = urlsplit(uri)
@@ -288,18 +291,20 @@ def check_package(scope: str, node: Any) -> None:
             ) from None
 
 
-def _targets(prefix: str, node: Any) -> list[tuple[str, Any]]:
+def _targets(prefix: str, node: object) -> list[tuple[str, DictConfig]]:
     """(key, node) of the group itself and of every mapping with a `_target_` under it."""
-    found = [(prefix, node)] if OmegaConf.is_dict(node) else []
-    for key in list(node.keys()) if found else []:
+    if not isinstance(node, DictConfig):
+        return []
+    found = [(prefix, node)]
+    for key in list(node.keys()):
         try:
-            found += [t for t in _targets(f"{prefix}.{key}", node[key]) if "_target_" in t[1]]
+            found += [t for t in _targets(f"{prefix}.{key!s}", node[key]) if "_target_" in t[1]]
         except Exception:  # an interpolation that resolves only inside a Hydra job
             continue
     return found
 
 
-def _lookup(node: Any, key: str) -> Any:
+def _lookup(node: DictConfig, key: str) -> Any:
     """The value at dotted `key` under `node` (resolved), or _MISSING when a part is absent or cannot resolve."""
     try:
         value = OmegaConf.select(node, key, default=_MISSING, throw_on_resolution_failure=True)

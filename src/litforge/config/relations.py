@@ -8,7 +8,6 @@ its keys are in the config (values may be null); its message is one line naming 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from litforge.core.bounds import fold_refusal
 
@@ -16,15 +15,15 @@ from litforge.core.bounds import fold_refusal
 MOVED_KEYS = {"model.init_from": "task.init_from", "optimizer.lr_scaling": "task.lr_scaling"}
 
 
-def moved_key_message(old: str, value: Any = "<value>") -> str:
+def moved_key_message(old: str, value: object = "<value>") -> str:
     return f"{old} has moved to {MOVED_KEYS[old]}: pass {MOVED_KEYS[old]}={value} instead"
 
 
-def _ends(target: Any, *names: str) -> bool:
+def _ends(target: object, *names: str) -> bool:
     return str(target).endswith(names)
 
 
-def _ints(*values: Any) -> bool:
+def _ints(*values: object) -> bool:
     """All positive integers (a relation on counts leaves other values to the single-key checks)."""
     return all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
 
@@ -39,7 +38,9 @@ LOSS_COMPARES = {f"torch.nn.{m}": "class" for m in ("CrossEntropyLoss", "NLLLoss
 }
 LOSS_COMPARES |= {f"torch.nn.{m}": "value" for m in ("MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss")}
 
-RELATIONS: tuple[tuple[tuple[str, ...], Callable[..., bool], Any], ...] = (  # (keys, holds(*values), message)
+# (keys, holds(*values), message: a format of the values as typed, or a function of them that writes the line)
+Relation = tuple[tuple[str, ...], Callable[..., bool], str | Callable[..., str | None]]
+RELATIONS: tuple[Relation, ...] = (
     (("data.fold", "data.num_folds"), lambda *values: fold_refusal(*values) is None, fold_refusal),
     (
         ("trainer.min_epochs", "trainer.max_epochs"),

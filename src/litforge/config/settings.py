@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
 
 from annotated_types import Predicate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from litforge.core.bounds import Count, NonNegative, Positive, Seed
@@ -166,7 +166,7 @@ JOBS |= {"generate": Generate, "prepare": Prepare}
 S = TypeVar("S", bound=Job)
 
 
-def job_settings(cfg: Any, model: type[S]) -> S:
+def job_settings(cfg: DictConfig, model: type[S]) -> S:
     """The job's own keys of a composed config, typed and validated (once, where the job starts, after the check):
     what the job, its builders and callbacks read instead of the raw config."""
     own = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in model.model_fields if k in cfg]), resolve=True)

@@ -17,9 +17,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import annotated_types
+import pydantic
+from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, Strict, StringConstraints
+
+import litforge
+from litforge.core import bounds
+
 # modules whose names an annotation may use: imported here for real (cheap, torch-free)
 _READABLE = ("typing", "typing_extensions", "collections.abc", "pydantic", "annotated_types", "litforge.core.bounds")
-_PYDANTIC = ("Field", "AfterValidator", "BeforeValidator", "PlainValidator", "StringConstraints", "Strict")
+_PYDANTIC = (Field, AfterValidator, BeforeValidator, PlainValidator, StringConstraints, Strict)
 _UNKNOWN = object()  # a default the source does not spell as a literal
 
 
@@ -47,18 +54,12 @@ def _module(module: str, follow: bool = True) -> tuple[dict[str, Any], dict[str,
     """(the namespace annotations evaluate in, name -> the dotted class it imports, the classes defined). With
     `follow`, a name imported from litforge or the module's own package is taken from that module's source in turn
     (one level: an alias like `Augment`)."""
-    import annotated_types
-    import pydantic
-
-    import litforge
-    from litforge.core import bounds
-
     path = module_file(module)
     if path is None:
         return None
     tree = ast.parse(path.read_text(), str(path))
     space: dict[str, Any] = {**vars(typing), **vars(collections.abc), **vars(annotated_types), "typing": typing}
-    space |= {name: getattr(pydantic, name) for name in _PYDANTIC} | {"pydantic": pydantic}
+    space |= {f.__name__: f for f in _PYDANTIC} | {"pydantic": pydantic}
     space |= {**vars(bounds), "annotated_types": annotated_types}
     refs: dict[str, str] = {}
     classes: dict[str, ast.ClassDef] = {}

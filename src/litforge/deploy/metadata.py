@@ -102,11 +102,3 @@ def write_metadata(path: Path, props: dict[str, str], variant: str) -> None:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.save(model, str(path))
-
-
-def read_metadata(path: Path | str) -> dict[str, str]:
-    """The metadata_props of an ONNX file, as onnxruntime reports them."""
-    import onnxruntime as ort  # extra [deploy]
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return dict(session.get_modelmeta().custom_metadata_map)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch import Tensor
 
 from litforge.checkpointing.load import load_checkpoint
 from litforge.core.contracts import ExportTask, check_exportable, trains_on
@@ -61,6 +62,6 @@ def exportable_net(task: ExportTask, path: str) -> Any:
     return net.float().cpu().eval()
 
 
-def batched(fn: Callable[[Any], Any], x: Any, batch_size: int = 256) -> Any:
+def batched(fn: Callable[[Tensor], object], x: Tensor, batch_size: int = 256) -> Tensor:
     """`fn` over `x` in batches, outputs concatenated: a whole test split at once would need its activations at once."""
     return torch.cat([torch.as_tensor(fn(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])

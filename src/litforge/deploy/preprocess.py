@@ -14,8 +14,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-INPUT_DTYPES = ("float32", "uint8")  # what `input_dtype=` accepts in conf/export.yaml
-
 
 class Preprocessed(nn.Module):
     """`net` behind the training normalisation: takes what an image decoder gives, NCHW.

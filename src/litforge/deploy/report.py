@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from litforge.callbacks.pruning import PRUNABLE
+from litforge.config.settings import Report
 from litforge.deploy.latency import markdown_table, measure, onnx_runner, resolve_threads, torch_runner
 from litforge.deploy.net import batched
 
@@ -68,7 +70,7 @@ def file_bytes(variant: Variant) -> bytes:
 
 
 def build_report(
-    variants: dict[str, Variant], x: Tensor, labels: Tensor, ref: Tensor, report_cfg: Any
+    variants: dict[str, Variant], x: Tensor, labels: Tensor, ref: Tensor, report_cfg: Report
 ) -> list[dict[str, Any]]:
     """One row per variant (the first is the baseline): sizes, test accuracy, fp32 agreement, latency, speed-up."""
     factories = {
@@ -87,7 +89,7 @@ def build_report(
     for name, v in variants.items():
         run = factories[name](0 if v.runtime == "ort" else torch.get_num_threads())
         with torch.inference_mode():
-            out = batched(partial(_run_first, run), x)
+            out = batched(partial(_logits, run), x)
         data = file_bytes(v)
         row: dict[str, Any] = {
             "variant": name,
@@ -107,14 +109,11 @@ def build_report(
     return rows
 
 
-def _run_first(run: Any, batch: Any) -> Any:
-    """`_first(run(batch))` with `run` bound when the loop builds it, not when `batched` calls it."""
-    return _first(run(batch))
-
-
-def _first(out: Any) -> Any:
-    """The logits: onnxruntime returns a list of outputs, PyTorch the tensor itself."""
-    return torch.as_tensor(out[0]) if isinstance(out, (list, tuple)) else out
+def _logits(run: Callable[[Tensor], object], batch: Tensor) -> Tensor:
+    """What `run` gives for `batch`: onnxruntime returns a list of outputs, PyTorch the tensor itself (`run` is bound
+    with functools.partial when the loop builds it, not when `batched` calls it)."""
+    out = run(batch)
+    return torch.as_tensor(out[0] if isinstance(out, (list, tuple)) else out)
 
 
 def recommend(rows: list[dict[str, Any]], key: str, max_drop: float) -> str:
@@ -124,7 +123,7 @@ def recommend(rows: list[dict[str, Any]], key: str, max_drop: float) -> str:
     return min(ok, key=lambda r: r[key])["variant"]
 
 
-def write_report(rows: list[dict[str, Any]], out_dir: Path, report_cfg: Any) -> Path:
+def write_report(rows: list[dict[str, Any]], out_dir: Path, report_cfg: Report) -> Path:
     """`compression_report.csv` (every figure) and `compression_report.md` (the table, how to read it, the pick)."""
     header = list(rows[0])
     with (out_dir / "compression_report.csv").open("w", newline="") as handle:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -34,7 +35,7 @@ PLUMBING_OVERRIDES = ("++callbacks.optuna_pruning=",)
 
 
 class SweepSummary(Callback):
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: object) -> None:
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode != RunMode.MULTIRUN:
             return
@@ -50,7 +51,7 @@ class SweepSummary(Callback):
         if record["status"] not in ("COMPLETED", REQUEUED):
             report_failure(record, records, Path(hydra_cfg.sweep.dir))
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
         """The summary, and where it is, as the sweep's last lines (each path whole on a line of its own)."""
         sweep_dir = Path(config.hydra.sweep.dir)
         records = write_summary(sweep_dir) if sweep_dir.is_dir() else []
@@ -158,10 +159,10 @@ def report_failure(record: dict[str, Any], records: list[dict[str, Any]], sweep_
     )
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     return "" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _error_text(job_return: Any) -> str | None:
+def _error_text(job_return: JobReturn) -> str | None:
     error = job_error(job_return)
     return None if error is None else f"{type(error).__name__}: {error}"

@@ -20,6 +20,7 @@ flattened run config as W&B config, the run id under the `run_id` key that :func
 from __future__ import annotations
 
 import logging
+from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +51,12 @@ def reopen(tracking_uri: str, run_id: str) -> bool:
     client.update_run(run_id, status="RUNNING")
     log.info("continuing MLflow run %s", run_id)
     return True
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """What a tracker keeps of a run: its config, overrides, provenance record and uncommitted diff, where written."""
+    names = (".hydra/config.yaml", ".hydra/overrides.yaml", FILE, DIFF_FILE)
+    return [path for path in (run_dir / name for name in names) if path.is_file()]
 
 
 def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -101,7 +108,7 @@ class MLflowLogger(MLFlowLogger):
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
         self.resumed = resumed
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         """Log the run config flattened (Lightning hands over the task's and data's hparams: `params` is used only
         when no run config was given)."""
         from mlflow.entities import Param  # extra [trackers]
@@ -133,14 +140,8 @@ class MLflowLogger(MLFlowLogger):
     def log_run_files(self, run_dir: Path, result: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         """The config, the provenance (and diff) and the best checkpoint's path as artifacts; the commit as a tag."""
         client, run_id = self.experiment, self.run_id
-        for path in (
-            run_dir / ".hydra" / "config.yaml",
-            run_dir / ".hydra" / "overrides.yaml",
-            run_dir / FILE,
-            run_dir / DIFF_FILE,
-        ):
-            if path.is_file():
-                client.log_artifact(run_id, str(path))
+        for path in run_files(run_dir):
+            client.log_artifact(run_id, str(path))
         best = result.get("best_checkpoint") or result.get("last_checkpoint")
         client.log_text(run_id, f"{best or ''}\n", "best_checkpoint.txt")
         commit = (record.get("git") or {}).get("commit")
@@ -182,7 +183,7 @@ class WandbLogger(LightningWandbLogger):
         )  # Lightning passes id= with resume="allow" to wandb.init
         self.run_config: Mapping[str, Any] | None = None  # set by the training job (:func:`give_run_config`)
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         """The run config flattened (`data.batch_size`, as in MLflow) when given; else Lightning's hparams."""
         if self.run_config is None:
             super().log_hyperparams(params)
@@ -195,14 +196,8 @@ class WandbLogger(LightningWandbLogger):
         """The config, overrides, provenance (and diff) as run files; the best checkpoint's path and the commit in
         the summary; then the run is finished."""
         run = self.experiment
-        for path in (
-            run_dir / ".hydra" / "config.yaml",
-            run_dir / ".hydra" / "overrides.yaml",
-            run_dir / FILE,
-            run_dir / DIFF_FILE,
-        ):
-            if path.is_file():
-                run.save(str(path), base_path=str(run_dir), policy="now")
+        for path in run_files(run_dir):
+            run.save(str(path), base_path=str(run_dir), policy="now")
         best = result.get("best_checkpoint") or result.get("last_checkpoint")
         run.summary["best_checkpoint"] = str(best or "")
         commit = (record.get("git") or {}).get("commit")
