@@ -24,7 +24,7 @@ from typing import Any
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurmLauncher
 from litforge.runtime.requeue import forget_requeue, requeued_job
 
-EXIT_CODE = 143  # as after SIGTERM (litforge.jobs.train.fit_or_stop): the job was stopped, and comes back
+EXIT_CODE = 143  # as after SIGTERM (litforge.callbacks.training.fit_or_stop): the job was stopped, and comes back
 
 
 class SlurmLauncher(HydraSlurmLauncher):

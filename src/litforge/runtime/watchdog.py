@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import TextIO
 
-EXIT_CODE = 143  # 128 + SIGTERM: what the normal SIGTERM path exits with too (litforge.jobs.train.fit_or_stop)
+EXIT_CODE = 143  # 128 + SIGTERM: what the normal SIGTERM path exits with too (litforge.callbacks.training.fit_or_stop)
 
 
 def run_log_file() -> str | None:
