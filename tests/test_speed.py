@@ -366,7 +366,7 @@ def test_gpt_forward_and_image_normalisation_never_read_the_device(monkeypatch):
     real_as_tensor = torch.as_tensor
     monkeypatch.setattr(torch, "as_tensor", lambda *a, **k: made.append(a) or real_as_tensor(*a, **k))
     dm = ImageDataModule.__new__(ImageDataModule)
-    dm._mean, dm._std = [0.5], [0.25]
+    dm._mean, dm._std, dm._stats_cache = [0.5], [0.25], None  # built without __init__: its declared cache too
     for _ in range(3):
         out = dm.normalize(torch.ones(2, 1, 4, 4))
     assert len(made) == 2 and torch.allclose(out, torch.full_like(out, 2.0)) and counter.calls == []

@@ -212,7 +212,8 @@ def check_continues(
     path: str, recorded_task: str, configured_task: str, saved_net: dict[str, Any] | None, current_net: dict[str, Any]
 ) -> None:
     """A run continued from checkpoint `path` must train the task and the net that wrote it, or the weights cannot
-    fit: the job's check (litforge.checkpointing.training.check_resumable) and the command line's (:func:`check_early`)."""
+    fit: the job's check (litforge.checkpointing.training.check_resumable) and the command line's
+    (:func:`check_early`)."""
     if recorded_task != configured_task:
         raise ConfigError(
             f"{path} was written by task {recorded_task.rpartition('.')[2]}, but this run configures "

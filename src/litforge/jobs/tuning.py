@@ -20,7 +20,7 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, Protocol, SupportsFloat
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import Logger, TensorBoardLogger
@@ -38,8 +38,8 @@ from litforge.runtime.ranks import is_rank_zero
 from litforge.tasks.base import LitforgeTask
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure  # matplotlib (~0.3 s): imported only by a run that draws lr_find
-    from pytorch_lightning.tuner.lr_finder import _LRFinder
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure  # matplotlib (~0.3 s): imported only by a run that draws lr_find
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,13 @@ def forget_finder_steps(task: pl.LightningModule) -> None:
         task.step_losses = StepLosses()
 
 
-def _plot(finder: _LRFinder, suggestion: float | None) -> Figure:
+class PlotsRates(Protocol):
+    """What `Tuner.lr_find` returns, as far as the plot uses it (Lightning names that class only privately)."""
+
+    def plot(self, suggest: bool = False, show: bool = False, ax: Axes | None = None) -> Figure | SubFigure | None: ...
+
+
+def _plot(finder: PlotsRates, suggestion: float | None) -> Figure:
     """Lightning's own loss-vs-lr plot (`_LRFinder.plot`, the suggestion as a red dot) on a matplotlib Figure made
     without pyplot, so no global figure state or GUI backend is involved."""
     from matplotlib.figure import Figure  # matplotlib (~0.3 s): imported only by a run that draws lr_find
