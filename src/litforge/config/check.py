@@ -153,8 +153,9 @@ def adapter(kind: object) -> TypeAdapter[Any] | None:
     """pydantic's validator for an annotation (None for one it cannot build: a forward reference, ...)."""
     if (entry := _ADAPTERS.get(id(kind))) is None or entry[0] is not kind:
         judge: TypeAdapter[Any] | None
+        form: Any = kind  # an annotation: a type form, which typing on Python 3.11 cannot name
         try:  # (a model's own config stands alone)
-            judge = TypeAdapter(kind, config=None if _is_model(kind) else ConfigDict(arbitrary_types_allowed=True))
+            judge = TypeAdapter(form, config=None if _is_model(kind) else ConfigDict(arbitrary_types_allowed=True))
         except Exception:
             judge = None
         entry = _ADAPTERS[id(kind)] = (kind, judge)
