@@ -63,7 +63,9 @@ def test_ctrl_c_says_how_to_continue_and_the_run_continues(tmp_path: Path):
     args = [*TINY, "trainer.max_epochs=3", "trainer.limit_train_batches=6", "callbacks.early_stopping=null"]
     fault = ["+callbacks.fault._target_=faults.SignalAt", "+callbacks.fault.step=9", "+callbacks.fault.signal=SIGINT"]
     result = run_cli("train.py", *args, *fault, log_dir=tmp_path, env=FAULTS_ENV)
-    assert result.returncode == 130, result.output[-3000:]  # 128 + SIGINT, as a shell reports it
+    # where the signal went, if the run was not stopped (seen once in CI: it trained to the end)
+    seen = [line for line in result.output.splitlines() if "FAULT" in line or "Interrupt" in line or "ignored" in line]
+    assert result.returncode == 130, (seen, result.output[-3000:])  # 128 + SIGINT, as a shell reports it
     assert "Traceback" not in result.output, result.output[-3000:]
     run_dir = single_run(tmp_path)
     assert (
