@@ -150,6 +150,11 @@ def _exit_as_python_would(main: Callable[[], None]) -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    # Ctrl-C as a user's terminal delivers it: a job started in the background of a non-interactive shell (a CI
+    # runner's `cmd &`) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _warm_up()
     child_request = _serve()
     if child_request is not None:
