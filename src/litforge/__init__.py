@@ -54,6 +54,10 @@ HOMES: dict[str, str] = {
     "DecidingTask": "litforge.core.contracts",
     # ... what predict and export need (checked when those jobs start)
     "PredictTask": "litforge.core.contracts",
+    "WritesPredictions": "litforge.core.contracts",
+    "DeclaresInputs": "litforge.core.contracts",
+    "ExampleInput": "litforge.core.contracts",
+    "ComparesOutputs": "litforge.core.contracts",
     "PREDICTION_KEYS": "litforge.core.contracts",
     "InputReader": "litforge.core.contracts",
     "ImageInputs": "litforge.core.contracts",

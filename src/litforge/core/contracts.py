@@ -13,6 +13,7 @@ reference of every contract.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from litforge.core.errors import ConfigError
@@ -419,6 +420,54 @@ class ImageExportData(ArraySplits, Protocol):
     class_names: Sequence[str]
 
     def state_dict(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class WritesPredictions(Protocol):
+    """A task that owns the rows predict writes for it, whatever its output's shape (a class, a set of labels,
+    values, text): predict.py holds no task-specific columns. LitforgeTask's defaults write a class (`predicted`,
+    `class_name`, `confidence`) or one column per value; a multi-label task writes `labels=billing;bug` and one
+    probability column per label."""
+
+    def prediction_rows(self, out: Mapping[str, Tensor]) -> list[dict[str, str | int | float]]:
+        """One row per sample of what `predict_step` returned for a batch: column name -> value."""
+        ...
+
+    def answer_columns(self, target: Tensor) -> dict[str, str | int | float]:
+        """The known answer of one test-split sample, written beside its prediction (`label`, `true_labels`, ...)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExampleInput:
+    """One input of the deployed model, as export traces and checks it."""
+
+    name: str  # the ONNX graph's input name
+    example: Tensor  # a small batch of real inputs, in the dtype the deployed graph takes (int64 token ids, ...)
+    dynamic_axes: Mapping[int, str]  # the axes that vary between calls: {0: "batch", 1: "length"}
+
+
+@runtime_checkable
+class DeclaresInputs(Protocol):
+    """A datamodule that declares what its deployed model takes and what a deployer must know: export traces the
+    net on `example_inputs()` (names, dtypes, dynamic axes: a text model takes int64 token ids of any length) and
+    writes `deployment_facts()` into the model's metadata (label names, the tokenizer)."""
+
+    def example_inputs(self) -> list[ExampleInput]: ...
+
+    def deployment_facts(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class ComparesOutputs(Protocol):
+    """A task that judges an exported model's outputs in its own terms: export's parity line and the report's
+    accuracy come from here (a classifier: argmax agreement; multi-label: per-label decisions at the task's
+    threshold, and the largest probability difference)."""
+
+    def compare_outputs(self, reference: Tensor, exported: Tensor) -> dict[str, float]:
+        """Figures of `exported` against `reference` (the task's own outputs on the same inputs): `agreement`, the
+        share in [0, 1] of samples whose decisions agree, and `max_abs_diff`, on the task's output scale."""
+        ...
 
 
 @runtime_checkable
