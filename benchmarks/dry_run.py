@@ -144,6 +144,7 @@ def row_plan(overrides: list[str]) -> tuple[dict[str, Any], float]:
     from hydra.core.global_hydra import GlobalHydra
 
     import litforge.runtime.ranks  # noqa: F401  (the resolvers the configs use)
+    from litforge.config.settings import Train, job_settings
     from litforge.jobs.build import build_task
     from litforge.parallel.dry_run import dry_run
 
@@ -153,7 +154,9 @@ def row_plan(overrides: list[str]) -> tuple[dict[str, Any], float]:
         cfg = compose(config_name="train", overrides=[*plain, "dry_run=true", "paths.output_dir=."])
     GlobalHydra.instance().clear()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = dry_run(cfg, build_task, judge=False)  # the table only: a row that does not fit is a row, no refusal
+        result = dry_run(
+            cfg, job_settings(cfg, Train), build_task, judge=False
+        )  # the table only: a row that does not fit is a row, no refusal
     fullest = max(result["dry_run"], key=lambda r: r["total"])
     return fullest, float(result["seconds"])
 

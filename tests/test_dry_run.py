@@ -216,12 +216,13 @@ def test_a_40000_rank_plan_finishes_after_the_parent_ran_threaded_ops():
 def test_a_run_that_does_not_fit_names_the_first_lever_that_fits(overrides: list[str], lever: str, compose_cfg, capsys):
     """The lever is verified by planning the run again with it (GPT-2 shapes at depth 2: ~0.73 GiB per FSDP rank,
     ~0.78 GiB at 16 rows; more nodes shrink only the ~0.1 GiB of sharded state)."""
+    from litforge.config.settings import Train, job_settings
     from litforge.core.errors import ConfigError
     from litforge.jobs.build import build_task
     from litforge.parallel.dry_run import dry_run
 
     with pytest.raises(ConfigError, match="dry_run=true: does not fit: rank 0 needs") as refused:
-        dry_run(compose_cfg(*TINY, *overrides), build_task)
+        dry_run(cfg := compose_cfg(*TINY, *overrides), job_settings(cfg, Train), build_task)
     assert f"; first lever that fits: {lever} (re-planned: " in str(refused.value)
     table = capsys.readouterr().out
     assert " fits " in table.splitlines()[2] and table.splitlines()[3].endswith(" no"), table  # the per-rank column
@@ -251,9 +252,10 @@ def test_the_ddp_verdict_exits_1_in_one_line_naming_fsdp(tmp_path: Path):
     ],
 )
 def test_sizes_past_any_cluster_and_unknown_gpus_are_refused_before_planning(overrides, words, compose_cfg):
+    from litforge.config.settings import Train, job_settings
     from litforge.core.errors import ConfigError
     from litforge.jobs.build import build_task
     from litforge.parallel.dry_run import dry_run
 
     with pytest.raises(ConfigError, match=words):
-        dry_run(compose_cfg(*TINY, "strategy=fsdp", *overrides), build_task)
+        dry_run(cfg := compose_cfg(*TINY, "strategy=fsdp", *overrides), job_settings(cfg, Train), build_task)

@@ -52,7 +52,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
     precision = apply_matmul_precision(settings.matmul_precision, accelerator)  # process-wide, before any work
     if settings.dry_run:  # plan the run on fake ranks: no device, no run folder, no Trainer
-        return dry_run(cfg, build_task)
+        return dry_run(cfg, settings, build_task)
 
     output_dir = Path(settings.paths.output_dir)
     check_folder(output_dir, settings.paths.min_free_mb, key="the run folder")

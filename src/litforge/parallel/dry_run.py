@@ -67,7 +67,7 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from litforge.config.settings import Train, job_settings
+from litforge.config.settings import Train
 from litforge.core.contracts import DataModule, SteppableTask, net_of
 from litforge.core.errors import ConfigError, LitforgeError
 from litforge.core.instantiate import call_partial, instantiate_group
@@ -635,15 +635,18 @@ def memory_budget(settings: Train) -> tuple[float, str]:
 
 
 def dry_run(
-    cfg: DictConfig, build_task: Callable[[DictConfig, Mapping[str, Any]], pl.LightningModule], judge: bool = True
+    cfg: DictConfig,
+    settings: Train,
+    build_task: Callable[[DictConfig, Mapping[str, Any]], pl.LightningModule],
+    judge: bool = True,
 ) -> dict[str, Any]:
     """The train job's `dry_run=true`: build, shard and step the configured run on fake ranks, print the table and
     the verdict against the memory budget. A run that does not fit is refused (exit 1) in one line that names the
     first lever that fits, re-planned with it (`judge=False`: the table only, as benchmarks/dry_run.py wants).
     `build_task(cfg, shape)`: the job's own task builder (litforge.jobs.build), handed down so the plan builds the
-    task exactly as training would without this layer importing the jobs above it."""
+    task exactly as training would without this layer importing the jobs above it; `settings`: the job's typed keys,
+    read once where the job starts."""
     start = time.perf_counter()
-    settings = job_settings(cfg, Train)
     budget, budget_name = memory_budget(settings)
     setup = read_setup(cfg)
     datamodule = instantiate_group("data", cfg.data)
