@@ -6,8 +6,9 @@
 idempotent: a cluster that already answers (`sinfo` shows the node up) is reused as it is, and two callers at once
 (pytest's workers) serialise on a lock file. It runs without systemd or cgroups: `SlurmUser=root`,
 `proctrack/linuxproc`, `task/none` (no cgroups), no accounting daemon (`accounting_storage/none`; job states come
-from `scontrol show job` and `jobcomp/filetxt`), `JobRequeue=1`, and `AuthInfo=cred_expire=30` so a requeued job
-starts again after 30 s rather than 120 s; the scheduler looks at pending jobs every 5 s
+from `scontrol show job` and `jobcomp/filetxt`), `JobRequeue=1`, and `AuthInfo=cred_expire=10` so a requeued job
+starts again after 10 s rather than 120 s (a job step's credential is checked within a second of its launch
+here); the scheduler looks at pending jobs every 5 s
 (`SchedulerParameters=sched_interval=5,bf_interval=5`; 60 and 30 s by default), so a requeued job starts within
 seconds of the end of that wait rather than up to a minute later. The partition lets up to four jobs share a core
 (`OverSubscribe=FORCE:4`), so the tests' small jobs run side by side on a 2-core machine.
@@ -58,7 +59,7 @@ SlurmctldHost={NODE}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=cred_expire=30
+AuthInfo=cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -67,7 +67,7 @@ SlurmdPort={PORT + 1}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=cred_expire=30
+AuthInfo=cred_expire=10
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

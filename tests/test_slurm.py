@@ -240,7 +240,7 @@ def test_a_requeued_job_continues_in_its_own_folder_a_live_folder_is_left_alone_
     tmp_path, slurm_cluster, capsys
 ):
     """`scontrol requeue` of a running sbatch job: SIGTERM saves last.ckpt, the attempt after it (same job id, after
-    the cluster's cred_expire=30 s) continues from it in slurm-<job id>, not from step 0. While the first attempt runs,
+    the cluster's cred_expire=10 s) continues from it in slurm-<job id>, not from step 0. While the first attempt runs,
     a second `resume=auto` skips its folder and `resume=<its folder>` is refused in one line. Meanwhile a job of
     `--time=1` with `time_limit=auto` runs beside it (`submit_time_limit_job`): one wait on the cluster for both."""
     from litforge.checkpointing.resume import resolve
