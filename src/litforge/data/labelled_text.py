@@ -42,7 +42,7 @@ from litforge.core.contracts import ExampleInput
 from litforge.core.errors import ConfigError
 from litforge.data.base import SplitDataModule, split_indices
 from litforge.data.stateful import stateful_train_loader
-from litforge.data.tables import decode, sniff_delimiter
+from litforge.data.tables import Encoding, decode, sniff_delimiter
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +52,16 @@ PAD, UNKNOWN = 0, 1
 Row = tuple[str, list[str] | None, str]  # (text, its labels or None where the file has none, "file:line")
 
 
-def read_rows(path: str, text: str, target: str | None, separator: str, key: str) -> tuple[list[Row], bool]:
+def read_rows(
+    path: str, text: str, target: str | None, separator: str, key: str, encoding: str = "auto"
+) -> tuple[list[Row], bool]:
     """The rows of a .jsonl, .csv/.tsv or .txt file, and whether their labels are sets (multi-label). `target`: the
     field of the answer (None: inputs only, for predict). Refused in one line naming the file, the line and the fix:
     not UTF-8, a missing field, an empty text, a row without labels."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(f"{key}={path}: no such file; pass a .jsonl, .csv, .tsv or .txt file")
-    content = decode(file.read_bytes(), path, "auto", key)
+    content = decode(file.read_bytes(), path, encoding, key)
     suffix = file.suffix.lower()
     records: list[tuple[int, dict[str, Any]]] = []
     if suffix == ".jsonl":
@@ -161,6 +163,7 @@ class LabelledTextDataModule(SplitDataModule):
         text: str = "text",
         target: str = "labels",
         label_separator: str = ";",
+        encoding: Encoding = "auto",
         max_words: Count = 20000,
         max_length: Count = 128,
         batch_size: Count = 32,
@@ -177,7 +180,7 @@ class LabelledTextDataModule(SplitDataModule):
         self.source: str | None = path or train  # None: the embedded messages
         self.key = "data.path" if path else "data.train" if train else "data"
         self.files = {"val": val, "test": test}
-        self.text, self.target, self.separator = text, target, label_separator
+        self.text, self.target, self.separator, self.encoding = text, target, label_separator, encoding
         self.max_words, self.max_length = max_words, max_length
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or max(batch_size, 256)
         self.fractions, self.split_seed, self.shuffle_seed = (val_fraction, test_fraction), split_seed, shuffle_seed
@@ -189,7 +192,7 @@ class LabelledTextDataModule(SplitDataModule):
 
     # ---- reading --------------------------------------------------------------------------------------------------
     def _read(self, path: str | None, key: str) -> list[Row]:
-        rows, multilabel = read_rows(str(path or EMBEDDED), self.text, self.target, self.separator, key)
+        rows, multilabel = read_rows(str(path or EMBEDDED), self.text, self.target, self.separator, key, self.encoding)
         self.multilabel |= multilabel
         return rows
 
@@ -285,7 +288,7 @@ class LabelledTextDataModule(SplitDataModule):
     # ---- predict and export ---------------------------------------------------------------------------------------
     def read_inputs(self, path: str) -> tuple[list[str], Tensor]:
         """(`file:line` per text, padded token ids) of a .txt (one text a line), .jsonl or .csv/.tsv file."""
-        rows, _ = read_rows(path, self.text, None, self.separator, "input")
+        rows, _ = read_rows(path, self.text, None, self.separator, "input", self.encoding)
         self.describe()
         assert self.tokenizer is not None
         ids, _ = encode([t for t, _, _ in rows], self.tokenizer, self.max_length)
