@@ -90,6 +90,7 @@ def test_a_label_only_the_test_file_has_is_refused_naming_its_line(tmp_path: Pat
         data.describe()
 
 
+@pytest.mark.slow
 def test_text_multilabel_recipe_trains_offline_and_records_per_label_scores_and_its_threshold(tmp_path: Path) -> None:
     """`experiment=text_multilabel` on the shipped messages through the real CLI, threshold=auto (its default)."""
     result = run_cli("train.py", "experiment=text_multilabel", *TINY, "trainer.max_epochs=1", log_dir=tmp_path)
@@ -111,6 +112,7 @@ def test_text_multilabel_recipe_trains_offline_and_records_per_label_scores_and_
     assert {f"test/f1_{n}" for n in names} <= set(events.Tags()["scalars"])
 
 
+@pytest.mark.slow
 def test_single_label_text_trains_with_task_classification_and_a_transformer(tmp_path: Path) -> None:
     path = tmp_path / "one.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": labels[0]}) + "\n" for t, labels in ROWS * 2))
@@ -124,6 +126,7 @@ def test_single_label_text_trains_with_task_classification_and_a_transformer(tmp
 RESUME = [*TINY, "experiment=text_multilabel", "data.batch_size=64", "trainer.limit_train_batches=5"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_epoch_on_text_resumes_exactly(tmp_path: Path) -> None:
     whole = run_cli("train.py", *RESUME, log_dir=tmp_path / "whole")
     assert whole.returncode == 0, whole.output[-3000:]

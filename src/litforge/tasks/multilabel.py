@@ -164,7 +164,7 @@ class MultiLabelTask(LitforgeTask):
     def prediction_rows(self, out: Mapping[str, Tensor]) -> list[dict[str, str | int | float]]:
         """`labels` (the predicted label names joined by `;`, empty if none) and `p_<label>` per label."""
         rows: list[dict[str, str | int | float]] = []
-        for predicted, probabilities in zip(out["predicted"].cpu(), out["probabilities"].cpu(), strict=True):
+        for predicted, probabilities in zip(out["predicted"].cpu(), out["probabilities"].detach().cpu(), strict=True):
             p = {f"p_{name}": round(float(v), 6) for name, v in zip(self.class_names, probabilities, strict=True)}
             rows.append({"labels": self._names(predicted), **p})
         return rows
