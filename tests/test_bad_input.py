@@ -137,12 +137,12 @@ def _table(name: str, text: str, *overrides: str, encoding: str = "utf-8") -> Ar
 _MESSAGES = "".join(f'{{"text": "message {i} about {a}", "labels": ["{a}"]}}\n' for i, a in enumerate("ab" * 10))
 
 
-def _messages(extra: str, *overrides: str, encoding: str = "utf-8") -> Args:
+def _messages(extra: str, task: str = "multilabel", encoding: str = "utf-8") -> Args:
     """Labelled texts as JSON lines (data=text) with one bad row `extra` at line 21."""
 
     def build(tmp: Path, _: Path) -> list[str]:
         (tmp / "m.jsonl").write_bytes((_MESSAGES + extra).encode(encoding))
-        return ["data=text", f"data.path={tmp / 'm.jsonl'}", "task=multilabel", "model=text_pool", *overrides]
+        return ["data=text", f"data.path={tmp / 'm.jsonl'}", f"task={task}", "model=text_pool"]
 
     return build
 
@@ -272,6 +272,12 @@ CASES = [
         _messages('{"text": "no answer here", "labels": []}'),
         ["m.jsonl: line 21 has no labels (`labels`: [])", "give every row at least one", "or drop the row"],
         "text-row-without-labels",
+    ),
+    (
+        "train.py",
+        _messages("", task="classification"),
+        ["the data's rows hold sets of labels (multi-label): pass task=multilabel"],
+        "text-sets-of-labels-with-classification",
     ),
     ("train.py", _text_file(b""), ["litforge: error", "corpus.txt is empty"], "empty-text-file"),
     (
