@@ -134,6 +134,24 @@ def _table(name: str, text: str, *overrides: str, encoding: str = "utf-8") -> Ar
     return build
 
 
+_MESSAGES = "".join(f'{{"text": "message {i} about {a}", "labels": ["{a}"]}}\n' for i, a in enumerate("ab" * 10))
+
+
+def _messages(extra: str, task: str = "multilabel", encoding: str = "utf-8") -> Args:
+    """Labelled texts as JSON lines (data=text) with one bad row `extra` at line 21."""
+
+    def build(tmp: Path, _: Path) -> list[str]:
+        (tmp / "m.jsonl").write_bytes((_MESSAGES + extra).encode(encoding))
+        return ["data=text", f"data.path={tmp / 'm.jsonl'}", f"task={task}", "model=text_pool"]
+
+    return build
+
+
+def _test_only_label(tmp: Path, ckpt: Path) -> list[str]:
+    (tmp / "test.jsonl").write_text('{"text": "my parcel is late", "labels": ["shipping"]}\n')
+    return [*_messages("")(tmp, ckpt), f"data.test={tmp / 'test.jsonl'}"]
+
+
 def _fixed(*overrides: str) -> Args:
     return lambda tmp, ckpt: [o.format(tmp=tmp, ckpt=ckpt) for o in overrides]
 
@@ -228,6 +246,38 @@ CASES = [
         _fixed("trainer.accelerator=tpu"),
         ["litforge: error", "torch_xla", "trainer=cpu"],
         "tpu-without-a-tpu",
+    ),
+    # ---- labelled texts (data=text): each row's problem named with its line and the fix ----
+    ("train.py", _messages('{"text": " ", "labels": ["a"]}'), ["m.jsonl: line 21 has an empty `text`"], "text-empty"),
+    (
+        "train.py",
+        _messages('{"body": "hello", "labels": ["a"]}'),
+        ["m.jsonl: line 21 has no field `text` (its fields: body, labels)", "data.text="],
+        "text-missing-field",
+    ),
+    (
+        "train.py",
+        _test_only_label,
+        ["test.jsonl:1: label 'shipping' is not in the training rows (a, b)", "add training rows with it"],
+        "text-label-only-in-test",
+    ),
+    (
+        "train.py",
+        _messages('{"text": "café crème", "labels": ["a"]}', encoding="latin-1"),
+        ["m.jsonl: line 21 is not UTF-8", "data.encoding=latin-1"],
+        "text-not-utf8",
+    ),
+    (
+        "train.py",
+        _messages('{"text": "no answer here", "labels": []}'),
+        ["m.jsonl: line 21 has no labels (`labels`: [])", "give every row at least one", "or drop the row"],
+        "text-row-without-labels",
+    ),
+    (
+        "train.py",
+        _messages("", task="classification"),
+        ["the data's rows hold sets of labels (multi-label): pass task=multilabel"],
+        "text-sets-of-labels-with-classification",
     ),
     ("train.py", _text_file(b""), ["litforge: error", "corpus.txt is empty"], "empty-text-file"),
     (

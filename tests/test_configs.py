@@ -65,6 +65,7 @@ RL = [
     "data.test_episodes=1",
     "task.warmup_steps=64",
 ]
+TEXT = ["task=multilabel", "data=text", "model=text_pool"]  # labelled texts: the shipped support messages
 TABLE = ["task=regression", "data=csv", "data.dataset=diabetes", "data.target_kind=value"]  # regression's partners
 # the sized GPT presets (model=gpt_7b, ...) are model=gpt at real sizes: trained here at a tiny one (their real
 # sizes are planned, never allocated: tests/test_dry_run.py, tests/test_contracts.py)
@@ -88,6 +89,11 @@ PARTNERS = {
     ("model", "gpt"): LM,
     ("data", "text_file"): LM,
     ("callbacks", "text_samples"): [*LM, "callbacks.text_samples.max_new_tokens=8"],
+    ("task", "multilabel"): TEXT,
+    ("data", "text"): TEXT,
+    ("model", "text_pool"): TEXT,
+    ("model", "text_transformer"): [*TEXT[:2], "model=text_transformer", "model.dim=16", "model.depth=1"],
+    ("loss", "bce"): TEXT,
     ("task", "dqn"): RL,
     ("data", "cartpole"): RL,
     ("model", "qnet"): RL,

@@ -73,6 +73,7 @@ PARTNERS = {
         "task.warmup_steps=16",
     ],
     "features": ["data=csv", "data.dataset=diabetes", "data.target_kind=value", "model=mlp", "model.hidden_dims=[16]"],
+    "tokens": ["data=text", "model=text_pool", "model.dim=8", "model.hidden=8"],
 }
 # the shape keywords each kind's tasks hand to `build_net`, and an input batch of that shape
 NET_SHAPES: dict[str, tuple[dict[str, Any], Any]] = {
@@ -80,12 +81,14 @@ NET_SHAPES: dict[str, tuple[dict[str, Any], Any]] = {
     "text": ({"vocab_size": 11, "block_size": 16}, lambda: torch.randint(0, 11, (2, 16))),
     "rl": ({"observation_size": 4, "num_actions": 2}, lambda: torch.zeros(2, 4)),
     "features": ({"num_features": 5, "num_classes": 3}, lambda: torch.zeros(2, 5)),
+    "tokens": ({"vocab_size": 11, "max_length": 16, "num_classes": 3}, lambda: torch.randint(1, 11, (2, 9))),
 }
-NET_OUTPUTS = {"image": (2, 3), "text": (2, 16, 11), "rl": (2, 2), "features": (2, 3)}
+NET_OUTPUTS = {"image": (2, 3), "text": (2, 16, 11), "rl": (2, 2), "features": (2, 3), "tokens": (2, 3)}
 # a cheap task and net for the kit's checks of a data option of each kind
 KIND_TASKS = {
     "image": ["task=classification", "model=mlp", "model.hidden_dims=[16]"],
     "features": ["task=classification", "model=mlp", "model.hidden_dims=[16]"],
+    "tokens": ["task=multilabel", "model=text_pool", "model.dim=8", "model.hidden=8"],
     "text": ["task=language_model", "model=gpt", "model.dim=16", "model.depth=1", "model.heads=2"],
     "rl": [
         "task=dqn",

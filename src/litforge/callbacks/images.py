@@ -1,4 +1,5 @@
-"""Test-time pictures for classifiers: a confusion matrix and a grid of test samples with predicted vs true labels.
+"""Test-time pictures for classifiers: a confusion matrix and a grid of test samples with predicted vs true labels;
+for multi-label tasks, each label's precision/recall curve.
 
 Computed from one extra forward pass per test batch (test time only, never during training), with torchmetrics'
 confusion matrix (synchronised across processes) and matplotlib figures sent to TensorBoard's Images tab.
@@ -16,11 +17,12 @@ import torch
 from matplotlib.figure import Figure
 from pydantic import Field
 from pytorch_lightning.utilities.types import STEP_OUTPUT
-from torchmetrics.classification import MulticlassConfusionMatrix
+from torchmetrics.classification import MulticlassConfusionMatrix, MultilabelPrecisionRecallCurve
 
 from litforge.callbacks.tensorboard import tensorboard_loggers
 from litforge.core.bounds import Count
 from litforge.core.contracts import DataModule, PredictTask
+from litforge.tasks.multilabel import MultiLabelTask
 
 # confusion-matrix cells: null = counts | true | pred | all (`normalize=true` arrives as a YAML bool)
 Normalize = Annotated[Literal[True, "true", "pred", "all"] | None, Field(description="true, pred, all or null")]
@@ -124,3 +126,49 @@ def prediction_grid(
     fig.suptitle("predicted / true", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+class LabelCurves(pl.Callback):
+    """`test/precision_recall`: each label's precision/recall curve over the test split, its operating point (the
+    task's threshold) marked; multi-label tasks only (torchmetrics' curve, synchronised across processes)."""
+
+    def __init__(self) -> None:
+        self._curve: MultilabelPrecisionRecallCurve | None = None
+
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._curve = None
+        if isinstance(pl_module, MultiLabelTask) and any(True for _ in tensorboard_loggers(trainer)):
+            self._curve = MultilabelPrecisionRecallCurve(pl_module.num_classes, thresholds=101).to(pl_module.device)
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: STEP_OUTPUT,
+        batch: Sequence[torch.Tensor],
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._curve is not None and isinstance(pl_module, MultiLabelTask):
+            with torch.no_grad():
+                self._curve.update(torch.sigmoid(pl_module(batch[0])), pl_module.multi_hot(batch[1]).int())
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._curve is None or not isinstance(pl_module, MultiLabelTask):
+            return
+        precision, recall, grid = self._curve.compute()  # all ranks take part in the sync
+        self._curve = None
+        assert isinstance(precision, torch.Tensor) and isinstance(recall, torch.Tensor)  # binned: one tensor each
+        assert isinstance(grid, torch.Tensor)
+        if not trainer.is_global_zero:
+            return
+        fig = Figure(figsize=(5, 4.5))
+        ax = fig.add_subplot()
+        for i, (name, limit) in enumerate(zip(pl_module.class_names, pl_module.thresholds().tolist(), strict=True)):
+            line = ax.plot(recall[i].cpu(), precision[i].cpu(), label=name)[0]
+            at = int(torch.searchsorted(grid.cpu(), torch.tensor(limit)).clamp(max=len(grid) - 1))
+            ax.plot(float(recall[i, at]), float(precision[i, at]), "o", color=line.get_color())
+        ax.set(xlabel="recall", ylabel="precision", xlim=(0, 1.02), ylim=(0, 1.02), title="test: o = threshold")
+        ax.legend(fontsize=8, loc="lower left")
+        for logger in tensorboard_loggers(trainer):
+            logger.experiment.add_figure("test/precision_recall", fig, global_step=trainer.global_step)

@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
-from litforge.callbacks.images import ClassificationImages, Normalize
+from litforge.callbacks.images import ClassificationImages, LabelCurves, Normalize
 from litforge.callbacks.tensorboard import HParamsSummary, ModelGraph
 from litforge.callbacks.throughput import Throughput, set_summary_example
 from litforge.core.bounds import Count
@@ -38,6 +38,7 @@ class TensorBoardExtras(pl.Callback):
         self.hparams = HParamsSummary(after_test=after_test) if hparams else None
         self.model_graph = ModelGraph() if model_graph else None
         self.test_images = ClassificationImages(max_samples=max_samples, normalize=normalize) if test_images else None
+        self.label_curves = LabelCurves() if test_images else None  # multi-label tasks: precision/recall per label
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.throughput is not None and stage == "fit":
@@ -72,6 +73,8 @@ class TensorBoardExtras(pl.Callback):
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.test_images is not None:
             self.test_images.on_test_epoch_start(trainer, pl_module)
+        if self.label_curves is not None:
+            self.label_curves.on_test_epoch_start(trainer, pl_module)
 
     def on_test_batch_end(
         self,
@@ -84,10 +87,14 @@ class TensorBoardExtras(pl.Callback):
     ) -> None:
         if self.test_images is not None:
             self.test_images.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+        if self.label_curves is not None:
+            self.label_curves.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.test_images is not None:
             self.test_images.on_test_epoch_end(trainer, pl_module)
+        if self.label_curves is not None:
+            self.label_curves.on_test_epoch_end(trainer, pl_module)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.hparams is not None:

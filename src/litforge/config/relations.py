@@ -33,10 +33,12 @@ PREDICTS = {
     f"litforge.tasks.{m}": "class" for m in ("classification.ClassificationTask", "language_model.LanguageModelTask")
 }
 PREDICTS |= {f"litforge.tasks.{m}": "value" for m in ("regression.RegressionTask", "dqn.DQNTask")}
+PREDICTS["litforge.tasks.multilabel.MultiLabelTask"] = "labels"  # a yes/no per label
 LOSS_COMPARES = {f"torch.nn.{m}": "class" for m in ("CrossEntropyLoss", "NLLLoss")} | {
     "litforge.tasks.losses.FocalLoss": "class"
 }
 LOSS_COMPARES |= {f"torch.nn.{m}": "value" for m in ("MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss")}
+LOSS_COMPARES["torch.nn.BCEWithLogitsLoss"] = "labels"
 
 # (keys, holds(*values), message: a format of the values as typed, or a function of them that writes the line)
 Relation = tuple[tuple[str, ...], Callable[..., bool], str | Callable[..., str | None]]
@@ -134,7 +136,8 @@ RELATIONS: tuple[Relation, ...] = (
         lambda task, loss: PREDICTS.get(task, "?") in (LOSS_COMPARES.get(loss, "?"), "?") or loss not in LOSS_COMPARES,
         "loss._target_={1} does not fit task._target_={0} (a loss for class scores on a task that predicts "
         "values, or the reverse): pick a loss of the task (task=regression: loss=mse, huber or l1; "
-        "task=classification: loss=cross_entropy, focal or label_smoothing), or drop the loss= override",
+        "task=classification: loss=cross_entropy, focal or label_smoothing; task=multilabel: loss=bce), or drop the "
+        "loss= override",
     ),
     # data=csv's target read as classes or numbers against what the task predicts (`auto`: litforge.data.tables)
     (

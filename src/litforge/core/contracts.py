@@ -29,6 +29,7 @@ SHAPE_FACTS: dict[str, tuple[str, ...]] = {
     "text": ("vocab_size", "block_size", "vocab", "unigram_loss", "packed"),
     "rl": ("observation_size", "num_actions"),
     "features": ("input_shape", "feature_names"),  # plus num_classes/class_names or num_targets/target_names/...
+    "tokens": ("vocab_size", "max_length", "num_classes", "class_names", "multilabel"),  # labelled texts (data=text)
 }
 StepMethod = TypeVar("StepMethod", bound=Callable[..., object])  # a task's training_step, marked as it is
 

@@ -22,6 +22,7 @@ global RNG shifts every later dropout mask. Evaluation loaders with workers need
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,6 +43,7 @@ def stateful_train_loader(
     trainer: pl.Trainer | None = None,
     pin_memory: bool = False,
     drop_last: bool = False,
+    collate_fn: Callable[..., object] | None = None,
 ) -> StatefulDataLoader:
     """A shuffling, resumable training loader whose order depends only on `seed` (not on the global RNG); sharded
     over the data-parallel ranks of `trainer` (the datamodule's, None outside a run) when it has several."""
@@ -56,4 +58,5 @@ def stateful_train_loader(
         generator=torch.Generator().manual_seed(seed),  # the workers' base seed, not from the global RNG
         pin_memory=pin_memory,
         drop_last=drop_last,
+        collate_fn=collate_fn,  # None: torch's default; kept across a resume, as the loader is rebuilt alike
     )

@@ -77,10 +77,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             hold_run_folder(output_dir)
         datamodule = instantiate_group("data", cfg.data)
         check_trainable(task_cls, datamodule)  # before the net is built from shapes a wrong pair cannot fit
+        shape = datamodule.describe()  # data read where it must be (data=text): its refusals before the rest is built
         trainer_kwargs = instantiate_group("trainer", cfg.trainer)  # plain kwargs; a nested _target_ (profiler) built
         loggers = instantiate_named("logger", logger_cfg)
         configured = instantiate_named("callbacks", OmegaConf.select(cfg, "callbacks"))
-        task = build_training_task(cfg, datamodule.describe(), settings)
+        task = build_training_task(cfg, shape, settings)
         give_run_config(loggers, to_plain(cfg))  # MLflow's params: the whole config, not only the task's hparams
         tune_before_fit(settings.tune, task, datamodule, trainer_kwargs, loggers, output_dir, resuming=bool(ckpt_path))
         callbacks = training_callbacks(

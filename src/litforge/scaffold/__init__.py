@@ -81,4 +81,6 @@ def new_command(args: list[str]) -> int:
         print(f"litforge: error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(written)} files into {folder}/; then:\n  cd {folder}\n  pip install -e . && litforge train")
+    print("texts with a label or a set of labels each need no code: litforge train data=text data.path=<file.jsonl> "
+          "task=multilabel model=text_pool (litforge's docs/text.md; tables: data=csv)")  # fmt: skip
     return 0

@@ -1,5 +1,5 @@
-"""Classification: any image net × any image datamodule, or `model=mlp` × rows of features (`data=csv`), with
-torchmetrics accuracy."""
+"""Classification: any image net × any image datamodule, `model=mlp` × rows of features (`data=csv`), or a text
+net × labelled texts (`data=text`, one label a row), with torchmetrics accuracy."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ClassificationTask(LitforgeTask):
     (filled in by the training job), so a net config never repeats numbers that the data already knows.
     """
 
-    data_kind = ("image", "features")
+    data_kind = ("image", "features", "tokens")
     # task.threshold: the least top-class probability that gets a class; below it predict writes no class (ABSTAIN,
     # an empty class_name) and eval counts the sample wrong. A decision: eval/predict/export may change it
     decisions = ("threshold",)
@@ -42,9 +42,13 @@ class ClassificationTask(LitforgeTask):
         self,
         net: dict[str, Any],
         optimizer: dict[str, Any],
-        input_shape: list[int],
+        input_shape: list[int] | None = None,  # images and features; token data gives vocab_size and max_length
+        *,
         num_classes: int,
         class_names: list[str] | None = None,
+        vocab_size: int | None = None,
+        max_length: int | None = None,
+        multilabel: bool = False,
         feature_names: list[str] | None = None,
         scheduler: dict[str, Any] | None = None,
         loss: dict[str, Any] | None = None,
@@ -60,6 +64,8 @@ class ClassificationTask(LitforgeTask):
                 f"the data has {num_classes} class{'es' if num_classes != 1 else ''} ({class_names}): a classifier "
                 "needs two or more; check the data (data.target for data=csv), or pass task=regression for numbers"
             )
+        if multilabel:  # data=text whose rows list several labels each
+            raise ConfigError("the data's rows hold sets of labels (multi-label): pass task=multilabel")
         super().__init__(optimizer=optimizer, scheduler=scheduler, run_config=run_config, lr_scaling=lr_scaling)
         self.save_hyperparameters(ignore=["run_config"])
         # task.init_from: weights of another run to start from; applied in setup("fit"), so eval/predict (which
@@ -68,7 +74,8 @@ class ClassificationTask(LitforgeTask):
         self.init_from: str | None = init_from or net.get("init_from")
         self.threshold = threshold
         self.feature_names = feature_names  # features data: the encoded columns, in order (for predict and export)
-        self.net = build_net(net, **input_keywords(input_shape), num_classes=num_classes)
+        shape = input_keywords(input_shape) if input_shape else {"vocab_size": vocab_size, "max_length": max_length}
+        self.net = build_net(net, **shape, num_classes=num_classes)
         self.loss_fn: nn.Module = build_loss(loss, nn.CrossEntropyLoss)
         # task.mix: MixUp / CutMix of each training batch (litforge.tasks.mixing); the loss then gets soft targets
         self.mixer = build_mixer(mix, mix_alpha, num_classes, self.loss_fn)

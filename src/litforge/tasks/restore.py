@@ -96,7 +96,7 @@ def load_for_inference(cfg: DictConfig, checkpoint: dict[str, Any] | None = None
 
 
 def check_same_shape(task: pl.LightningModule, datamodule: DataModule, path: str) -> None:
-    expected = {k: task.hparams.get(k) for k in ("input_shape", "num_classes") if k in task.hparams}
+    expected = {k: task.hparams[k] for k in ("input_shape", "num_classes") if task.hparams.get(k) is not None}
     actual = {k: v for k, v in datamodule.describe().items() if k in expected}
     if expected != actual:
         raise ConfigError(
