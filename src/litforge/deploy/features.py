@@ -15,6 +15,7 @@ names, or the targets' names).
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from litforge.config.settings import Export, job_settings
-from litforge.core.contracts import ExportTask, StandardizedRows
+from litforge.core.contracts import DataModule, ExportTask, ImageExportData, StandardizedRows, lacks, missing_members
 from litforge.data.tabular import standardize
 from litforge.deploy.metadata import decision_props, provenance_props, write_metadata
 from litforge.deploy.net import batched
-from litforge.deploy.onnx import check_parity, export_onnx
+from litforge.deploy.onnx import check_parity, comparison, export_onnx
 
 NAMES = ("features", "outputs")  # the graph's input and output names
 
@@ -115,6 +116,18 @@ def export_features(
             ref = batched(lambda b: net(datamodule.normalize(b)), x_test)
         props = features_metadata(task, datamodule, mean, std, ckpt, checkpoint)
     else:  # a datamodule of the user's own: the inputs its test loader hands the task
+        if (
+            isinstance(datamodule, DataModule) and datamodule.kind == "image"
+        ):  # the shape an earlier guide taught: no statistics for the graph
+            missing = lacks(missing_members(datamodule, ImageExportData))
+            warnings.warn(
+                f"image data `{type(datamodule).__name__}` lacks {missing}: "
+                "export takes its test loader's inputs as they are, with no normalisation in the graph; declare the "
+                "inputs with `example_inputs()` and `deployment_facts()` (litforge.DeclaresInputs) before this "
+                "default goes",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         x_test = test_inputs(datamodule)
         deployed = net
         with torch.inference_mode():
@@ -130,6 +143,7 @@ def export_features(
         min_agreement=settings.parity.min_agreement,
         input_name=NAMES[0],
         what="rows",
+        compare=comparison(task),
     )
     result = {
         "metrics": {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]},
