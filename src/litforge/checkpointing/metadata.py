@@ -55,7 +55,7 @@ from litforge.checkpointing.load import (
     unreadable,
 )
 from litforge.config.source import find_method
-from litforge.core.contracts import lacks_rows, no_predicted, writes_text
+from litforge.core.contracts import lacks_rows, no_predict_step, no_predicted, writes_text
 from litforge.core.errors import CheckpointError
 
 # jobs that rebuild a checkpoint's task (and, but for generate, its data) from the checkpoint alone
@@ -207,6 +207,8 @@ def check_predict_source(task_class: str, where: str) -> None:
     method = find_method(task_class, "predict_step")
     if method is False and find_method(task_class, "generate_text"):
         raise writes_text(name, where)
+    if method is False and task_class.startswith("litforge."):
+        raise no_predict_step(name, where)
     if missing := [m for m in ("prediction_rows", "answer_columns") if find_method(task_class, m) is False]:
         raise lacks_rows(name, missing, where)
     if find_method(task_class, "prediction_rows") is not find_method(LITFORGE_TASK, "prediction_rows"):

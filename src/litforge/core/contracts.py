@@ -519,12 +519,23 @@ ROWS_SIGNATURE = (
 def check_predict_task(task: object, where: str) -> None:
     """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
     (the checkpoint's recorded class) can refuse a task before anything is built. A task without a `predict_step`
-    of its own is predicted through its forward (the job warns); one that generates text without one is refused."""
-    name = task.__name__ if isinstance(task, type) else type(task).__name__
+    of its own is predicted through its forward (the job warns), but for one that generates text and litforge's own
+    (which have no such old shape)."""
+    cls = task if isinstance(task, type) else type(task)
     if not defines_own(task, "predict_step") and defines_own(task, "generate_text"):
-        raise writes_text(name, where)
+        raise writes_text(cls.__name__, where)
+    if not defines_own(task, "predict_step") and cls.__module__.startswith("litforge."):  # none of the old shape
+        raise no_predict_step(cls.__name__, where)
     if missing := [m for m in ("prediction_rows", "answer_columns") if not defines_own(task, m)]:
-        raise lacks_rows(name, missing, where)
+        raise lacks_rows(cls.__name__, missing, where)
+
+
+def no_predict_step(name: str, where: str) -> ConfigError:
+    """The refusal of litforge's own task `name` without a `predict_step` (DQN: it acts in its environment)."""
+    return ConfigError(
+        f"{where}: task `{name}` lacks `predict_step`: it has no outputs predict could write; evaluate it with "
+        "`litforge eval ckpt_path=<this checkpoint>`"
+    )
 
 
 def writes_text(name: str, where: str) -> ConfigError:
