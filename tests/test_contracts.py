@@ -448,7 +448,7 @@ class PlainTask(LitforgeTask):
 
 
 @pytest.mark.slow
-def test_predict_on_a_user_task_of_the_earlier_guide_without_predict_step_writes_its_outputs(compose_cfg, tmp_path: Path) -> None:
+def test_predict_on_a_user_task_of_the_earlier_guide_without_predict_step_writes_rows(compose_cfg, tmp_path) -> None:
     """The real CLI, a user's task in a package of its own (trusted) written as an earlier guide taught, with no
     predict_step: predict writes its forward output, one column per class score (it was refused, then a KeyError)."""
     import sys

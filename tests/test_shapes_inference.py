@@ -38,7 +38,7 @@ def token_rows(count: int, seed: int) -> tuple[Tensor, Tensor]:
 
 
 class TokenData(pl.LightningDataModule):
-    """Token ids in memory; reads `input=` files of space-separated ids; declares export's inputs."""
+    """Token ids in memory; reads `input=` files of space-separated ids (no declared inputs: an earlier shape)."""
 
     kind = "tokens"
 
@@ -69,6 +69,10 @@ class TokenData(pl.LightningDataModule):
         for i, row in enumerate(rows):
             ids[i, : len(row)] = torch.tensor(row)
         return lines, ids
+
+
+class DeclaredTokens(TokenData):
+    """The same data, declaring export's inputs: int64 token ids with a dynamic batch and length."""
 
     def example_inputs(self) -> list[ExampleInput]:
         return [ExampleInput("token_ids", self.splits["test"][0][:4], {0: "batch", 1: "length"})]
@@ -165,7 +169,7 @@ def token_ckpt(tmp_path_factory) -> Path:
 
     cfg = compose(["trainer.max_epochs=1"])
     with open_dict(cfg):
-        cfg.data, cfg.task = {"_target_": f"{__name__}.TokenData"}, {"_target_": f"{__name__}.TokenTask"}
+        cfg.data, cfg.task = {"_target_": f"{__name__}.DeclaredTokens"}, {"_target_": f"{__name__}.TokenTask"}
     return trained_checkpoint(cfg, tmp_path_factory.mktemp("tokens"), "train")[0]
 
 
@@ -272,3 +276,10 @@ def test_a_token_model_exports_with_a_dynamic_length(token_ckpt: Path, tmp_path:
             diff = float((exported - net(ids)).abs().max())
         print(f"length {length}: max |onnxruntime - torch| = {diff:.2e}")
         assert diff < 1e-5, (length, diff)
+
+
+def test_data_of_the_earlier_guide_without_declared_inputs_still_exports(token_ckpt: Path, tmp_path: Path) -> None:
+    """A datamodule with neither `example_inputs` nor `split_arrays`: its test loader's inputs, in their own dtype
+    (int64 here; they were cast to float32), one fixed length, parity on the whole test split."""
+    result = run("export", token_ckpt, tmp_path, quantize=[], data={"_target_": f"{__name__}.TokenData"})
+    assert result["metrics"]["onnx/agreement@48x14"] == 1.0 and result["metrics"]["onnx/max_abs_diff@48x14"] < 1e-5

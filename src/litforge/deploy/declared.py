@@ -1,4 +1,5 @@
-"""Exporting a model from the inputs its datamodule declares (litforge.core.contracts.DeclaresInputs).
+"""Exporting a model from the inputs its datamodule declares (litforge.core.contracts.DeclaresInputs), or, for a
+user's datamodule that declares none, from its test split's inputs as its `on_after_batch_transfer` gives them.
 
 The datamodule names the deployed graph's inputs, their dtypes and their dynamic axes (`example_inputs()`: a text
 model takes int64 token ids with a dynamic batch and length) and what a deployer must know (`deployment_facts()`:
@@ -16,17 +17,27 @@ or what it left in float.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
+from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from litforge.callbacks.qat import convert_int8, save_int8_model
 from litforge.config.settings import Export, job_settings
-from litforge.core.contracts import DeclaresInputs, ExampleInput, ExportTask
+from litforge.core.contracts import (
+    DataModule,
+    DeclaresInputs,
+    ExampleInput,
+    ExportTask,
+    ImageExportData,
+    lacks,
+    missing_members,
+)
 from litforge.deploy.metadata import decision_props, provenance_props, write_metadata
 from litforge.deploy.onnx import Compare, comparison, export_onnx, judge_parity, ort_session
 from litforge.deploy.quantize import preprocess_for_quantization, quantize_onnx_dynamic
@@ -37,13 +48,10 @@ OUTPUT = "outputs"  # the graph's output name
 def second_length(inputs: list[ExampleInput]) -> list[ExampleInput]:
     """The examples with every dynamic axis but the batch (axis 0) cut to half its size (at least 1)."""
     sizes = {n: max(1, i.example.shape[a] // 2) for i in inputs for a, n in i.dynamic_axes.items() if a}
-    cut = [[slice(None)] * i.example.ndim for i in inputs]
-    for c, i in zip(cut, inputs, strict=True):
-        for axis, name in i.dynamic_axes.items():
-            c[axis] = slice(None) if axis == 0 else slice(0, sizes[name])
-    return [
-        ExampleInput(i.name, i.example[tuple(c)].contiguous(), i.dynamic_axes) for c, i in zip(cut, inputs, strict=True)
-    ]
+    cut = lambda i: tuple(  # noqa: E731
+        slice(0, sizes[i.dynamic_axes[a]]) if a and a in i.dynamic_axes else slice(None) for a in range(i.example.ndim)
+    )
+    return [ExampleInput(i.name, i.example[cut(i)].contiguous(), i.dynamic_axes) for i in inputs]
 
 
 def shape_of(i: ExampleInput) -> str:
@@ -79,18 +87,39 @@ def declared_metadata(
     }
 
 
+def declared_inputs(datamodule: LightningDataModule) -> tuple[list[ExampleInput], dict[str, str]]:
+    """(the deployed graph's inputs, the deployer's facts): as the datamodule declares them, or else its whole test
+    split as its test loader and `on_after_batch_transfer` hand it to the task, as one `features` input."""
+    if isinstance(datamodule, DeclaresInputs):
+        return datamodule.example_inputs(), datamodule.deployment_facts()
+    if isinstance(datamodule, DataModule) and datamodule.kind == "image":  # an earlier guide's: no normalize
+        warnings.warn(
+            f"image data `{type(datamodule).__name__}` lacks {lacks(missing_members(datamodule, ImageExportData))}: "
+            "export takes its test loader's inputs as they are, with no normalisation in the graph; declare the "
+            "inputs (`example_inputs()`, `deployment_facts()`: litforge.DeclaresInputs) before this default goes",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    datamodule.setup("test")
+    batches = [datamodule.on_after_batch_transfer(b, 0) for b in datamodule.test_dataloader()]
+    x = torch.cat([b[0] if isinstance(b, (tuple, list)) else b for b in batches])  # in the loader's dtype
+    note = "none in the graph: inputs as the datamodule's on_after_batch_transfer gives them"
+    return [ExampleInput("features", x, {0: "batch"})], {"normalization": note}
+
+
 def export_declared(
-    cfg: DictConfig, task: ExportTask, datamodule: DeclaresInputs, net: nn.Module, checkpoint: dict[str, Any]
+    cfg: DictConfig, task: ExportTask, datamodule: LightningDataModule, net: nn.Module, checkpoint: dict[str, Any]
 ) -> dict[str, Any]:
-    """ONNX of the net on the datamodule's declared inputs, parity-checked at two lengths; int8 where it applies."""
+    """ONNX of the net on the declared inputs, parity-checked at two lengths where a length varies; int8 variants."""
     settings = job_settings(cfg, Export)  # the export job's own keys, typed
     ckpt, out_dir = Path(str(settings.ckpt_path)), Path(settings.paths.output_dir)
-    inputs, compare = datamodule.example_inputs(), comparison(task)
+    (inputs, facts), compare = declared_inputs(datamodule), comparison(task)
     path = export_onnx(net, inputs, out_dir / "model.onnx", opset=settings.opset, names=(inputs[0].name, OUTPUT))
-    props = declared_metadata(task, inputs, datamodule.deployment_facts(), ckpt, checkpoint)
+    props = declared_metadata(task, inputs, facts, ckpt, checkpoint)
     write_metadata(path, props, variant="fp32")
     metrics: dict[str, float] = {}
-    for feed in (inputs, second_length(inputs)):
+    lengths = any(axis for i in inputs for axis in i.dynamic_axes)  # a dynamic axis besides the batch
+    for feed in (inputs, second_length(inputs)) if lengths else (inputs,):
         on = f"{', '.join(f'{i.name} {shape_of(i)}' for i in feed)}"
         figures = judge_parity(
             *run_parity(path, net, feed, compare), settings.parity.atol, settings.parity.min_agreement, on

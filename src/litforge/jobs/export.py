@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig
 
 from litforge.config.settings import Export, job_settings
-from litforge.core.contracts import DeclaresInputs, ImageExportData
+from litforge.core.contracts import DeclaresInputs, ImageExportData, StandardizedRows
 from litforge.deploy.declared import export_declared
 from litforge.deploy.features import export_features
 from litforge.deploy.metadata import decision_props, deployment_metadata, write_metadata
@@ -52,10 +52,10 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     input_dtype = settings.input_dtype
     ckpt_path = Path(str(settings.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
-    if isinstance(datamodule, DeclaresInputs):  # its inputs declared (token ids of any length, ...): ONNX + parity
-        return export_declared(cfg, task, datamodule, net, checkpoint)
-    if datamodule.kind != "image" or not isinstance(datamodule, ImageExportData):  # a table, a user's data
+    if isinstance(datamodule, StandardizedRows) and not isinstance(datamodule, DeclaresInputs):  # data=csv
         return export_features(cfg, task, datamodule, net, checkpoint)
+    if datamodule.kind != "image" or not isinstance(datamodule, ImageExportData):  # declared inputs, a user's data
+        return export_declared(cfg, task, datamodule, net, checkpoint)
     out_dir = Path(settings.paths.output_dir)
 
     # every variant takes what an image decoder gives (uint8 0..255 or float [0, 1], NCHW) and normalises inside;
