@@ -513,6 +513,11 @@ def test_the_predict_task_check_works_on_the_class_alone_before_anything_is_buil
     check_predict_task(ClassificationTask, "ckpt_path=a.ckpt")
     with pytest.raises(ConfigError, match=r"^ckpt_path=b.ckpt: task `LanguageModelTask` generates text, .* generate"):
         check_predict_task(LanguageModelTask, "ckpt_path=b.ckpt")
+    from litforge.checkpointing.metadata import check_predict_source  # the same line from the source, before torch
+
+    for task in ("language_model.LanguageModelTask", "dqn.DQNTask"):
+        with pytest.raises(ConfigError, match="generates text|lacks `predict_step`: it has no outputs"):
+            check_predict_source(f"litforge.tasks.{task}", "ckpt_path=c.ckpt")
 
 
 # ---- decisions: a task's settings that may change after training (task.threshold=...) -------------------------------
