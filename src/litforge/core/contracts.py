@@ -590,20 +590,18 @@ def no_predicted(name: str, got: str, where: str) -> ConfigError:
 def check_rows(task: object, member: str, rows: object, count: int | None, where: str) -> None:
     """What `prediction_rows` (a list of `count` rows) or `answer_columns` (one row, `count` None) returned for the
     first batch: rows of column name -> str | int | float, else one line showing the signature."""
-    cells = (str, int, float)
-    listed = rows if isinstance(rows, list) and count is not None else [rows]
+    many, cells = count is not None, (str, int, float)
+    listed = rows if many and isinstance(rows, list) else [rows]
     bad = [r for r in listed if not isinstance(r, dict) or not all(isinstance(v, cells) for v in r.values())]
-    if count is not None and not isinstance(rows, list):
+    if many and not isinstance(rows, list):
         got = f"a {type(rows).__name__}, not a list"
-    elif bad and isinstance(bad[0], dict):
-        got = f"a row with a {next(type(v) for v in bad[0].values() if not isinstance(v, cells)).__name__} value"
-    elif bad or (count is not None and len(listed) != count):
-        got = f"a {type(bad[0]).__name__}" if bad else f"{len(listed)} rows for {count} samples"
+    elif bad or len(listed) != (count if many else 1):
+        got = f"a row {str(bad[0])[:60]!r}" if bad else f"{len(listed)} rows for {count} samples"
     else:
         return
     raise ConfigError(
         f"{where}: `{type(task).__name__}.{member}` returned {got}: it returns column name -> str | int | float"
-        f"{' per sample' if count is not None else ''}: {ROWS_SIGNATURE} (litforge.WritesPredictions)"
+        f"{' per sample' if many else ''}: {ROWS_SIGNATURE} (litforge.WritesPredictions)"
     )
 
 
