@@ -603,14 +603,16 @@ def test_an_untrusted_checkpoint_is_refused_before_torch_is_imported(script: str
     assert not log_dir.exists(), sorted(log_dir.rglob("*"))
 
 
-# a user's own tasks, beside litforge: one without predict_step, one whose prediction lacks `predicted`
+# a user's own tasks, beside litforge: one without the rows predict writes, one whose prediction lacks `predicted`
 _USER_TASKS = """
 from typing import Any
 
-from litforge import ClassificationTask, LitforgeTask
+import pytorch_lightning as pl
+
+from litforge import ClassificationTask
 
 
-class PlainTask(LitforgeTask):
+class PlainTask(pl.LightningModule):
     data_kind = ("image",)
 
 
@@ -623,7 +625,7 @@ class LogitsTask(ClassificationTask):
 @pytest.mark.parametrize(
     ("task", "says"),
     [
-        ("PlainTask", "task `PlainTask` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)`"),
+        ("PlainTask", "task `PlainTask` lacks `prediction_rows`, `answer_columns`: predict writes the rows the task"),
         ("LogitsTask", "`LogitsTask.predict_step` returned a mapping of ['logits'], without `predicted`: return"),
     ],
 )

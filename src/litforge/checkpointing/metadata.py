@@ -55,11 +55,12 @@ from litforge.checkpointing.load import (
     unreadable,
 )
 from litforge.config.source import find_method
-from litforge.core.contracts import no_predict_step, no_predicted
+from litforge.core.contracts import lacks_rows, no_predict_step, no_predicted, writes_text
 from litforge.core.errors import CheckpointError
 
 # jobs that rebuild a checkpoint's task (and, but for generate, its data) from the checkpoint alone
 INFERENCE_JOBS = ("eval", "predict", "export", "generate")
+LITFORGE_TASK = "litforge.tasks.base.LitforgeTask"  # whose default rows read `predicted`
 
 # torch.load(weights_only=True) refuses these modules even when a program allowlists names in them
 _BLOCKED_MODULES = ("sys", "os", "posix", "nt")
@@ -198,12 +199,20 @@ def check_checkpoint_early(cfg: DictConfig, job: str) -> None:
 
 
 def check_predict_source(task_class: str, where: str) -> None:
-    """predict's task contract (litforge.core.contracts.PredictTask) judged on the recorded class's source, before
-    torch is imported, with the job's own lines: no `predict_step` of its own, or one whose every `return` is a
-    mapping written out without `predicted`. What the source cannot tell, the job judges on the first batch."""
+    """predict's task contract (litforge.core.contracts.check_predict_task) judged on the recorded class's source,
+    before torch is imported, with the job's own lines: a task that generates text without a `predict_step`, one
+    without `prediction_rows`/`answer_columns`, or one whose rows are LitforgeTask's while every `return` of its
+    `predict_step` is a mapping written out without `predicted`. What the source cannot tell, the job judges."""
     name = task_class.rpartition(".")[2]
-    if (method := find_method(task_class, "predict_step")) is False:
+    method = find_method(task_class, "predict_step")
+    if method is False and find_method(task_class, "generate_text"):
+        raise writes_text(name, where)
+    if method is False and task_class.startswith("litforge."):
         raise no_predict_step(name, where)
+    if missing := [m for m in ("prediction_rows", "answer_columns") if find_method(task_class, m) is False]:
+        raise lacks_rows(name, missing, where)
+    if find_method(task_class, "prediction_rows") is not find_method(LITFORGE_TASK, "prediction_rows"):
+        return  # the task's own rows say what they read
     returns = [n.value for n in ast.walk(method) if isinstance(n, ast.Return)] if method else []
     keys = [
         [k.value if isinstance(k, ast.Constant) else None for k in r.keys] for r in returns if isinstance(r, ast.Dict)

@@ -426,16 +426,20 @@ class ImageExportData(ArraySplits, Protocol):
 @runtime_checkable
 class WritesPredictions(Protocol):
     """A task that owns the rows predict writes for it, whatever its output's shape (a class, a set of labels,
-    values, text): predict.py holds no task-specific columns. LitforgeTask's defaults write a class (`predicted`,
+    values): predict.py holds no task-specific columns. LitforgeTask's defaults write a class (`predicted`,
     `class_name`, `confidence`) or one column per value; a multi-label task writes `labels=billing;bug` and one
-    probability column per label."""
+    probability column per label. Checked when predict starts (a task without both members is refused in one line)
+    and on the first batch (a wrong return type is refused in one line)."""
 
     def prediction_rows(self, out: Mapping[str, Tensor]) -> list[dict[str, str | int | float]]:
-        """One row per sample of what `predict_step` returned for a batch: column name -> value."""
+        """One row per sample of what `predict_step` returned for a batch, in order: column name -> value (a string,
+        an int or a float; every row of a run with the same columns)."""
         ...
 
     def answer_columns(self, target: Tensor) -> dict[str, str | int | float]:
-        """The known answer of one test-split sample, written beside its prediction (`label`, `true_labels`, ...)."""
+        """The known answer of one test-split sample, written beside its prediction. predict's summary compares
+        each answer column `true_<name>` with the row's `<name>` (and `label` with `predicted`): floats by mean
+        absolute error (`mae`), anything else by exact agreement (`accuracy`)."""
         ...
 
 
@@ -444,19 +448,25 @@ class ExampleInput:
     """One input of the deployed model, as export traces and checks it."""
 
     name: str  # the ONNX graph's input name
-    example: Tensor  # a small batch of real inputs, in the dtype the deployed graph takes (int64 token ids, ...)
-    dynamic_axes: Mapping[int, str]  # the axes that vary between calls: {0: "batch", 1: "length"}
+    example: Tensor  # a small batch (2 or more) of real inputs, in the dtype the graph takes (int64 token ids, ...)
+    dynamic_axes: Mapping[int, str]  # the axes that vary between calls: {0: "batch", 1: "length"}; one name, one size
 
 
 @runtime_checkable
 class DeclaresInputs(Protocol):
     """A datamodule that declares what its deployed model takes and what a deployer must know: export traces the
     net on `example_inputs()` (names, dtypes, dynamic axes: a text model takes int64 token ids of any length) and
-    writes `deployment_facts()` into the model's metadata (label names, the tokenizer)."""
+    writes `deployment_facts()` into the model's metadata (label names, the tokenizer). The net is called with the
+    inputs in the declared order; export's parity check runs onnxruntime on the examples as given and again cut to
+    half of every dynamic axis but the batch (a second length), against the net."""
 
-    def example_inputs(self) -> list[ExampleInput]: ...
+    def example_inputs(self) -> list[ExampleInput]:
+        """The deployed graph's inputs, in the order the net's `forward` takes them (litforge.ExampleInput)."""
+        ...
 
-    def deployment_facts(self) -> dict[str, str]: ...
+    def deployment_facts(self) -> dict[str, str]:
+        """Metadata a deployer needs to build the inputs and read the outputs: key -> string (JSON for lists)."""
+        ...
 
 
 @runtime_checkable
@@ -466,8 +476,9 @@ class ComparesOutputs(Protocol):
     threshold, and the largest probability difference)."""
 
     def compare_outputs(self, reference: Tensor, exported: Tensor) -> dict[str, float]:
-        """Figures of `exported` against `reference` (the task's own outputs on the same inputs): `agreement`, the
-        share in [0, 1] of samples whose decisions agree, and `max_abs_diff`, on the task's output scale."""
+        """Figures of `exported` against `reference` (the deployed net's outputs on the same inputs): `agreement`,
+        the share in [0, 1] of samples whose decisions agree, and `max_abs_diff`, on the net's output scale; export
+        enforces `parity.min_agreement` and `parity.atol` on them. LitforgeTask's default: argmax agreement."""
         ...
 
 
@@ -499,20 +510,49 @@ def defines_own(obj: object, name: str) -> bool:
     return owner is not None and not owner.__module__.startswith(("pytorch_lightning.", "lightning."))
 
 
+#: What a task writing predict's rows offers (:class:`WritesPredictions`), as a refusal shows it.
+ROWS_SIGNATURE = (
+    "`prediction_rows(out: Mapping[str, Tensor]) -> list[dict[str, str | int | float]]` (one row per sample) and "
+    "`answer_columns(target: Tensor) -> dict[str, str | int | float]`"
+)
+
+
 def check_predict_task(task: object, where: str) -> None:
     """The task half of :func:`check_predictable`, on the task or its class alone: a check before the job starts
-    (the checkpoint's recorded class) can refuse a task without `predict_step` before anything is built."""
-    if not defines_own(task, "predict_step"):
-        raise no_predict_step(task.__name__ if isinstance(task, type) else type(task).__name__, where)
+    (the checkpoint's recorded class) can refuse a task before anything is built. A task without a `predict_step`
+    of its own is predicted through its forward (the job warns), but for one that generates text and litforge's own
+    (which have no such old shape)."""
+    cls = task if isinstance(task, type) else type(task)
+    if not defines_own(task, "predict_step") and defines_own(task, "generate_text"):
+        raise writes_text(cls.__name__, where)
+    if not defines_own(task, "predict_step") and cls.__module__.startswith("litforge."):  # none of the old shape
+        raise no_predict_step(cls.__name__, where)
+    if missing := [m for m in ("prediction_rows", "answer_columns") if not defines_own(task, m)]:
+        raise lacks_rows(cls.__name__, missing, where)
 
 
 def no_predict_step(name: str, where: str) -> ConfigError:
-    """The refusal of task class `name` without a `predict_step` of its own (also judged from its source, before
-    the job starts: litforge.checkpointing.metadata.check_predict_source)."""
+    """The refusal of litforge's own task `name` without a `predict_step` (DQN: it acts in its environment)."""
     return ConfigError(
-        f"{where}: task `{name}` lacks `predict_step`: predict needs `predict_step(batch, batch_idx)` "
-        "returning {'predicted': ..., 'confidence': ... (optional)}, one entry per sample "
-        "(litforge.PredictTask; ClassificationTask and RegressionTask have it)"
+        f"{where}: task `{name}` lacks `predict_step`: it has no outputs predict could write; evaluate it with "
+        "`litforge eval ckpt_path=<this checkpoint>`"
+    )
+
+
+def writes_text(name: str, where: str) -> ConfigError:
+    """The refusal of a task that generates text (:class:`GenerateTask`) and has no `predict_step` of its own."""
+    return ConfigError(
+        f"{where}: task `{name}` generates text, which predict (rows of a CSV) does not write: sample it with "
+        "`litforge generate ckpt_path=<this checkpoint> prompt=<text> num_samples=<n>`"
+    )
+
+
+def lacks_rows(name: str, missing: list[str], where: str) -> ConfigError:
+    """The refusal of task class `name` without the members of :class:`WritesPredictions` (also judged from its
+    source before the job starts: litforge.checkpointing.metadata.check_predict_source)."""
+    return ConfigError(
+        f"{where}: task `{name}` lacks {lacks(missing)}: predict writes the rows the task declares: "
+        f"{ROWS_SIGNATURE} (litforge.WritesPredictions; LitforgeTask has both)"
     )
 
 
@@ -539,41 +579,47 @@ def check_predictable(task: object, datamodule: object, input_path: str | None, 
         )
 
 
-def check_prediction(task: object, out: object, where: str) -> None:
-    """What `predict_step` returned for the first batch has the keys predict.py reads (:data:`PREDICTION_KEYS`)."""
-    if not isinstance(out, Mapping) or "predicted" not in out:
-        got = f"a mapping of {sorted(out)}" if isinstance(out, Mapping) else f"a {type(out).__name__}"
-        raise no_predicted(type(task).__name__, got, where)
-
-
 def no_predicted(name: str, got: str, where: str) -> ConfigError:
+    """The refusal of a `predict_step` output that LitforgeTask's default rows cannot read (no `predicted`)."""
     return ConfigError(
         f"{where}: `{name}.predict_step` returned {got}, without `predicted`: return "
-        "{'predicted': ..., 'confidence': ... (optional)}, one entry per sample (litforge.PredictTask)"
+        "{'predicted': ..., 'confidence': ... (optional)}, one entry per sample (litforge.PredictTask), or write "
+        f"the rows yourself: {ROWS_SIGNATURE}"
+    )
+
+
+def check_rows(task: object, member: str, rows: object, count: int | None, where: str) -> None:
+    """What `prediction_rows` (a list of `count` rows) or `answer_columns` (one row, `count` None) returned for the
+    first batch: rows of column name -> str | int | float, else one line showing the signature."""
+    many, cells = count is not None, (str, int, float)
+    listed = rows if many and isinstance(rows, list) else [rows]
+    bad = [r for r in listed if not isinstance(r, dict) or not all(isinstance(v, cells) for v in r.values())]
+    if many and not isinstance(rows, list):
+        got = f"a {type(rows).__name__}, not a list"
+    elif bad or len(listed) != (count if many else 1):
+        got = f"a row {str(bad[0])[:60]!r}" if bad else f"{len(listed)} rows for {count} samples"
+    else:
+        return
+    raise ConfigError(
+        f"{where}: `{type(task).__name__}.{member}` returned {got}: it returns column name -> str | int | float"
+        f"{' per sample' if many else ''}: {ROWS_SIGNATURE} (litforge.WritesPredictions)"
     )
 
 
 def check_exportable(task: object, datamodule: object, where: str) -> None:
     """Refuse in one line, before export.py does any work, a task or datamodule without what it needs
-    (:class:`ExportTask`; for image data :class:`ImageExportData`; for other data :class:`ArraySplits` or a
-    `test_dataloader` of its own, the parity check's inputs)."""
+    (:class:`ExportTask`; data that declares its inputs (:class:`DeclaresInputs`), or else serves its test split
+    (:class:`ArraySplits`, :class:`ImageExportData`, or a `test_dataloader` of its own) for the parity check)."""
     if missing := missing_members(task, ExportTask):
         raise ConfigError(
             f"{where}: task `{type(task).__name__}` lacks {lacks(missing)}: export deploys the task's `net` (an "
             "nn.Module from its input to its output), or what its `deployable_net()` returns (litforge.ExportTask)"
         )
-    if isinstance(datamodule, DataModule) and datamodule.kind == "image":
-        if missing := missing_members(datamodule, ImageExportData):
-            raise ConfigError(
-                f"{where}: image data `{type(datamodule).__name__}` lacks {lacks(missing)}: export measures parity "
-                "on the test split's images and writes their classes and normalisation into the model "
-                "(litforge.ImageExportData; ImageDataModule has them all)"
-            )
-    elif not isinstance(datamodule, ArraySplits) and not defines_own(datamodule, "test_dataloader"):
+    if not isinstance(datamodule, (DeclaresInputs, ArraySplits)) and not defines_own(datamodule, "test_dataloader"):
         raise ConfigError(
-            f"{where}: data `{type(datamodule).__name__}` lacks `test_dataloader` (and `split_arrays`): export "
-            "checks the ONNX model against the task on the test split's inputs; give the datamodule a "
-            "`test_dataloader()` (litforge.SplitDataModule has one)"
+            f"{where}: data `{type(datamodule).__name__}` lacks `example_inputs` (and `test_dataloader`): export "
+            "traces the net on the inputs the datamodule declares (litforge.DeclaresInputs), else on its test "
+            "split's; give the datamodule `example_inputs()` and `deployment_facts()`"
         )
 
 

@@ -1,9 +1,4 @@
-"""Exporting a model of table rows (`data=csv`), or of any data that is not images (a user's own datamodule).
-
-Any such datamodule: the graph is the net as it is, taking inputs as the datamodule's `on_after_batch_transfer` gives
-them to the task; the parity check runs on its test loader's batches. The metadata says so.
-
-`data=csv`: the graph takes the encoded feature vector and standardises inside.
+"""Exporting a model of table rows (`data=csv`): the graph takes the encoded feature vector and standardises inside.
 
 The exported graph's input `features` is the row as the datamodule encodes it before standardisation (numbers as
 they are, NaN where missing; text columns one-hot, litforge.data.tabular): missing values become the training mean
@@ -20,7 +15,6 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from litforge.config.settings import Export, job_settings
@@ -28,7 +22,7 @@ from litforge.core.contracts import ExportTask, StandardizedRows
 from litforge.data.tabular import standardize
 from litforge.deploy.metadata import decision_props, provenance_props, write_metadata
 from litforge.deploy.net import batched
-from litforge.deploy.onnx import check_parity, export_onnx
+from litforge.deploy.onnx import check_parity, comparison, export_onnx
 
 NAMES = ("features", "outputs")  # the graph's input and output names
 
@@ -47,30 +41,6 @@ class StandardizedFeatures(nn.Module):
 
     def forward(self, features: Tensor) -> Tensor:
         return self.net(standardize(features, self.mean, self.std))
-
-
-def test_inputs(datamodule: LightningDataModule) -> Tensor:
-    """The whole test split's inputs, batch by batch through the datamodule's own per-batch transform."""
-    datamodule.setup("test")
-    inputs = []
-    for batch in datamodule.test_dataloader():
-        batch = datamodule.on_after_batch_transfer(batch, 0)
-        inputs.append((batch[0] if isinstance(batch, (tuple, list)) else batch).float())
-    return torch.cat(inputs)
-
-
-def plain_metadata(task: ExportTask, x: Tensor, ckpt: Path, checkpoint: dict[str, Any]) -> dict[str, str]:
-    names = task.feature_names or task.hparams.get("feature_names")
-    return {
-        "input_name": NAMES[0],
-        "input_shape": json.dumps(["batch", *x.shape[1:]]),
-        "input_dtype": "float32",
-        **({"feature_names": json.dumps(list(names))} if names else {}),
-        "normalization": "none in the graph: inputs as the datamodule's on_after_batch_transfer gives them",
-        "output_name": NAMES[1],
-        "task": type(task).__module__,
-        **provenance_props(ckpt, checkpoint),
-    }
 
 
 def features_metadata(
@@ -102,24 +72,17 @@ def features_metadata(
 
 
 def export_features(
-    cfg: DictConfig, task: ExportTask, datamodule: LightningDataModule, net: nn.Module, checkpoint: dict[str, Any]
+    cfg: DictConfig, task: ExportTask, datamodule: StandardizedRows, net: nn.Module, checkpoint: dict[str, Any]
 ) -> dict[str, Any]:
     """ONNX of a model of rows, parity-checked with onnxruntime on the test split (int8 variants are for image nets)."""
     settings = job_settings(cfg, Export)  # the export job's own keys, typed
     ckpt, out_dir = Path(str(settings.ckpt_path)), Path(settings.paths.output_dir)
-    if isinstance(datamodule, StandardizedRows):  # data=csv: raw encoded rows in, standardised inside
-        x_test, _ = datamodule.split_arrays("test")
-        mean, std = datamodule.standardization()
-        deployed: nn.Module = StandardizedFeatures(net, mean, std).eval()
-        with torch.inference_mode():
-            ref = batched(lambda b: net(datamodule.normalize(b)), x_test)
-        props = features_metadata(task, datamodule, mean, std, ckpt, checkpoint)
-    else:  # a datamodule of the user's own: the inputs its test loader hands the task
-        x_test = test_inputs(datamodule)
-        deployed = net
-        with torch.inference_mode():
-            ref = batched(net, x_test)
-        props = plain_metadata(task, x_test, ckpt, checkpoint)
+    x_test, _ = datamodule.split_arrays("test")  # raw encoded rows in, standardised inside
+    mean, std = datamodule.standardization()
+    deployed = StandardizedFeatures(net, mean, std).eval()
+    with torch.inference_mode():
+        ref = batched(lambda b: net(datamodule.normalize(b)), x_test)
+    props = features_metadata(task, datamodule, mean, std, ckpt, checkpoint)
     path = export_onnx(deployed, x_test[:2].contiguous(), out_dir / "model.onnx", opset=settings.opset, names=NAMES)
     write_metadata(path, props | decision_props(task), variant="fp32")
     parity = check_parity(
@@ -130,6 +93,7 @@ def export_features(
         min_agreement=settings.parity.min_agreement,
         input_name=NAMES[0],
         what="rows",
+        compare=comparison(task),
     )
     result = {
         "metrics": {"onnx/max_abs_diff": parity["max_abs_diff"], "onnx/argmax_agreement": parity["agreement"]},

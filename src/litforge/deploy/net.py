@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from litforge.checkpointing.load import load_checkpoint
-from litforge.core.contracts import ExportTask, check_exportable, trains_on
+from litforge.core.contracts import DeclaresInputs, ExportTask, check_exportable, trains_on
 from litforge.core.errors import CheckpointError
 from litforge.tasks.restore import load_for_inference
 
@@ -32,7 +32,7 @@ def load_exportable(cfg: DictConfig) -> tuple[Any, Any, Any, dict[str, Any]]:
     task, datamodule, _ = load_for_inference(cfg, checkpoint=checkpoint)
     task.set_decisions(cfg.task, "export")  # recorded in the exported files' metadata (`decisions`)
     check_exportable(task, datamodule, f"ckpt_path={path}")  # the export contract, before any work
-    return task, datamodule, exportable_net(task, path), checkpoint
+    return task, datamodule, exportable_net(task, path, isinstance(datamodule, DeclaresInputs)), checkpoint
 
 
 def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
@@ -49,15 +49,15 @@ def strip_wrapper_prefixes(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return checkpoint
 
 
-def exportable_net(task: ExportTask, path: str) -> Any:
+def exportable_net(task: ExportTask, path: str, declared: bool = False) -> Any:
     """The plain fp32 `nn.Module` a deployer runs: the task's `deployable_net()` (regression: the net with its target
-    scale; else its `net`); a task without a fixed input shape (language models, DQN) gets a clear refusal (a user's
-    task of another kind exports its `net` on its test loader's inputs)."""
+    scale; else its `net`). A text or RL task whose data does not declare its inputs (`declared`: a language model,
+    DQN) gets a clear refusal (a user's task of another kind exports its `net` on its test loader's inputs)."""
     net = task.deployable_net()
-    if set(trains_on(task)) & {"text", "rl"}:
+    if set(trains_on(task)) & {"text", "rl"} and not declared:
         raise CheckpointError(
-            f"{path} holds a {type(task).__name__}, which has no fixed input shape: export.py exports "
-            "classifiers and regressors of images or features (task=classification, task=regression)"
+            f"{path} holds a {type(task).__name__}, whose data declares no inputs to export (litforge.DeclaresInputs): "
+            "export.py exports classifiers of images, features or text (data=text) and regressors"
         )
     return net.float().cpu().eval()
 

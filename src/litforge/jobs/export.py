@@ -26,10 +26,12 @@ import torch
 from omegaconf import DictConfig
 
 from litforge.config.settings import Export, job_settings
+from litforge.core.contracts import DeclaresInputs, ImageExportData, StandardizedRows
+from litforge.deploy.declared import export_declared
 from litforge.deploy.features import export_features
 from litforge.deploy.metadata import decision_props, deployment_metadata, write_metadata
 from litforge.deploy.net import batched, load_exportable
-from litforge.deploy.onnx import check_parity, export_onnx
+from litforge.deploy.onnx import check_parity, comparison, export_onnx
 from litforge.deploy.preprocess import Preprocessed, as_deployed
 from litforge.deploy.quantize import (
     calibration_batches,
@@ -50,8 +52,10 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     input_dtype = settings.input_dtype
     ckpt_path = Path(str(settings.ckpt_path))
     task, datamodule, net, checkpoint = load_exportable(cfg)
-    if datamodule.kind != "image":  # rows of a table (data=csv), a user's kind: ONNX + parity
+    if isinstance(datamodule, StandardizedRows) and not isinstance(datamodule, DeclaresInputs):  # data=csv
         return export_features(cfg, task, datamodule, net, checkpoint)
+    if datamodule.kind != "image" or not isinstance(datamodule, ImageExportData):  # declared inputs, a user's data
+        return export_declared(cfg, task, datamodule, net, checkpoint)
     out_dir = Path(settings.paths.output_dir)
 
     # every variant takes what an image decoder gives (uint8 0..255 or float [0, 1], NCHW) and normalises inside;
@@ -79,7 +83,12 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     onnx_path = export_onnx(deployed(net), x_test[:2], out_dir / "model.onnx", opset=settings.opset)
     write_metadata(onnx_path, props, variant="fp32")
     parity = check_parity(
-        onnx_path, x_test, ref, atol=settings.parity.atol, min_agreement=settings.parity.min_agreement
+        onnx_path,
+        x_test,
+        ref,
+        atol=settings.parity.atol,
+        min_agreement=settings.parity.min_agreement,
+        compare=comparison(task),
     )
 
     # the variants, eager fp32 first: the report's baseline

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from torch import nn
 
 from litforge.checkpointing.load import CHECKPOINT_KEY  # the entry this task writes: task class, run config
-from litforge.core.contracts import ConfiguresFsdp, net_of, steps_through_step_loss
+from litforge.core.contracts import ConfiguresFsdp, net_of, no_predicted, steps_through_step_loss
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
 from litforge.core.instantiate import call_partial
@@ -34,6 +34,12 @@ from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_s
 def build_loss(loss_cfg: dict[str, Any] | None, default: type[nn.Module]) -> nn.Module:
     """The `loss=` config's module, or the task's usual loss when the run configures none (e.g. an old checkpoint)."""
     return instantiate(loss_cfg, _convert_="all") if loss_cfg else default()
+
+
+def compare_by_argmax(reference: torch.Tensor, exported: torch.Tensor) -> dict[str, float]:
+    """`max_abs_diff` and the share of samples whose largest output is the same one (`agreement`)."""
+    diff = float((exported - reference).abs().max()) if reference.numel() else 0.0
+    return {"max_abs_diff": diff, "agreement": float((exported.argmax(-1) == reference.argmax(-1)).float().mean())}
 
 
 def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
@@ -145,6 +151,39 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     def decision_values(self) -> dict[str, Any]:
         """The decisions this task applies now (for export's metadata)."""
         return {name: self.hparams.get(name) for name in self.decisions}
+
+    # ---- what predict writes and export compares (litforge.core.contracts.WritesPredictions, ComparesOutputs) ----
+    def prediction_rows(self, out: Mapping[str, torch.Tensor]) -> list[dict[str, str | int | float]]:
+        """One row per sample of `predict_step`'s output: with `confidence`, a class (`predicted`, its `class_name`,
+        `confidence`; a negative class is none, e.g. below task.threshold); else one column per predicted value,
+        named by `target_names`. A task of another shape (several labels, text) overrides this."""
+        if "predicted" not in out:
+            raise no_predicted(type(self).__name__, f"a mapping of {sorted(out)}", "predict")
+        predicted, names = out["predicted"], self.class_names
+        if "confidence" in out:
+            return [
+                {
+                    "predicted": p,
+                    **({"class_name": names[p] if p >= 0 else ""} if names else {}),
+                    "confidence": round(c, 6),
+                }
+                for p, c in zip(predicted.tolist(), out["confidence"].tolist(), strict=True)
+            ]
+        values = predicted.reshape(len(predicted), -1).tolist()
+        columns = self.target_names or [f"predicted_{i}" for i in range(len(values[0]))]
+        return [{name: round(v, 6) for name, v in zip(columns, row, strict=True)} for row in values]
+
+    def answer_columns(self, target: torch.Tensor) -> dict[str, str | int | float]:
+        """The known answer of one test sample beside its prediction: `label` for a class index, else `true_<name>`
+        per value (the columns predict's accuracy and mae compare)."""
+        if target.ndim == 0 and not target.is_floating_point():
+            return {"label": int(target)}
+        columns = self.target_names or [f"predicted_{i}" for i in range(target.numel())]
+        return {f"true_{n}": round(float(v), 6) for n, v in zip(columns, target.reshape(-1).tolist(), strict=True)}
+
+    def compare_outputs(self, reference: torch.Tensor, exported: torch.Tensor) -> dict[str, float]:
+        """Export's parity figures: the largest output difference, and the share of samples whose argmax agrees."""
+        return compare_by_argmax(reference, exported)
 
     # ---- optimisation ---------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
