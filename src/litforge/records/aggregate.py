@@ -137,6 +137,20 @@ def table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
+    """The table's columns in groups that each fit `width` characters, every group led by the configuration column:
+    a wide table (many metrics) is printed as several, one under the other, instead of squeezed into the terminal."""
+    sizes = [max(map(len, column)) + 3 for column in zip(header, *rows, strict=True)]  # a cell's padding and border
+    first = min(sizes[0], width // 3)  # a long configuration folds onto more lines
+    groups, used = [[0]], first + 1
+    for i in range(1, len(header)):
+        if used + sizes[i] > width and len(groups[-1]) > 1:
+            groups, used = [*groups, [0]], first + 1
+        groups[-1].append(i)
+        used += sizes[i]
+    return groups
+
+
 def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[Path, Path]:
     """CSV with separate mean/std columns (for pandas), Markdown with `mean ± std` cells (for reading)."""
     names = sorted({name for g in groups for name in g.metrics})
@@ -185,18 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     csv_path, md_path = write_files(groups, common, out_dir)
 
     header, rows = table(groups)
-    view = Table(
-        title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold"
-    )
-    for i, name in enumerate(header):
-        view.add_column(name, justify="left" if i in (0, 3) else "right", overflow="fold")
-    for row in rows:
-        view.add_row(*row)
     console = Console()
     if common:
         console.print(f"all runs share: {' '.join(common)}")
-    console.print(view)
-    console.print(f"written: {csv_path} {md_path}")
+    title = f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)"
+    for part, columns in enumerate(column_groups(header, rows, console.width)):
+        view = Table(title=None if part else title, header_style="bold")
+        for i in columns:
+            view.add_column(header[i], justify="left" if i in (0, 3) else "right", overflow="fold")
+        for row in rows:
+            view.add_row(*(row[i] for i in columns))
+        console.print(view)
+    print(f"written:\n{csv_path}\n{md_path}")  # whole paths, each on its own line (rich would fold them)
     return 0
 
 
