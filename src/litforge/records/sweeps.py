@@ -70,12 +70,13 @@ class SweepSummary(Callback):
         done = sum(r.get("status") == "COMPLETED" for r in records)
         failed = [r for r in records if r.get("status") not in ("COMPLETED", PRUNED, REQUEUED)]
         print(f"\nsweep: {done} of {len(records)} jobs completed; summary, best first:\n{sweep_dir / 'summary.md'}")
-        print(*(f"failed: job {r['job']}: {r.get('error') or r['status']}" for r in failed), sep="\n")
+        lines = [f"failed: job {r['job']}: {r.get('error') or r['status']}" for r in failed]
         best = records[0].get("best_checkpoint")
         if records[0].get("status") == "COMPLETED" and best and Path(best).exists():
-            print(f"best job's checkpoint:\n{best}")
+            lines.append(f"best job's checkpoint:\n{best}")
         if next(sweep_dir.rglob("events.out.tfevents.*"), None):
-            print(f"view the sweep:\ntensorboard --logdir {sweep_dir} --host 127.0.0.1")
+            lines.append(f"view the sweep:\ntensorboard --logdir {sweep_dir} --host 127.0.0.1")
+        print("\n".join(lines)) if lines else None
         if failed:
             sys.exit(1)
 
@@ -117,17 +118,15 @@ def split_overrides(sweep_dir: Path, jobs: list[list[str]]) -> tuple[list[str], 
     sweeper's config); without that file (an older sweep), when the jobs' values differ."""
     given = json.loads((sweep_dir / SWEEP_FILE).read_text()) if (sweep_dir / SWEEP_FILE).exists() else None
     parse = OverridesParser.create().parse_overrides
-    parsed = [
-        [(line, o) for line, o in zip(job, parse(job), strict=True) if not line.startswith(PLUMBING)] for job in jobs
-    ]
-    if given is None:  # one job alone: all of its overrides are its own
-        constant = set.intersection(*({line for line, _ in job} for job in parsed)) if len(parsed) > 1 else set()
-    else:
-        constant = {line for line, o in zip(given, parse(given), strict=True) if not o.is_sweep_override()}
-    swept = [
-        {o.key_or_group: o.get_value_element_as_str() for line, o in job if line not in constant} for job in parsed
-    ]
-    return [line for line, _ in (parsed[0] if parsed else []) if line in constant], swept
+    parsed = [[o for line, o in zip(job, parse(job), strict=True) if not line.startswith(PLUMBING)] for job in jobs]
+    values = [{o.key_or_group: o.get_value_element_as_str() for o in job} for job in parsed]
+    if given is not None:  # as typed (a sweeper writes `false` as `False` in each job's overrides)
+        constants = [line for line, o in zip(given, parse(given), strict=True) if not o.is_sweep_override()]
+        fixed = {o.key_or_group for o in parse(constants)}
+    else:  # one job alone: all of its overrides are its own
+        fixed = {k for k, v in values[0].items() if len(values) > 1 and all(job.get(k) == v for job in values)}
+        constants = [f"{k}={v}" for k, v in values[0].items() if k in fixed]
+    return constants, [{k: v for k, v in job.items() if k not in fixed} for job in values]
 
 
 def job_sweep_values() -> dict[str, object] | None:
