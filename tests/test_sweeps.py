@@ -231,3 +231,19 @@ def test_aggregate_of_many_metrics_fits_80_columns(tmp_path: Path):
     assert max(map(len, table.splitlines())) <= 80, table
     assert all(name in table for name in names) and table.count("model=cnn optimizer.lr=0.01") >= 3, table
     assert "1236.5000 ± 0.0000" in table, table
+
+
+def test_a_sweep_names_each_job_whose_data_is_absent_before_its_first_job(tmp_path: Path, capsys):
+    """`-m 'experiment=glob(*)'` offline: the jobs whose datasets must be downloaded ended, mid-sweep, in Hydra's
+    traceback. The sweep's check (before Hydra starts job 0) says so in one line per job; it writes nothing."""
+    from litforge.cli.preflight import check_sweep
+
+    data = tmp_path / "data"
+    args = ["experiment=cifar10_resnet,digits_cnn", f"paths.data_dir={data}", f"paths.log_dir={tmp_path}"]
+    check_sweep(CONF, "train", args)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("litforge: note:")]
+    assert notes == [
+        f"litforge: note: the sweep's job experiment=cifar10_resnet: CIFAR-10 is not in {data}/cifar-10-batches-py: "
+        "the job downloads it first (needs internet)"
+    ], notes  # digits ships with scikit-learn: no line
+    assert not list(tmp_path.iterdir()), "the check downloads nothing and makes no folder"

@@ -64,7 +64,7 @@ class SweepSummary(Callback):
         """The summary, the failed jobs and where to look, as the sweep's last lines (each path whole on a line of its
         own); exit code 1 when a job failed."""
         sweep_dir = Path(config.hydra.sweep.dir)
-        records = write_summary(sweep_dir) if sweep_dir.is_dir() else []
+        records = write_summary(sweep_dir)
         if not records:
             return
         done = sum(r.get("status") == "COMPLETED" for r in records)
@@ -74,8 +74,10 @@ class SweepSummary(Callback):
         best = records[0].get("best_checkpoint")
         if records[0].get("status") == "COMPLETED" and best and Path(best).exists():
             lines.append(f"best job's checkpoint:\n{best}")
-        if next(sweep_dir.rglob("events.out.tfevents.*"), None):
-            lines.append(f"view the sweep:\ntensorboard --logdir {sweep_dir} --host 127.0.0.1")
+        folders = [f for f in sweep_folders(sweep_dir) if next(f.rglob("events.out.tfevents.*"), None)]
+        spec = ",".join(f"{f.parents[1].name}:{f}" for f in folders)  # one folder per task_name: each named
+        logdir = f"--logdir {folders[0]}" if len(folders) == 1 else f"--logdir_spec {spec}"
+        lines += [f"view the sweep:\ntensorboard {logdir} --host 127.0.0.1"] if folders else []
         print("\n".join(lines)) if lines else None
         if failed:
             sys.exit(1)
@@ -95,9 +97,20 @@ def job_record(job_dir: Path, overrides: list[str], status: str, error: str | No
     }
 
 
+def sweep_folders(sweep_dir: Path) -> list[Path]:
+    """The sweep's folders: its own, and where its jobs set other task names (`-m experiment=a,b`: each experiment's
+    jobs write under logs/<its task_name>/multiruns/, in a folder of the same <date>_<time>_<tag>)."""
+    others = (
+        sweep_dir.parents[1].parent.glob(f"*/multiruns/{sweep_dir.name}")
+        if sweep_dir.parent.name == "multiruns"
+        else []
+    )
+    return sorted({sweep_dir, *others} - {p for p in [sweep_dir] if not p.is_dir()})
+
+
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
-    """Every job's record under a sweep folder (one level or nested), best objective first, failures last."""
-    records = [json.loads(p.read_text()) for p in sorted(sweep_dir.rglob(RESULT_FILE))]
+    """Every job's record under a sweep's folders (one level or nested), best objective first, failures last."""
+    records = [json.loads(p.read_text()) for f in sweep_folders(sweep_dir) for p in sorted(f.rglob(RESULT_FILE))]
 
     def rank(record: dict[str, Any]) -> tuple[int, float]:
         objective = record.get("objective") or {}
@@ -116,7 +129,8 @@ def split_overrides(sweep_dir: Path, jobs: list[list[str]]) -> tuple[list[str], 
 
     A key is swept when the sweep's command line (`sweep.json`) sweeps it or does not name it (a search space in the
     sweeper's config); without that file (an older sweep), when the jobs' values differ."""
-    given = json.loads((sweep_dir / SWEEP_FILE).read_text()) if (sweep_dir / SWEEP_FILE).exists() else None
+    found = [f / SWEEP_FILE for f in sweep_folders(sweep_dir) if (f / SWEEP_FILE).exists()]
+    given = json.loads(found[0].read_text()) if found else None
     parse = OverridesParser.create().parse_overrides
     parsed = [[o for line, o in zip(job, parse(job), strict=True) if not line.startswith(PLUMBING)] for job in jobs]
     values = [{o.key_or_group: o.get_value_element_as_str() for o in job} for job in parsed]
