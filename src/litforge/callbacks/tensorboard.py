@@ -55,19 +55,20 @@ class HParamsSummary(pl.Callback):
     def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
         if not metrics:
             return
-        params = run_hparams()
+        params = run_hparams(pl_module)
         for logger in tensorboard_loggers(trainer):
             logger.log_hyperparams(params, metrics={f"hp/{k}": v for k, v in metrics.items()}, step=trainer.global_step)
             logger.experiment.flush()
 
 
-def run_hparams() -> dict[str, object]:
+def run_hparams(pl_module: pl.LightningModule) -> dict[str, object]:
     """What tells this run from others, by the names a user types: a sweep's job, its swept keys (`model`,
     `optimizer.lr`: a group by its option's name); a single run, its group options and command-line overrides (not
-    the flattened config: the whole of it is in <run folder>/.hydra/config.yaml)."""
+    the flattened config: the whole of it is in <run folder>/.hydra/config.yaml); a run without Hydra's command line
+    (a notebook's `train(cfg)`), the task's hyperparameters."""
     swept = job_sweep_values()
     if swept is not None or not HydraConfig.initialized():
-        return swept or {}
+        return swept if swept is not None else {k: v for k, v in pl_module.hparams.items() if k != "class_names"}
     hydra_cfg = HydraConfig.get()
     chosen = {g: c for g, c in hydra_cfg.runtime.choices.items() if c is not None and not g.startswith("hydra")}
     given = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
