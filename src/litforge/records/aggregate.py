@@ -12,8 +12,6 @@ Reads only JSON/YAML files: no torch import, so it answers in well under a secon
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import statistics
@@ -27,7 +25,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from litforge.records.sweeps import atomic_write
+from litforge.records.sweeps import atomic_write, csv_text, markdown
 
 #: overrides that do not change what is trained: runs that differ only in these are repeats of one configuration
 IGNORED_PREFIXES = ("seed=", "data.fold=", "paths.", "hydra.", "print_config=", "hydra/")
@@ -124,17 +122,21 @@ def rank(groups: list[Group]) -> list[Group]:
     return sorted(groups, key=key)
 
 
-def table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
+def table(groups: list[Group], split: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: `mean ± std` cells (to read), or with `split` separate mean and std columns (for pandas)."""
     names = sorted({name for g in groups for name in g.metrics})
-    header = ["configuration", "runs", "failed", "seeds", *names]
+    head = [f"{n}_{s}" for n in names for s in ("mean", "std")] if split else names
     rows = []
     for g in groups:
-        cells = []
-        for name in names:
-            stats = g.stats(name)
-            cells.append("" if stats is None else f"{stats[0]:.4f} ± {stats[1]:.4f}")
+        cells: list[str] = []
+        for x in (g.stats(n) for n in names):
+            cells += (
+                ([f"{x[0]:.6g}", f"{x[1]:.6g}"] if x else ["", ""])
+                if split
+                else [f"{x[0]:.4f} ± {x[1]:.4f}" if x else ""]
+            )
         rows.append([g.config, str(len(g.seeds)), str(g.failed), " ".join(g.seeds), *cells])
-    return header, rows
+    return ["configuration", "runs", "failed", "seeds", *head], rows
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
@@ -153,24 +155,10 @@ def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[
 
 def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[Path, Path]:
     """CSV with separate mean/std columns (for pandas), Markdown with `mean ± std` cells (for reading)."""
-    names = sorted({name for g in groups for name in g.metrics})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["configuration", "runs", "failed", "seeds", *[f"{n}_{s}" for n in names for s in ("mean", "std")]])
-    for g in groups:
-        cells = []
-        for name in names:
-            stats = g.stats(name)
-            cells += ["", ""] if stats is None else [f"{stats[0]:.6g}", f"{stats[1]:.6g}"]
-        writer.writerow([g.config, len(g.seeds), g.failed, " ".join(g.seeds), *cells])
     csv_path, md_path = out_dir / "aggregate.csv", out_dir / "aggregate.md"
-    atomic_write(csv_path, buffer.getvalue())
-    header, rows = table(groups)
-    lines = ["# Mean ± std over seeds and folds, best first", ""]
-    lines += [f"All runs share: `{' '.join(common)}`", ""] if common else []
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    atomic_write(md_path, "\n".join(lines) + "\n")
+    atomic_write(csv_path, csv_text(*table(groups, split=True)))
+    said = f"All runs share: `{' '.join(common)}`" if common else ""
+    atomic_write(md_path, markdown("Mean ± std over seeds and folds, best first", said, *table(groups)))
     return csv_path, md_path
 
 

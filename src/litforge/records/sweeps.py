@@ -175,19 +175,34 @@ def write_summary(sweep_dir: Path) -> list[dict[str, Any]]:
         ]
         for r, values in zip(records, swept, strict=True)
     ]
-    buffer = io.StringIO()
-    buffer.write(f"# every job: {' '.join(constants)}\n" if constants else "")  # pandas: read_csv(comment="#")
-    csv.writer(buffer).writerows([header, *rows])
-    atomic_write(sweep_dir / "summary.csv", buffer.getvalue())
+    said = f"every job: {' '.join(constants)}" if constants else ""
+    atomic_write(sweep_dir / "summary.csv", csv_text(header, rows, said))
     objective = next((r["objective"] for r in records if r.get("objective")), None)
     title = (
         f"Sweep summary, best first by {objective['metric']} ({objective['mode']})" if objective else "Sweep summary"
     )
-    lines = [f"# {title}", "", *([f"Every job: `{' '.join(constants)}`", ""] if constants else [])]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    atomic_write(sweep_dir / "summary.md", "\n".join(lines) + "\n")
+    atomic_write(
+        sweep_dir / "summary.md", markdown(title, f"Every job: `{' '.join(constants)}`" * bool(said), header, rows)
+    )
     return records
+
+
+def csv_text(header: list[str], rows: list[list[str]], said_once: str = "") -> str:
+    """A CSV table; `said_once` (what every row shares) as a first `#` line: pandas reads it with comment="#"."""
+    buffer = io.StringIO(f"# {said_once}\n" * bool(said_once))
+    buffer.seek(0, io.SEEK_END)
+    csv.writer(buffer).writerows([header, *rows])
+    return buffer.getvalue()
+
+
+def markdown(title: str, said_once: str, header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown page: the title, `said_once` (what every row shares) above the table, the table."""
+    lines = [f"# {title}", "", *([said_once, ""] if said_once else []), "| " + " | ".join(header) + " |"]
+    lines += [
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def mark_pruned(job_dir: Path, last_step: int | None) -> None:
