@@ -100,12 +100,8 @@ def job_record(job_dir: Path, overrides: list[str], status: str, error: str | No
 def sweep_folders(sweep_dir: Path) -> list[Path]:
     """The sweep's folders: its own, and where its jobs set other task names (`-m experiment=a,b`: each experiment's
     jobs write under logs/<its task_name>/multiruns/, in a folder of the same <date>_<time>_<tag>)."""
-    others = (
-        sweep_dir.parents[1].parent.glob(f"*/multiruns/{sweep_dir.name}")
-        if sweep_dir.parent.name == "multiruns"
-        else []
-    )
-    return sorted({sweep_dir, *others} - {p for p in [sweep_dir] if not p.is_dir()})
+    split = sweep_dir.parent.name == "multiruns" and len(sweep_dir.parents) > 2  # logs/<task_name>/multiruns/<sweep>
+    return sorted(sweep_dir.parents[2].glob(f"*/multiruns/{sweep_dir.name}")) if split else [sweep_dir]
 
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -148,11 +144,10 @@ def job_sweep_values() -> dict[str, object] | None:
     (an option's name for a group); None outside a sweep."""
     if not in_multirun():
         return None
-    hydra_cfg = HydraConfig.get()
-    swept = split_overrides(Path(hydra_cfg.sweep.dir), [list(hydra_cfg.overrides.task)])[1][0]
+    hydra_cfg, lines = HydraConfig.get(), list(HydraConfig.get().overrides.task)
+    swept = split_overrides(Path(hydra_cfg.sweep.dir), [lines])[1][0]
     return {
-        o.key_or_group: o.value()
-        for o in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in swept.items()])
+        o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(lines) if o.key_or_group in swept
     }
 
 
