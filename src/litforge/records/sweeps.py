@@ -62,7 +62,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
         """The summary, the failed jobs and where to look, as the sweep's last lines (each path whole on a line of its
-        own); exit code 1 when a job failed."""
+        own); exit code 1 when a job of a grid failed."""
         sweep_dir = Path(config.hydra.sweep.dir)
         records = write_summary(sweep_dir)
         if not records:
@@ -79,8 +79,8 @@ class SweepSummary(Callback):
         logdir = f"--logdir {folders[0]}" if len(folders) == 1 else f"--logdir_spec {spec}"
         lines += [f"view the sweep:\ntensorboard {logdir} --host 127.0.0.1"] if folders else []
         print("\n".join(lines)) if lines else None
-        if failed:
-            sys.exit(1)
+        if failed and str(config.hydra.sweeper._target_).endswith("BasicSweeper"):  # a search's failed trial: not
+            sys.exit(1)  # a failed sweep (Optuna's study records it and goes on); a grid's failed job is, as in Hydra
 
 
 def job_record(job_dir: Path, overrides: list[str], status: str, error: str | None) -> dict[str, Any]:
