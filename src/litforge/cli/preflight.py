@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra.core.override_parser.types import ChoiceSweep, Override
-from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.litforge_optuna.sweeper import check_search_space
@@ -28,9 +27,8 @@ from litforge.cli.habits import check_habits
 from litforge.cli.help import group_options, user_conf_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
 from litforge.config.relations import MOVED_KEYS, moved_key_message
-from litforge.core.contracts import DownloadsData
 from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
-from litforge.jobs.checks import check_job
+from litforge.jobs.checks import check_job, note_download
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero
 
@@ -172,22 +170,9 @@ def check_sweep(
     check_launcher(hydra)
     check_search_space(sweeper, overrides)
     grid = str(sweeper.get("_target_", "BasicSweeper")).endswith("BasicSweeper")  # Hydra's: no interval()
-    swept = {o.key_or_group for o in parse([*params, *overrides]) or [] if o.is_sweep_override()}
-    for lines in sweep_jobs(parse([*params, *overrides]) or [], grid):
+    for lines in sweep_jobs(every := parse([*params, *overrides]) or [], grid):
         checked_overrides(conf_dir, config_name, lines, job, top_dir, multirun=True)
-        if (cfg := compose(conf_dir, config_name, lines, top_dir)) is not None and (note := missing_download(cfg)):
-            which = " ".join(line for line in lines if line.lstrip("+~").split("=")[0] in swept)
-            print(f"litforge: note: the sweep's job {which}: {note}", file=sys.stderr)
-
-
-def missing_download(cfg: DictConfig) -> str | None:
-    """What a job's data must download before it can start (None: nothing; litforge.core.contracts.DownloadsData).
-    The datamodule is built to ask (construction reads nothing): only one that declares downloads."""
-    target = OmegaConf.select(cfg, "data._target_")
-    if not isinstance(target, str) or not issubclass(get_class(target), DownloadsData):
-        return None
-    datamodule = instantiate(cfg.data)
-    return datamodule.missing_download() if isinstance(datamodule, DownloadsData) else None
+        note_download(compose(conf_dir, config_name, lines, top_dir), lines, every)
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------
