@@ -184,9 +184,9 @@ def note_download(cfg: DictConfig | None, job: list[str], sweep: list[Override])
     """A sweep's job (override lines `job`) whose dataset must be downloaded and is not there: one line, before the
     sweep's first job starts (litforge.core.contracts.DownloadsData; building the datamodule reads nothing)."""
     target = OmegaConf.select(cfg, "data._target_") if cfg is not None else None
-    if not isinstance(target, str) or not issubclass(get_class(target), DownloadsData):
+    if cfg is None or not isinstance(target, str) or not issubclass(get_class(target), DownloadsData):
         return
-    datamodule = instantiate(OmegaConf.select(cfg, "data"))
+    datamodule = instantiate(cfg.data)
     if isinstance(datamodule, DownloadsData) and (missing := datamodule.missing_download()):
         swept = {o.key_or_group for o in sweep if o.is_sweep_override()}
         which = " ".join(line for line in job if line.lstrip("+~").split("=")[0] in swept)
