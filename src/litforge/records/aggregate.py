@@ -153,24 +153,10 @@ def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[
     return groups
 
 
-def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[Path, Path]:
-    """CSV with separate mean/std columns (for pandas), Markdown with `mean ± std` cells (for reading)."""
-    csv_path, md_path = out_dir / "aggregate.csv", out_dir / "aggregate.md"
-    atomic_write(csv_path, csv_text(*table(groups, split=True)))
-    said = f"All runs share: `{' '.join(common)}`" if common else ""
-    atomic_write(md_path, markdown("Mean ± std over seeds and folds, best first", said, *table(groups)))
-    return csv_path, md_path
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m litforge.records.aggregate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="a sweep folder, run folders, or folders above them")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="folder for aggregate.csv/.md (default: the one folder given, else the current one)",
-    )
+    parser.add_argument("--out", type=Path, help="folder for aggregate.csv/.md (default: the one folder given, or .)")
     parser.add_argument("--metrics", nargs="*", default=None, help="only these metrics (default: all)")
     args = parser.parse_args(argv)
 
@@ -184,9 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         for g in groups:
             g.metrics = defaultdict(list, {k: v for k, v in g.metrics.items() if k in args.metrics})
     out_dir = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
-    csv_path, md_path = write_files(groups, common, out_dir)
-
-    header, rows = table(groups)
+    header, rows = table(groups)  # aggregate.csv: mean and std columns (for pandas); .md, `mean ± std` (to read)
+    atomic_write(csv_path := out_dir / "aggregate.csv", csv_text(*table(groups, split=True)))
+    said = f"All runs share: `{' '.join(common)}`" if common else ""
+    atomic_write(
+        md_path := out_dir / "aggregate.md", markdown("Mean ± std over seeds and folds, best first", said, header, rows)
+    )
     console = Console()
     if common:
         console.print(f"all runs share: {' '.join(common)}")

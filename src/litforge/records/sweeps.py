@@ -21,7 +21,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from litforge.runtime.compat import job_error
@@ -31,6 +30,7 @@ from litforge.runtime.requeue import requeued_job
 RESULT_FILE = "result.json"
 PRUNED = "PRUNED"  # a job the Optuna sweeper's pruner stopped early: kept, listed after the completed ones
 REQUEUED = "REQUEUED"  # a SLURM job saved and requeued at its time limit; its next attempt's record replaces this
+RESULT_KEYS = ("objective", "metrics", "best_checkpoint")  # what a job's result.json takes from its metrics.json
 SWEEP_FILE = "sweep.json"  # the sweep's command-line overrides (written when it starts)
 # overrides the summary leaves out: plumbing the sweeper adds to each trial (still in each job's overrides.yaml)
 PLUMBING = ("++callbacks.optuna_pruning=",)
@@ -43,18 +43,17 @@ class SweepSummary(Callback):
             atomic_write(Path(config.hydra.sweep.dir) / SWEEP_FILE, json.dumps(list(config.hydra.overrides.task)))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: object) -> None:
+        if not in_multirun() or not is_rank_zero():  # one record per job: a multi-task SLURM job's others run this too
+            return
         hydra_cfg = HydraConfig.get()
-        if hydra_cfg.mode != RunMode.MULTIRUN:
-            return
-
-        if not is_rank_zero():  # one record per job: the other tasks of a multi-task SLURM job run this too
-            return
-        job_dir = Path(hydra_cfg.runtime.output_dir)
+        job_dir, metrics = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.output_dir) / "metrics.json"
+        result: dict[str, Any] = json.loads(metrics.read_text()) if metrics.exists() else {}
         error = job_error(job_return)  # raised, or a refused job's returned error (litforge.cli.main.run_job)
         # an attempt that saved and requeued its SLURM job: not its end (the requeued attempt writes that)
         status = REQUEUED if requeued_job() is not None else "FAILED" if error else job_return.status.name
         text = None if error is None else f"{type(error).__name__}: {' '.join(str(error).split())}"
-        record = job_record(job_dir, list(job_return.overrides or []), status, text)
+        record = {"job": job_dir.name, "overrides": list(job_return.overrides or []), "status": status, "error": text}
+        record |= {key: result.get(key, {} if key == "metrics" else None) for key in RESULT_KEYS}
         atomic_write(job_dir / RESULT_FILE, json.dumps(record, indent=2))
         write_summary(Path(hydra_cfg.sweep.dir))
         if job_return.status.name == "FAILED":  # raised (a bug): refused jobs said their line already
@@ -81,20 +80,6 @@ class SweepSummary(Callback):
         print("\n".join(lines)) if lines else None
         if failed and str(config.hydra.sweeper._target_).endswith("BasicSweeper"):  # a search's failed trial: not
             sys.exit(1)  # a failed sweep (Optuna's study records it and goes on); a grid's failed job is, as in Hydra
-
-
-def job_record(job_dir: Path, overrides: list[str], status: str, error: str | None) -> dict[str, Any]:
-    metrics_file = job_dir / "metrics.json"
-    result: dict[str, Any] = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
-    return {
-        "job": job_dir.name,
-        "overrides": overrides,
-        "status": status,
-        "error": error,
-        "objective": result.get("objective"),
-        "metrics": result.get("metrics", {}),
-        "best_checkpoint": result.get("best_checkpoint"),
-    }
 
 
 def sweep_folders(sweep_dir: Path) -> list[Path]:
