@@ -206,9 +206,8 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
     if result.get("trained_at_commit"):
         lines.append(f"trained at commit: {result['trained_at_commit']}")
     run_dir = Path(str(result.get("output_dir", "")))
-    if (
-        job_name == "train" and not in_multirun() and next(run_dir.rglob("events.out.tfevents.*"), None)
-    ):  # a sweep's: one
+    view = job_name == "train" and bool(result.get("output_dir")) and not in_multirun()  # a sweep: one at its end
+    if view and next(run_dir.rglob("events.out.tfevents.*"), None):
         lines.append(f"view it:\ntensorboard --logdir {run_dir} --host 127.0.0.1")
     print("\n".join(lines))
     for handler in logging.getLogger().handlers:  # Hydra's file handler: the run's log keeps the summary
