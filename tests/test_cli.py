@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import resource
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from conftest import CONF, TINY, make_image_folder, read_metrics, run_cli, run_dirs, single_run
 
@@ -56,6 +58,8 @@ def test_default_run_folder_holds_config_events_checkpoints_and_log(default_run)
     tags = set(EventAccumulator(str(run_dir / "tensorboard")).Reload().Tags()["scalars"])  # every events file
     assert {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc"} <= tags, tags
     assert any(tag.startswith("lr-") for tag in tags), tags
+    hparams = tensorboard_hparams(run_dir)  # a single run's HParams: its options by name, not the flattened config
+    assert hparams["model"] == "mlp" and hparams["data"] == "digits" and not [k for k in hparams if "/" in k], hparams
 
 
 def test_checkpoints_load_with_weights_only_and_hold_plain_hparams(default_run):
@@ -182,26 +186,74 @@ def test_same_seed_gives_bit_identical_runs(tmp_path):
     assert not all(torch.equal(a[k], c[k]) for k in a), "a different seed must change the result"
 
 
-def test_multirun_writes_one_folder_per_job_and_a_ranked_summary(tmp_path):
-    log_dir = tmp_path / "logs"
+def tensorboard_hparams(run_dir: Path) -> dict[str, object]:
+    """The HParams tab's entry of a run (its hyperparameters and their values), read from its event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = EventAccumulator(str(run_dir / "tensorboard")).Reload().PluginTagToContent("hparams")
+    info = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    return {key: getattr(value, value.WhichOneof("kind")) for key, value in info.hparams.items()}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[Path, object]:
+    """`python train.py -m optimizer.lr=0.01,0.001 model=mlp,cnn` (tiny runs): (its sweep folder, the CLI result)."""
+    log_dir = tmp_path_factory.mktemp("sweep") / "logs"
     result = run_cli("train.py", *TINY, "optimizer.lr=0.01,0.001", "model=mlp,cnn", log_dir=log_dir, extra_args=("-m",))
     assert result.returncode == 0, result.output[-3000:]
     sweeps = list((log_dir / "train" / "multiruns").glob("*"))
     assert len(sweeps) == 1
-    jobs = sorted(p for p in sweeps[0].iterdir() if p.is_dir() and p.name.isdigit())
+    return sweeps[0], result
+
+
+def test_multirun_writes_one_folder_per_job_and_a_ranked_summary(sweep):
+    """A column per swept key (by its override name), the constants once above the table, one TensorBoard command
+    for the whole sweep, and each job's HParams entry holding its swept keys (a group by its option's name)."""
+    sweep_dir, result = sweep
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     assert all((job / "metrics.json").exists() and (job / "checkpoints" / "last.ckpt").exists() for job in jobs)
-    summary = (sweeps[0] / "summary.csv").read_text().splitlines()
-    assert len(summary) == 5 and "val/acc" in summary[0]
-    col = summary[0].split(",").index("val/acc")
-    values = [float(line.split(",")[col]) for line in summary[1:]]
+    lines = (sweep_dir / "summary.csv").read_text().splitlines()
+    assert lines[0].startswith("# every job: ") and all(o in lines[0] for o in TINY), lines[0]
+    rows = list(csv.DictReader(lines[1:]))
+    assert list(rows[0])[:4] == ["job", "status", "optimizer.lr", "model"], list(rows[0])
+    values = [float(r["val/acc"]) for r in rows]
     assert values == sorted(values, reverse=True), "best first"
-    overrides = {" ".join(line.split(",")[2].split()[-2:]) for line in summary[1:]}
-    assert overrides == {f"optimizer.lr={lr} model={m}" for lr in ("0.01", "0.001") for m in ("mlp", "cnn")}
-    assert (sweeps[0] / "summary.md").read_text().startswith("# Sweep summary")
-    tail = result.stdout.splitlines()[-4:]  # where the summary is, whole on its own line, ends the sweep's output
-    assert tail[:2] == ["sweep: 4 of 4 jobs completed; summary, best first:", str(sweeps[0] / "summary.md")], tail
+    assert {(r["optimizer.lr"], r["model"]) for r in rows} == {
+        (lr, m) for lr in ("0.01", "0.001") for m in ("mlp", "cnn")
+    }
+    summary = (sweep_dir / "summary.md").read_text()
+    assert summary.startswith("# Sweep summary") and summary.count("trainer.max_epochs=2") == 1, summary
+    assert "| job | status | optimizer.lr | model |" in summary
+    tail = result.stdout.splitlines()[-6:]  # where the summary is, whole on its own line, ends the sweep's output
+    assert tail[:2] == ["sweep: 4 of 4 jobs completed; summary, best first:", str(sweep_dir / "summary.md")], tail
     assert tail[2] == "best job's checkpoint:" and Path(tail[3]).is_file(), tail
+    assert tail[4:] == ["view the sweep:", f"tensorboard --logdir {sweep_dir} --host 127.0.0.1"], tail
+    assert result.stdout.count("tensorboard --logdir") == 1, "one command for the sweep, none per job"
+    for job in jobs:
+        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        model, lr = (next(o.split("=")[1] for o in overrides if o.startswith(k)) for k in ("model=", "optimizer.lr="))
+        assert tensorboard_hparams(job) == {"model": model, "optimizer.lr": float(lr)}
+
+
+def test_eval_sweeps_a_decision_of_one_checkpoint_without_training(sweep, tmp_path):
+    """`eval -m task.threshold=...`: one evaluation of the same checkpoint per value, summarised as a sweep."""
+    checkpoint = sorted(sweep[0].glob("0/checkpoints/last.ckpt"))[0]
+    result = run_cli(
+        "eval.py", "task.threshold=0.1,0.5,0.99", f"ckpt_path={checkpoint}", log_dir=tmp_path, extra_args=("-m",)
+    )
+    assert result.returncode == 0, result.output[-3000:]
+    sweep_dir = next((tmp_path / "eval" / "multiruns").iterdir())
+    assert not list(sweep_dir.rglob("*.ckpt")), "an evaluation trains nothing"
+    lines = (sweep_dir / "summary.csv").read_text().splitlines()
+    assert lines[0] == f"# every job: paths.log_dir={tmp_path} ckpt_path={checkpoint}", lines[0]
+    rows = {r["task.threshold"]: r for r in csv.DictReader(lines[1:])}
+    assert set(rows) == {"0.1", "0.5", "0.99"} and all(r["status"] == "COMPLETED" for r in rows.values())
+    coverage = [float(rows[t]["test/coverage"]) for t in ("0.1", "0.5", "0.99")]
+    assert coverage[0] == 1.0 and coverage == sorted(coverage, reverse=True) and coverage[2] < 1.0, coverage
+    assert len({rows[t]["test/loss"] for t in rows}) == 1, "one checkpoint: the loss does not depend on the decision"
+    assert "| job | status | task.threshold |" in (sweep_dir / "summary.md").read_text()
 
 
 def test_runs_started_in_the_same_second_get_different_folders(tmp_path):

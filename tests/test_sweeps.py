@@ -204,3 +204,46 @@ def test_aggregate_reports_mean_and_std_over_seeds_per_configuration(tmp_path: P
         timeout=60,
     )
     assert empty.returncode != 0 and "does not exist" in empty.stderr
+
+
+def test_aggregate_of_many_metrics_fits_80_columns(tmp_path: Path):
+    """Sixteen columns (a default run's metrics) were squeezed into 80 characters, names cut to a letter or two: a
+    wide table is printed as several, each led by the configuration, every name and value whole."""
+    import json
+    import subprocess
+    import sys
+
+    names = ["lr-AdamW", "perf/flops_per_sec", "perf/mfu", "test/acc", "test/loss", "time/epoch_s"]
+    names += ["time/train_samples_per_s", "train/acc", "train/loss", "val/acc", "val/loss", "val/f1"]
+    for i, (model, lr) in enumerate([("mlp", "0.01"), ("cnn", "0.01"), ("mlp", "0.001")]):
+        _fake_run(tmp_path / f"r{i}", [f"model={model}", f"optimizer.lr={lr}"], 0.5 + i / 10)
+        record = {"metrics": {n: 1234.5 + i for n in names}, "objective": {"metric": "val/acc", "mode": "max"}}
+        (tmp_path / f"r{i}" / "metrics.json").write_text(json.dumps(record))
+    proc = subprocess.run(
+        [sys.executable, "-m", "litforge.records.aggregate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("\nwritten:\n")[0]  # the file paths after it are whole, however long
+    assert max(map(len, table.splitlines())) <= 80, table
+    assert all(name in table for name in names) and table.count("model=cnn optimizer.lr=0.01") >= 3, table
+    assert "1236.5000 ± 0.0000" in table, table
+
+
+def test_a_sweep_names_each_job_whose_data_is_absent_before_its_first_job(tmp_path: Path, capsys):
+    """`-m 'experiment=glob(*)'` offline: the jobs whose datasets must be downloaded ended, mid-sweep, in Hydra's
+    traceback. The sweep's check (before Hydra starts job 0) says so in one line per job; it writes nothing."""
+    from litforge.cli.preflight import check_sweep
+
+    data = tmp_path / "data"
+    args = ["experiment=cifar10_resnet,digits_cnn", f"paths.data_dir={data}", f"paths.log_dir={tmp_path}"]
+    check_sweep(CONF, "train", args)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("litforge: note:")]
+    assert notes == [
+        f"litforge: note: the sweep's job experiment=cifar10_resnet: CIFAR-10 is not in {data}/cifar-10-batches-py: "
+        "the job downloads it first (needs internet)"
+    ], notes  # digits ships with scikit-learn: no line
+    assert not list(tmp_path.iterdir()), "the check downloads nothing and makes no folder"

@@ -312,8 +312,8 @@ def job_outcome(result: Any) -> tuple[float | None, str | None]:
     """(value, None) for a job that returned a finite number, else (None, why the trial failed)."""
     from hydra.core.utils import JobStatus
 
-    if result.status != JobStatus.COMPLETED:
-        error = job_error(result)
+    error = job_error(result)  # raised, or returned by a refused job (litforge.cli.main.run_job)
+    if error is not None or result.status != JobStatus.COMPLETED:
         return None, f"{type(error).__name__}: {error}" if error is not None else str(result.status)
     value = result.return_value
     try:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from litforge.core.contracts import ImageInputs, net_of
 from litforge.records.metrics import scalar_metrics
-from litforge.tasks.base import LitforgeTask
+from litforge.records.sweeps import job_sweep_values
 
 log = logging.getLogger(__name__)
+NOT_HPARAMS = ("paths.", "hydra", "print_config", "callbacks.")  # where a run writes, what it shows: not what it is
 
 
 def tensorboard_loggers(trainer: pl.Trainer) -> Iterator[TensorBoardLogger]:
@@ -28,7 +30,8 @@ def tensorboard_loggers(trainer: pl.Trainer) -> Iterator[TensorBoardLogger]:
 
 
 class HParamsSummary(pl.Callback):
-    """One HParams entry per run: the hyperparameters with the final metrics, so a sweep compares in one table.
+    """One HParams entry per run: what sets it apart (:func:`run_hparams`) with the final metrics, so a sweep compares
+    in one table.
 
     TensorBoard keeps the first hparams record of a run, so it is written once, when the last metrics exist: after
     the test when the job tests (`after_test`, tied to `test_after_training`), else after fit. Metrics appear as
@@ -58,14 +61,18 @@ class HParamsSummary(pl.Callback):
             logger.experiment.flush()
 
 
-def run_hparams(pl_module: pl.LightningModule) -> dict[str, Any]:
-    """What defines the run: the task's hyperparameters plus the seed and the data settings (batch size, ...)."""
-    params: dict[str, Any] = dict(pl_module.hparams)
-    run_config = (pl_module.run_config if isinstance(pl_module, LitforgeTask) else None) or {}
-    params["seed"] = run_config.get("seed")
-    params["data"] = {k: v for k, v in (run_config.get("data") or {}).items() if not str(k).startswith("_")}
-    params.pop("class_names", None)  # long and the same for every run of a dataset
-    return params
+def run_hparams(pl_module: pl.LightningModule) -> dict[str, object]:
+    """What tells this run from others, by the names a user types: a sweep's job, its swept keys (`model`,
+    `optimizer.lr`: a group by its option's name); a single run, its group options and command-line overrides (not
+    the flattened config: the whole of it is in <run folder>/.hydra/config.yaml); a run without Hydra's command line
+    (a notebook's `train(cfg)`), the task's hyperparameters."""
+    swept = job_sweep_values()
+    if swept is not None or not HydraConfig.initialized():
+        return swept if swept is not None else {k: v for k, v in pl_module.hparams.items() if k != "class_names"}
+    hydra_cfg = HydraConfig.get()
+    chosen = {g: c for g, c in hydra_cfg.runtime.choices.items() if c is not None and not g.startswith("hydra")}
+    given = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
+    return {**chosen, **{o.key_or_group: o.value() for o in given if not o.key_or_group.startswith(NOT_HPARAMS)}}
 
 
 class ModelGraph(pl.Callback):

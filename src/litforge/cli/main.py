@@ -39,6 +39,7 @@ from litforge.cli.help import answer_help
 from litforge.cli.project import find_project
 from litforge.core.errors import LitforgeError, TrainingStopped
 from litforge.parallel.launch import launched_ranks_cleaned_up
+from litforge.records.sweeps import job_sweep_values
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 
 log = logging.getLogger("litforge")
@@ -77,8 +78,10 @@ def main(job_name: str, command: str | None = None) -> None:
     sys.argv[1:] = null_groups_removed(CONF_DIR, sys.argv[1:])  # logger=null: no logger (Hydra's ~logger)
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
 
-    def task_function(cfg: DictConfig) -> float | None:
+    def task_function(cfg: DictConfig) -> float | Exception | None:
         result = run_job(job_function(job_name), cfg, job_name)
+        if isinstance(result, Exception):  # a sweep's refused job: its line is out; the summary records it
+            return result
         print_summary(job_name, result)
         return (result.get("objective") or {}).get("value")  # what a sweeper (Optuna) optimises
 
@@ -95,7 +98,8 @@ def job_function(job_name: str) -> Callable[[DictConfig], dict[str, Any]]:
 def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "train") -> Any:
     """Run a job; a user mistake (LitforgeError) ends it with its message and exit code 1, not a traceback.
 
-    In a multirun the error is re-raised instead, so Hydra records the job as failed and the sweep goes on.
+    In a multirun its one line names the job, and the error is returned, not raised: the sweep goes on without Hydra's
+    "Error executing job" traceback, and litforge.records.sweeps records the job as FAILED with its reason.
     """
     quiet_library_chatter()
     try:
@@ -109,11 +113,12 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
         exc = too_few_batches(error) or error  # Lightning's `limit_val_batches=0.2` of one batch: one line
         if not isinstance(exc, (LitforgeError, OmegaConfBaseException)):
             raise
-        if in_multirun():  # Hydra records the job as failed, the sweep goes on
-            if exc is error:
-                raise
-            raise exc from error
         lines = exc.lines if isinstance(exc, LitforgeError) else [config_error_message(exc)]  # one a mistake
+        if in_multirun():
+            swept = " ".join(f"{k}={v}" for k, v in (job_sweep_values() or {}).items())
+            which = f"sweep job {HydraConfig.get().job.num} ({swept})"
+            print(f"litforge: error: {which}: {'; '.join(lines)}", file=sys.stderr) if is_rank_zero() else None
+            return exc
         log.error("%s", "\n".join(lines))
         if is_rank_zero() and not isinstance(exc, TrainingStopped):  # a refusal writes nothing (checkpointing.folders)
             undo_noted_folder()
@@ -201,7 +206,8 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
     if result.get("trained_at_commit"):
         lines.append(f"trained at commit: {result['trained_at_commit']}")
     run_dir = Path(str(result.get("output_dir", "")))
-    if job_name == "train" and result.get("output_dir") and next(run_dir.rglob("events.out.tfevents.*"), None):
+    view = job_name == "train" and bool(result.get("output_dir")) and not in_multirun()  # a sweep: one at its end
+    if view and next(run_dir.rglob("events.out.tfevents.*"), None):
         lines.append(f"view it:\ntensorboard --logdir {run_dir} --host 127.0.0.1")
     print("\n".join(lines))
     for handler in logging.getLogger().handlers:  # Hydra's file handler: the run's log keeps the summary

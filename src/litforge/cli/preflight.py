@@ -28,7 +28,7 @@ from litforge.cli.help import group_options, user_conf_folders
 from litforge.cli.hints import absent_group_message, check_added_keys, check_syntax, unknown_key_message
 from litforge.config.relations import MOVED_KEYS, moved_key_message
 from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
-from litforge.jobs.checks import check_job
+from litforge.jobs.checks import check_job, note_download
 from litforge.runtime.extras import check_extras
 from litforge.runtime.ranks import is_rank_zero
 
@@ -170,8 +170,9 @@ def check_sweep(
     check_launcher(hydra)
     check_search_space(sweeper, overrides)
     grid = str(sweeper.get("_target_", "BasicSweeper")).endswith("BasicSweeper")  # Hydra's: no interval()
-    for lines in sweep_jobs(parse([*params, *overrides]) or [], grid):
+    for lines in sweep_jobs(every := parse([*params, *overrides]) or [], grid):
         checked_overrides(conf_dir, config_name, lines, job, top_dir, multirun=True)
+        note_download(compose(conf_dir, config_name, lines, top_dir), lines, every)
 
 
 # ---- command lines that would not run what was meant --------------------------------------------------------------

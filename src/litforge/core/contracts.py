@@ -678,3 +678,13 @@ def check_trainable(task_cls: type, datamodule: object) -> None:
             f"`{type(datamodule).__name__}` is {datamodule.kind} data: pick a matching pair (e.g. an experiment= "
             "recipe), see `python train.py --help`"
         )
+
+
+@runtime_checkable
+class DownloadsData(Protocol):
+    """A datamodule whose `prepare_data` downloads its files: a sweep names each job that must, before its first job
+    starts (litforge.cli.preflight.check_sweep), instead of the job failing offline halfway through the sweep."""
+
+    def missing_download(self) -> str | None:
+        """What must be downloaded and is not there yet (None: nothing): one line, naming the folder."""
+        ...

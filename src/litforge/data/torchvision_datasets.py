@@ -114,6 +114,13 @@ class TorchvisionImageDataModule(ImageDataModule):
         except RuntimeError as err:
             raise DataError(self._missing_message(err)) from err
 
+    def missing_download(self) -> str | None:
+        """(litforge.core.contracts.DownloadsData) The dataset, when its files are not in :meth:`files_folder`."""
+        if not self._missing():
+            return None
+        then = "the job downloads it first (needs internet)" if self.download else "data.download=false: the job fails"
+        return f"{self.display_name} is not in {self.files_folder()}: {then}"
+
     def _missing(self) -> list[str]:
         folder = self.files_folder()
         return [name for name in self.expected_files() if not os.path.isfile(os.path.join(folder, name))]

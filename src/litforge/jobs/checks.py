@@ -8,18 +8,21 @@ is reported, one line each (litforge.core.errors.refuse_each): each check judges
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from hydra.core.override_parser.types import Override
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.metadata import check_checkpoint_early
 from litforge.config.check import check_config
 from litforge.config.relations import PREDICTS
 from litforge.config.settings import QUANTIZATIONS, Tune
-from litforge.core.contracts import SteppableTask, missing_members
+from litforge.core.contracts import DownloadsData, SteppableTask, missing_members
 from litforge.core.errors import ConfigError, LitforgeError, raise_found, refuse_each
 from litforge.core.instantiate import to_plain
 from litforge.data.tables import check_table_job
@@ -175,3 +178,16 @@ def check_at_start(cfg: DictConfig, job: str) -> None:
 
 def _digest(cfg: DictConfig) -> str:
     return hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()
+
+
+def note_download(cfg: DictConfig | None, job: list[str], sweep: list[Override]) -> None:
+    """A sweep's job (override lines `job`) whose dataset must be downloaded and is not there: one line, before the
+    sweep's first job starts (litforge.core.contracts.DownloadsData; building the datamodule reads nothing)."""
+    target = OmegaConf.select(cfg, "data._target_") if cfg is not None else None
+    if cfg is None or not isinstance(target, str) or not issubclass(get_class(target), DownloadsData):
+        return
+    datamodule = instantiate(cfg.data)
+    if isinstance(datamodule, DownloadsData) and (missing := datamodule.missing_download()):
+        swept = {o.key_or_group for o in sweep if o.is_sweep_override()}
+        which = " ".join(line for line in job if line.lstrip("+~").split("=")[0] in swept)
+        print(f"litforge: note: the sweep's job {which}: {missing}", file=sys.stderr)

@@ -12,8 +12,6 @@ Reads only JSON/YAML files: no torch import, so it answers in well under a secon
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import statistics
@@ -27,7 +25,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from litforge.records.sweeps import atomic_write
+from litforge.records.sweeps import atomic_write, csv_text, markdown
 
 #: overrides that do not change what is trained: runs that differ only in these are repeats of one configuration
 IGNORED_PREFIXES = ("seed=", "data.fold=", "paths.", "hydra.", "print_config=", "hydra/")
@@ -124,51 +122,41 @@ def rank(groups: list[Group]) -> list[Group]:
     return sorted(groups, key=key)
 
 
-def table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
+def table(groups: list[Group], split: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: `mean ± std` cells (to read), or with `split` separate mean and std columns (for pandas)."""
     names = sorted({name for g in groups for name in g.metrics})
-    header = ["configuration", "runs", "failed", "seeds", *names]
+    head = [f"{n}_{s}" for n in names for s in ("mean", "std")] if split else names
     rows = []
     for g in groups:
-        cells = []
-        for name in names:
-            stats = g.stats(name)
-            cells.append("" if stats is None else f"{stats[0]:.4f} ± {stats[1]:.4f}")
+        cells: list[str] = []
+        for x in (g.stats(n) for n in names):
+            cells += (
+                ([f"{x[0]:.6g}", f"{x[1]:.6g}"] if x else ["", ""])
+                if split
+                else [f"{x[0]:.4f} ± {x[1]:.4f}" if x else ""]
+            )
         rows.append([g.config, str(len(g.seeds)), str(g.failed), " ".join(g.seeds), *cells])
-    return header, rows
+    return ["configuration", "runs", "failed", "seeds", *head], rows
 
 
-def write_files(groups: list[Group], common: list[str], out_dir: Path) -> tuple[Path, Path]:
-    """CSV with separate mean/std columns (for pandas), Markdown with `mean ± std` cells (for reading)."""
-    names = sorted({name for g in groups for name in g.metrics})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["configuration", "runs", "failed", "seeds", *[f"{n}_{s}" for n in names for s in ("mean", "std")]])
-    for g in groups:
-        cells = []
-        for name in names:
-            stats = g.stats(name)
-            cells += ["", ""] if stats is None else [f"{stats[0]:.6g}", f"{stats[1]:.6g}"]
-        writer.writerow([g.config, len(g.seeds), g.failed, " ".join(g.seeds), *cells])
-    csv_path, md_path = out_dir / "aggregate.csv", out_dir / "aggregate.md"
-    atomic_write(csv_path, buffer.getvalue())
-    header, rows = table(groups)
-    lines = ["# Mean ± std over seeds and folds, best first", ""]
-    lines += [f"All runs share: `{' '.join(common)}`", ""] if common else []
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    atomic_write(md_path, "\n".join(lines) + "\n")
-    return csv_path, md_path
+def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
+    """The table's columns in groups that each fit `width` characters, every group led by the configuration column:
+    a wide table (many metrics) is printed as several, one under the other, instead of squeezed into the terminal."""
+    sizes = [max(map(len, column)) + 3 for column in zip(header, *rows, strict=True)]  # a cell's padding and border
+    first = min(sizes[0], width // 3)  # a long configuration folds onto more lines
+    groups, used = [[0]], first + 1
+    for i in range(1, len(header)):
+        if used + sizes[i] > width and len(groups[-1]) > 1:
+            groups, used = [*groups, [0]], first + 1
+        groups[-1].append(i)
+        used += sizes[i]
+    return groups
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m litforge.records.aggregate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="a sweep folder, run folders, or folders above them")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="folder for aggregate.csv/.md (default: the one folder given, else the current one)",
-    )
+    parser.add_argument("--out", type=Path, help="folder for aggregate.csv/.md (default: the one folder given, or .)")
     parser.add_argument("--metrics", nargs="*", default=None, help="only these metrics (default: all)")
     args = parser.parse_args(argv)
 
@@ -182,21 +170,24 @@ def main(argv: list[str] | None = None) -> int:
         for g in groups:
             g.metrics = defaultdict(list, {k: v for k, v in g.metrics.items() if k in args.metrics})
     out_dir = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
-    csv_path, md_path = write_files(groups, common, out_dir)
-
-    header, rows = table(groups)
-    view = Table(
-        title=f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)", header_style="bold"
+    header, rows = table(groups)  # aggregate.csv: mean and std columns (for pandas); .md, `mean ± std` (to read)
+    atomic_write(csv_path := out_dir / "aggregate.csv", csv_text(*table(groups, split=True)))
+    said = f"All runs share: `{' '.join(common)}`" if common else ""
+    atomic_write(
+        md_path := out_dir / "aggregate.md", markdown("Mean ± std over seeds and folds, best first", said, header, rows)
     )
-    for i, name in enumerate(header):
-        view.add_column(name, justify="left" if i in (0, 3) else "right", overflow="fold")
-    for row in rows:
-        view.add_row(*row)
     console = Console()
     if common:
         console.print(f"all runs share: {' '.join(common)}")
-    console.print(view)
-    console.print(f"written: {csv_path} {md_path}")
+    title = f"{len(runs)} runs, {len(groups)} configurations (mean ± std over seeds and folds)"
+    for part, columns in enumerate(column_groups(header, rows, console.width)):
+        view = Table(title=None if part else title, header_style="bold")
+        for i in columns:
+            view.add_column(header[i], justify="left" if i in (0, 3) else "right", overflow="fold")
+        for row in rows:
+            view.add_row(*(row[i] for i in columns))
+        console.print(view)
+    print(f"written:\n{csv_path}\n{md_path}")  # whole paths, each on its own line (rich would fold them)
     return 0
 
 

@@ -481,7 +481,7 @@ def fsdp_chunks_by_index() -> None:
 
 
 def job_error(job_return: JobReturn) -> BaseException | None:
-    """The exception a failed Hydra job raised, or None (a job that completed, or failed without one).
+    """The exception a failed Hydra job raised (or a refused sweep job returned: litforge.cli.main.run_job), or None.
 
     Hydra's `JobReturn` keeps it in the private `_return_value` (facebookresearch/hydra#1465, "Support partial
     failures in multirun mode"); its public `return_value` re-raises it and first writes "Error executing job with
