@@ -3,6 +3,7 @@ write them, the offline recipe through the real command line, the auto threshold
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import signal
@@ -110,6 +111,42 @@ def test_text_multilabel_recipe_trains_offline_and_records_per_label_scores_and_
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={IMAGES: 0}).Reload()
     assert "test/precision_recall" in events.Tags()["images"]
     assert {f"test/f1_{n}" for n in names} <= set(events.Tags()["scalars"])
+    check_the_jobs_after_training(run_dir / "checkpoints" / "last.ckpt", names, tmp_path)
+
+
+def check_the_jobs_after_training(ckpt: Path, names: list[str], tmp_path: Path) -> None:
+    """The trained text checkpoint through predict (a .txt of new texts: label names per line, at two thresholds),
+    eval (per-label F1 at a threshold given now) and export (int64 ids of any length in ONNX, equal to torch)."""
+    new = tmp_path / "new.txt"
+    new.write_text("I was charged twice for my plan this month\nThe parcel never arrived\n")
+    rows = {}
+    for threshold in (0.01, 0.99):
+        out = tmp_path / f"predictions_{threshold}.csv"
+        args = (f"ckpt_path={ckpt}", f"input={new}", f"output={out}", f"task.threshold={threshold}")
+        result = run_cli("predict.py", *args, log_dir=tmp_path)
+        assert result.returncode == 0, result.output[-3000:]
+        rows[threshold] = list(csv.DictReader(out.open()))
+        assert [r["input"] for r in rows[threshold]] == [f"{new}:1", f"{new}:2"]
+        assert set(rows[threshold][0]) == {"input", "labels", *(f"p_{n}" for n in names)}
+    assert all(r["labels"] == ";".join(names) for r in rows[0.01]), "every label above a threshold of 0.01"
+    assert all(r["labels"] == "" for r in rows[0.99]), "no label above 0.99 after one epoch"
+
+    result = run_cli("eval.py", f"ckpt_path={ckpt}", "task.threshold=0.4", log_dir=tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    assert all(f"test/f1_{n}" in result.output for n in names)
+
+    result = run_cli("export.py", f"ckpt_path={ckpt}", "quantize=[]", log_dir=tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    import onnxruntime as ort
+
+    onnx = next((tmp_path / "export").rglob("model.onnx"))
+    session = ort.InferenceSession(str(onnx))
+    meta = session.get_modelmeta().custom_metadata_map
+    assert json.loads(meta["label_names"]) == names and "tokenizer" in meta
+    for length in (3, 17):
+        ids = torch.randint(1, 50, (2, length))
+        (got,) = session.run(None, {session.get_inputs()[0].name: ids.numpy()})
+        assert got.shape == (2, len(names)), f"length {length}"
 
 
 @pytest.mark.slow
