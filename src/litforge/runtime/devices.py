@@ -98,18 +98,16 @@ def usable_cores(affinity: int, cpu_max: str | None = None, cfs: tuple[str, str]
 
 def idle_cores(cpus: set[int], before: str, after: str) -> float:
     """How many of `cpus` sat idle between two readings of /proc/stat (idle + iowait time over all time, per CPU)."""
-
-    def per_cpu(text: str) -> dict[int, tuple[int, int]]:
-        rows = (line.split() for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
-        return {int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9]))) for r in rows}
-
-    start, end = per_cpu(before), per_cpu(after)
-    shares = [
-        (end[c][0] - start[c][0]) / (end[c][1] - start[c][1])
-        for c in cpus
-        if end.get(c, (0, 0))[1] > start.get(c, (0, 0))[1]
+    ticks = [
+        {
+            int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9])))
+            for r in map(str.split, text.splitlines())
+            if r and r[0][:3] == "cpu" and r[0][3:].isdigit()
+        }
+        for text in (before, after)
     ]
-    return sum(shares) if shares else float(len(cpus))
+    spans = [(e[0] - b[0], e[1] - b[1]) for c in cpus if (b := ticks[0].get(c)) and (e := ticks[1].get(c))]
+    return sum(idle / total for idle, total in spans if total > 0) if any(t for _, t in spans) else float(len(cpus))
 
 
 def choose_threads(
