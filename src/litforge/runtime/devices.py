@@ -5,6 +5,7 @@ the CPU threads each process uses (:func:`apply_threads`), and the Trainer every
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -89,10 +90,8 @@ def usable_cores(affinity: int, cpu_max: str | None = None, cfs: tuple[str, str]
     quota. A pure function of the files' texts: the tests pass faked ones, since setting a cgroup quota takes root
     control of the cgroup tree, which a test here does not have."""
     quota, period = (cpu_max.split() + [""])[:2] if cpu_max else cfs or ("", "")
-    try:
-        cap = int(quota) // int(period) if int(quota) > 0 else affinity  # "max" / -1: no quota
-    except ValueError:
-        cap = affinity
+    quota, period = quota.strip(), period.strip()
+    cap = int(quota) // int(period) if quota.isdigit() and period.isdigit() and int(period) else affinity  # max, -1
     return max(1, min(affinity, cap))
 
 
@@ -152,10 +151,8 @@ def apply_threads(setting: int | str, trainer_kwargs: Mapping[str, Any]) -> str:
     local = int(os.environ.get("LOCAL_WORLD_SIZE") or process_count(trainer_kwargs) // nodes)
     threads, why = choose_threads(setting, os.environ.get("OMP_NUM_THREADS"), cores, idle, local)
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(RuntimeError):  # allowed once per process, before inter-op work: a sweep's later jobs
         torch.set_num_interop_threads(threads)
-    except RuntimeError:  # torch allows it once per process, before inter-op work: a later job of a sweep keeps it
-        pass
     return f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op ({why})"
 
 
