@@ -60,6 +60,26 @@ def test_blocks_on_a_net_without_units_is_refused_in_one_line():
         apply_speed_options(as_task(nn.Sequential(nn.Linear(2, 2))), compile="blocks")
 
 
+def test_blocks_compile_once_per_shape_and_grad_mode_and_never_fall_back_to_eager():
+    # every in-place compiled module shares one dynamo frame: 3 Linear shapes x (training, no_grad, inference mode)
+    # are 9 graphs, past torch's limit of 8, after which the last ones ran eagerly with a warning (`compile=blocks`
+    # runs of the default MLP hit it at their test)
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=8):
+        net, counter = MLP(1, (8, 8), 10, hidden_dims=(16, 32)), CompileCounter()
+        apply_speed_options(as_task(net), compile={"blocks": True, "backend": counter})
+        x = torch.randn(2, 1, 8, 8)
+        for _ in range(2):  # the second round compiles nothing
+            net(x).sum().backward()
+            with torch.no_grad():
+                net(x)
+            with torch.inference_mode():
+                net(x)
+        assert counter.frame_count == 3 * 3
+
+
 def train_losses(net: nn.Module, batches: list[tuple[torch.Tensor, ...]], forward, steps: int = 3) -> list[float]:
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     losses = []
@@ -129,6 +149,9 @@ def test_compile_blocks_from_the_command_line_trains_and_counts_flops(tmp_path: 
     metrics = read_metrics(single_run(log_dir))["metrics"]
     assert metrics["test/acc"] > 0.5
     assert metrics["perf/flops_per_step"] == 64 * (2 * 2 * 64 * 256 + 3 * 2 * (256 * 256 + 256 * 10))
+    # quiet: the model summary counts FLOPs eagerly, no graph is traced of compiled code, no shape falls back to eager
+    for noise in ("Total FLOPs: 0", "Error occurs, No graph saved", "recompile_limit"):
+        assert noise not in result.output, noise
     bad = run_cli("train.py", *TINY, "compile=block", log_dir=tmp_path / "bad")
     assert bad.returncode != 0
     assert "litforge: error" in bad.stderr and "blocks" in bad.stderr and "Traceback" not in bad.output

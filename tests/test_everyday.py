@@ -88,7 +88,7 @@ def test_config_tree_and_summary_print_on_rank_zero_only(rank, monkeypatch, caps
 
     monkeypatch.setenv("RANK", rank)
     (tmp_path / "events.out.tfevents.1").write_bytes(b"")
-    cfg = OmegaConf.create({"print_config": True, "seed": 1})
+    cfg = OmegaConf.create({"print_config": True, "seed": 1, "threads": 1})
     result = cli.run_job(lambda c: {"metrics": {"val/acc": 0.5}, "output_dir": str(tmp_path)}, cfg)
     cli.print_summary("train", result)
     out = capsys.readouterr().out

@@ -24,7 +24,7 @@ def _paths_after(output: str, label: str) -> list[str]:
 
 def test_the_summary_prints_each_path_whole_and_the_job_log_keeps_it(tmp_path: Path):
     deep = tmp_path / ("a_long_folder_name_" * 6) / "logs"  # longer than any terminal: rich would wrap it
-    result = run_cli("train.py", *TINY, log_dir=deep)
+    result = run_cli("train.py", *TINY, log_dir=deep, env={"OMP_NUM_THREADS": ""})  # threads=auto decides
     assert result.returncode == 0, result.output[-3000:]
     run_dir = single_run(deep)
     assert _paths_after(result.stdout, "run folder") == [str(run_dir)] * 2  # at the start and at the end
@@ -32,11 +32,14 @@ def test_the_summary_prints_each_path_whole_and_the_job_log_keeps_it(tmp_path: P
     (best,) = _paths_after(result.stdout, "best checkpoint")
     assert Path(best).is_file() and Path(best).parent == run_dir / "checkpoints"
     assert _paths_after(result.stdout, "view it") == [f"tensorboard --logdir {run_dir} --host 127.0.0.1"]
-    start = result.stdout.splitlines()[:3]  # a short start: what runs and where it writes, not the config tree
-    assert start[0].startswith("train: data=digits model=mlp task=classification") and start[1:] == [
+    start = result.stdout.splitlines()[:4]  # a short start: what runs, on how many threads, where it writes
+    assert start[0].startswith("train: data=digits model=mlp task=classification") and start[2:] == [
         "run folder:",
         str(run_dir),
     ], start
+    cores = len(os.sched_getaffinity(0))  # no cgroup quota here: the mask's cores, less those busy elsewhere
+    threads = re.fullmatch(rf"threads: (\d+) intra-op, \1 inter-op \(auto: {cores} usable cores(.*)\)", start[1])
+    assert threads and 1 <= int(threads[1]) <= cores, start[1]
     log = (run_dir / "train.log").read_text()
     assert f"last checkpoint:\n{run_dir / 'checkpoints' / 'last.ckpt'}" in log and "test/acc: " in log
 

@@ -18,6 +18,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from litforge.core.contracts import ImageInputs, net_of
+from litforge.models.speed import is_compiled
 from litforge.records.metrics import scalar_metrics
 from litforge.records.sweeps import job_sweep_values
 
@@ -81,8 +82,9 @@ class ModelGraph(pl.Callback):
     largest fixed cost between launch and the first optimizer step after the imports (benchmarks/README.md); the
     graph is the same at either end, only a run that crashes before its end has none.
 
-    Skipped with a warning where tracing fails (data-dependent control flow) and on more than one process (a
-    sharded module cannot run a forward pass on one rank alone). The module is traced in eval mode so BatchNorm
+    Skipped with a warning where tracing fails (data-dependent control flow), and without one for a compiled net
+    (`compile=true|blocks`: torch.jit refuses compiled code) and on more than one process (a sharded module cannot
+    run a forward pass on one rank alone). The module is traced in eval mode so BatchNorm
     statistics and RNG streams are the same as in a run without this callback.
     """
 
@@ -95,7 +97,7 @@ class ModelGraph(pl.Callback):
             log.warning("Model graph not logged to TensorBoard: the task has no plain `net` module to trace")
             return
         example = example_input(trainer, pl_module)
-        if example is None:
+        if example is None or is_compiled(net):  # torch.jit.trace refuses compiled code (and prints an error)
             return
         was_training = pl_module.training
         pl_module.eval()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import RichModelSummary
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 
 from litforge.callbacks.tensorboard import example_input
@@ -154,13 +155,13 @@ def set_summary_example(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
     """Give the task an `example_input_array` of one sample where it has none, so Lightning's model summary (which
     counts FLOPs only by running that example through the model) prints the net's forward FLOPs instead of 0.
 
-    Left out where that forward would cost or hang: a compiled net (the summary's eval forward would compile a
-    second graph) and a sharded or meta net (the summary runs its forward on rank 0 alone).
+    Left out where that forward would hang: a sharded or meta net (the summary runs its forward on rank 0 alone). A
+    compiled net gets one: :class:`EagerModelSummary` runs it eagerly.
     """
     net = net_of(pl_module)
     if pl_module.example_input_array is not None or not isinstance(net, torch.nn.Module):
         return
-    if compiled(net) or any(p.is_meta or type(p) is not torch.nn.Parameter for p in net.parameters()):
+    if any(p.is_meta or type(p) is not torch.nn.Parameter for p in net.parameters()):
         return
     if trainer.world_size > 1 and not isinstance(trainer.strategy, pl.strategies.DDPStrategy):
         return
@@ -173,9 +174,14 @@ def set_summary_example(trainer: pl.Trainer, pl_module: pl.LightningModule) -> N
         pl_module.example_input_array = example
 
 
-def compiled(net: torch.nn.Module) -> bool:
-    """Whether `compile=true` or `compile=blocks` compiled the net or any of its modules (litforge.models.speed)."""
-    return any(getattr(m, "litforge_compiled", False) for m in net.modules())
+class EagerModelSummary(RichModelSummary):
+    """Lightning's rich model summary, its FLOP-counting forward run with compiled modules eager
+    (`torch.compiler.set_stance`): under `compile=true|blocks` that no-grad forward would compile a graph of its own
+    per block shape (beside training's and evaluation's), and a net left without an example printed "Total FLOPs: 0"."""
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        with torch.compiler.set_stance("force_eager"):
+            super().on_fit_start(trainer, pl_module)
 
 
 def _batch_size(batch: object) -> int:

@@ -38,6 +38,7 @@ from litforge.cli.habits import load_env_file
 from litforge.cli.help import answer_help
 from litforge.cli.project import find_project
 from litforge.core.errors import LitforgeError, TrainingStopped
+from litforge.jobs.build import too_few_batches
 from litforge.parallel.launch import launched_ranks_cleaned_up
 from litforge.records.sweeps import job_sweep_values
 from litforge.runtime.ranks import in_multirun, is_rank_zero
@@ -101,15 +102,19 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
     In a multirun its one line names the job, and the error is returned, not raised: the sweep goes on without Hydra's
     "Error executing job" traceback, and litforge.records.sweeps records the job as FAILED with its reason.
     """
+    from litforge.runtime.devices import apply_threads  # torch: the job's module has imported it by now
+
     quiet_library_chatter()
-    try:
+    try:  # threads sized before any parallel work (torch refuses a later inter-op size)
+        trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if "trainer" in cfg else {}
+        threads = apply_threads(cfg.threads, trainer)  # type: ignore[arg-type]
         if is_rank_zero():
-            print_config(cfg) if cfg.print_config else print_start(job_name, job_name == "train" and cfg.dry_run)
+            print_config(cfg) if cfg.print_config else print_start(
+                job_name, job_name == "train" and cfg.dry_run, threads
+            )
         with launched_ranks_cleaned_up():
             return job(cfg)
     except Exception as error:
-        from litforge.jobs.build import too_few_batches  # imports torch: not on --help's or a refusal's path
-
         exc = too_few_batches(error) or error  # Lightning's `limit_val_batches=0.2` of one batch: one line
         if not isinstance(exc, (LitforgeError, OmegaConfBaseException)):
             raise
@@ -150,9 +155,9 @@ def quiet_library_chatter() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
-def print_start(job_name: str, dry_run: bool = False) -> None:
-    """A short start: the job, the option of each group, and the run folder (the whole config: print_config=true;
-    it is also saved in <run folder>/.hydra/config.yaml)."""
+def print_start(job_name: str, dry_run: bool, threads: str) -> None:
+    """A short start: the job, the option of each group, the CPU threads, and the run folder (the whole config:
+    print_config=true; it is also saved in <run folder>/.hydra/config.yaml)."""
     if not HydraConfig.initialized():
         return
     hydra_cfg = HydraConfig.get()
@@ -160,7 +165,7 @@ def print_start(job_name: str, dry_run: bool = False) -> None:
     order = ["experiment", "data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer"]
     groups = sorted(chosen, key=lambda g: order.index(g) if g in order else len(order))
     where = "dry run: no run folder" if dry_run else f"run folder:\n{hydra_cfg.runtime.output_dir}"
-    print(f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\n{where}", flush=True)
+    print(f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\n{threads}\n{where}", flush=True)
 
 
 def print_config(cfg: DictConfig) -> None:

@@ -103,4 +103,5 @@ STAND_INS: dict[str, dict[str, Any]] = {
 }
 STAND_INS["pytorch_lightning.Trainer"] = STAND_INS["trainer"]
 STAND_INS["torch.optim.Adam"] = STAND_INS["torch.optim.AdamW"]
-STAND_INS["pytorch_lightning.callbacks.RichModelSummary"] = STAND_INS["pytorch_lightning.callbacks.ModelSummary"]
+for summary in ("pytorch_lightning.callbacks.RichModelSummary", "litforge.callbacks.throughput.EagerModelSummary"):
+    STAND_INS[summary] = STAND_INS["pytorch_lightning.callbacks.ModelSummary"]

@@ -92,6 +92,7 @@ class Job(Section):  # every job's keys
     model_config = ConfigDict(strict=True, extra="ignore")  # the groups sit beside these keys
     task_name: str
     seed: Seed
+    threads: Count | Literal["auto"]  # CPU threads per process (litforge.runtime.devices.apply_threads)
     print_config: bool
     paths: Paths
 

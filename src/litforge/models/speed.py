@@ -51,7 +51,7 @@ def apply_speed_options(
     elif compile:
         options = dict(compile) if isinstance(compile, dict) else {}
         net.compile(**options)
-        setattr(net, "litforge_compiled", True)  # noqa: B010  (nn.Module types its attributes as modules/tensors; read by callbacks.throughput)
+        setattr(net, "litforge_compiled", True)  # noqa: B010  (nn.Module types its attributes as modules/tensors; read by is_compiled)
 
 
 def sharding_units(net: nn.Module) -> list[nn.Module]:
@@ -73,7 +73,19 @@ def compile_blocks(net: nn.Module, **options: object) -> int:
     for unit in units:
         unit.compile(**options)
         setattr(unit, "litforge_compiled", True)  # noqa: B010  (see above)
+    # Every in-place compiled module enters dynamo through one shared frame (`Module._call_impl`, or dynamo's `inner`
+    # wrapper for torch's own layers), whose cache holds a graph per unit shape and grad mode (training, evaluation's
+    # inference mode, the test after the best checkpoint is restored). torch's limit of 8 graphs per frame sent a
+    # 3-shape MLP back to eager at its test, with a warning: allow each shape its graphs (documented in torch's
+    # recompilation guide: `torch._dynamo.config.recompile_limit`).
+    shapes = {(type(u), tuple((n, p.shape, p.dtype) for n, p in u.named_parameters())) for u in units}
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(shapes))
     return len(units)
+
+
+def is_compiled(net: nn.Module) -> bool:
+    """Whether `compile=true` or `compile=blocks` compiled the net or any of its modules."""
+    return any(getattr(m, "litforge_compiled", False) for m in net.modules())
 
 
 def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:

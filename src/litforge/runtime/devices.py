@@ -1,12 +1,17 @@
 """What the trainer's `accelerator` and `devices` settings mean on this machine (decided before the Trainer exists),
-and the Trainer every job builds from them (:func:`build_trainer`). Imports torch: the `tune=` checks import it on use.
+the CPU threads each process uses (:func:`apply_threads`), and the Trainer every job builds from them
+(:func:`build_trainer`). Imports torch: the `tune=` checks and the command line's job runner import it on use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
+import time
 from collections.abc import Mapping, Sized
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytorch_lightning as pl
@@ -75,6 +80,80 @@ def deterministic_mode(deterministic: object, accelerator: object) -> object:
         )
         return "warn"
     return deterministic
+
+
+def usable_cores(affinity: int, cpu_max: str | None = None, cfs: tuple[str, str] | None = None) -> int:
+    """The cores a process may use: the CPUs of its affinity mask (`os.sched_getaffinity`), capped by its cgroup's
+    CPU quota, rounded down (a quota of 1.5 cores throttles a second busy thread), at least 1. The quota is cgroup v2's
+    `cpu.max` text ("<quota> <period>", "max <period>": none) or v1's (`cpu.cfs_quota_us`, `cpu.cfs_period_us`)
+    texts (quota -1: none). torch's own default is every core of the machine, whatever the mask or the container's
+    quota. A pure function of the files' texts: the tests pass faked ones, since setting a cgroup quota takes root
+    control of the cgroup tree, which a test here does not have."""
+    quota, period = (cpu_max.split() + [""])[:2] if cpu_max else cfs or ("", "")
+    quota, period = quota.strip(), period.strip()
+    cap = int(quota) // int(period) if quota.isdigit() and period.isdigit() and int(period) else affinity  # max, -1
+    return max(1, min(affinity, cap))
+
+
+def idle_cores(cpus: set[int], before: str, after: str) -> float:
+    """How many of `cpus` sat idle between two readings of /proc/stat (idle + iowait time over all time, per CPU)."""
+    ticks = [
+        {
+            int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9])))
+            for r in map(str.split, text.splitlines())
+            if r and r[0][:3] == "cpu" and r[0][3:].isdigit()
+        }
+        for text in (before, after)
+    ]
+    spans = [(e[0] - b[0], e[1] - b[1]) for c in cpus if (b := ticks[0].get(c)) and (e := ticks[1].get(c))]
+    return sum(idle / total for idle, total in spans if total > 0) if any(t for _, t in spans) else float(len(cpus))
+
+
+def choose_threads(
+    setting: int | str, omp: str | None, cores: int, idle: float | None, local_ranks: int
+) -> tuple[int, str]:
+    """Threads per process and why: `threads=N` as given; else OMP_NUM_THREADS where set; else the usable cores less
+    those busy with other work when the run starts (`idle`: None where not measured), shared among the local ranks.
+    A core counts as free when it is at least 70 % idle: OpenMP splits each op evenly among its threads and waits
+    for the slowest, so a thread on a core another process holds slows every op (a busy 2-core machine made an epoch
+    11x slower with 2 threads than with 1)."""
+    if setting != "auto":
+        return int(setting), f"threads={setting}"
+    if omp and omp.isdigit() and int(omp) > 0:
+        return int(omp), f"OMP_NUM_THREADS={omp}"
+    free = cores if idle is None else max(1, min(cores, math.floor(idle + 0.3)))
+    busy = f", {cores - free} busy with other work" if free < cores else ""
+    ranks = f" shared by {local_ranks} local ranks" if local_ranks > 1 else ""
+    return max(1, free // max(1, local_ranks)), f"auto: {cores} usable cores{busy}{ranks}"
+
+
+def apply_threads(setting: int | str, trainer_kwargs: Mapping[str, Any]) -> str:
+    """Size torch's intra-op and inter-op thread pools for this process (`threads=auto|N`) before any parallel work,
+    and return the start line's note. Auto: :func:`usable_cores` from the affinity mask and the cgroup quota, less
+    the cores other processes keep busy (measured over 0.1 s, by the first local rank only: the others start while it
+    works), divided among the local ranks (LOCAL_WORLD_SIZE, else the trainer's devices per node). DataLoader workers
+    take one thread each (torch sets it in every worker)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # macOS, Windows: no affinity masks
+        cpus = set(range(os.cpu_count() or 1))
+
+    def read(path: str) -> str | None:
+        return Path(path).read_text() if Path(path).is_file() else None
+
+    quota, period = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    cores = usable_cores(len(cpus), read("/sys/fs/cgroup/cpu.max"), (quota, period) if quota and period else None)
+    before, idle = read("/proc/stat"), None
+    if setting == "auto" and before and os.environ.get("LOCAL_RANK", "0") == "0":
+        time.sleep(0.1)
+        idle = idle_cores(cpus, before, read("/proc/stat") or before)
+    nodes = int(trainer_kwargs.get("num_nodes", 1) or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or process_count(trainer_kwargs) // nodes)
+    threads, why = choose_threads(setting, os.environ.get("OMP_NUM_THREADS"), cores, idle, local)
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # allowed once per process, before inter-op work: a sweep's later jobs
+        torch.set_num_interop_threads(threads)
+    return f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op ({why})"
 
 
 def check_cpu_processes(trainer_kwargs: Mapping[str, Any], per_core: int = 4) -> None:
