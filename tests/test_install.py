@@ -7,8 +7,12 @@ and run the project's own pytest.
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
+import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -117,16 +121,43 @@ def test_completion_completes_the_job_word(capsys, monkeypatch):
 OPTIONAL_WITH_FALLBACK = {"dotenv": "cli/habits.py reads .env with python-dotenv where installed, else a plain reader"}
 
 
-def test_every_third_party_import_is_a_declared_dependency_or_an_extra():
+def _imports_with_their_place(tree: ast.Module) -> Iterator[tuple[str, str]]:
+    """(imported module, where: "top", "function", "type-checking" or "try") for each absolute import."""
+
+    def walk(node: ast.AST, place: str) -> Iterator[tuple[str, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                yield from ((alias.name, place) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                yield child.module, place
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from walk(child, "function")
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from walk(child, "type-checking" if place == "top" else place)
+            elif isinstance(child, ast.Try) and any(
+                h.type is not None and re.search(r"\b(ImportError|ModuleNotFoundError)\b", ast.unparse(h.type))
+                for h in child.handlers
+            ):
+                yield from walk(child, "try")
+            else:
+                yield from walk(child, place)
+
+    yield from walk(tree, "top")
+
+
+def test_every_third_party_import_is_a_declared_dependency_or_a_guarded_extra():
     """A module the code imports but pyproject does not declare works here (the dev environment has everything) and
     fails on a stranger's base install: pydantic was such a module (the config check imports it on every run, and
     only extras pulled it in). Every import in src/, function-local ones too, must map through the installed
-    distributions to a base dependency or an extra."""
-    import ast
+    distributions to a base dependency or an extra; an extra's module must be the one litforge.runtime.extras names
+    with that extra, and be imported where a run without it never goes: inside a function (the job refuses the
+    feature first, naming the extra), under TYPE_CHECKING, in a try that catches its ImportError, or at the top of a
+    module only such places (or a feature that NEEDED_BY guards) import. (Hydra imports every hydra_plugins module
+    on every start: an unguarded extra there warned on each run of the base install.)"""
     import importlib.metadata
-    import re
-    import sys
     import tomllib
+
+    from litforge.runtime.extras import EXTRA_OF, NEEDED_BY
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
@@ -134,27 +165,48 @@ def test_every_third_party_import_is_a_declared_dependency_or_an_extra():
         return re.split(r"[<>=!~\[ ;]", requirement)[0].lower().replace("_", "-")
 
     base = {name(r) for r in project["dependencies"]}
-    extras = {
-        name(r) for group, rs in project["optional-dependencies"].items() if group not in ("dev", "all") for r in rs
-    }
+    extras = {g: {name(r) for r in rs} for g, rs in project["optional-dependencies"].items() if g not in ("dev", "all")}
     assert "pydantic" in base, "the config check imports pydantic on every run: it is a base dependency"
     distributions = importlib.metadata.packages_distributions()
-    undeclared: dict[str, set[str]] = {}
+
+    def distribution(module: str) -> set[str]:
+        parts = module.split(".")
+        if parts[0] == "hydra_plugins":  # a namespace package: the distribution is named by the plugin's module
+            return {parts[1].replace("_", "-")}
+        return {d.lower().replace("_", "-") for d in distributions.get(parts[0], [])}
+
+    found: list[tuple[str, str, str]] = []  # (importing module, imported module, place)
     for path in (ROOT / "src").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            for module in modules:
-                top = module.split(".")[0]
-                if top in sys.stdlib_module_names or top in ("litforge", "hydra_plugins", "__main__", "__future__"):
-                    continue
-                if top in OPTIONAL_WITH_FALLBACK:
-                    continue
-                provided = {d.lower().replace("_", "-") for d in distributions.get(top, [])}
-                if not provided & (base | extras):
-                    undeclared.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+        importer = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+        found += [(importer, m, place) for m, place in _imports_with_their_place(ast.parse(path.read_text()))]
+    guarded_features = {target.rsplit(".", 1)[0] for target in NEEDED_BY if "." in target}
+    undeclared, wrong_extra, unguarded = {}, {}, {}
+    for importer, module, place in found:
+        top = module.split(".")[0]
+        if (
+            top in sys.stdlib_module_names
+            or top in ("__future__", "__main__", "litforge")
+            or module.startswith("hydra_plugins.lit")
+        ):
+            continue
+        if top in OPTIONAL_WITH_FALLBACK:
+            assert place == "try", f"{importer} imports {module} outside a try that falls back"
+            continue
+        provided = distribution(module)
+        if provided & base:
+            continue
+        key = next((k for k in EXTRA_OF if module == k or module.startswith(f"{k}.")), None)
+        in_extras = {g for g, names in extras.items() if provided & names}
+        if not in_extras:
+            undeclared.setdefault(module, set()).add(importer)
+        elif key is None or EXTRA_OF[key] not in in_extras:
+            wrong_extra[module] = (
+                f"litforge.runtime.extras.EXTRA_OF names {key and EXTRA_OF[key]}, pyproject {in_extras}"
+            )
+        elif place == "top" and importer not in guarded_features:
+            importers = [(i, p) for i, m, p in found if m == importer]
+            if not importers or any(p == "top" and i not in guarded_features for i, p in importers):
+                unguarded.setdefault(module, set()).add(importer)
     assert not undeclared, f"imported but neither a base dependency nor an extra in pyproject.toml: {undeclared}"
+    assert not wrong_extra, wrong_extra
+    assert not unguarded, f"an extra imported where a run without it goes (a base install fails): {unguarded}"

@@ -18,7 +18,7 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from litforge.core.contracts import ImageInputs, net_of
 from litforge.records.metrics import scalar_metrics
-from litforge.tasks.base import LitforgeTask
+from litforge.tasks.task import LitforgeTask
 
 log = logging.getLogger(__name__)
 
