@@ -10,10 +10,12 @@ work="${1:-$(mktemp -d)}"
 [ -n "${1:-}" ] || trap 'rm -rf "$work"' EXIT
 python="${PYTHON:-python3}"
 
-# the wheel, built offline with the caller's setuptools (CI's environment has it: pyproject's dev extra)
+# the wheel, built offline with the caller's setuptools (CI's environment has it: pyproject's dev extra); setuptools'
+# scratch folder goes first (it packs what an earlier build left there, a module since removed included) and after
+rm -rf "$clone/build"
 "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$clone"
 wheel="$(ls "$work"/dist/litforge-*.whl)"
-rm -rf "$clone/build"  # the build's scratch folder, not left in the clone
+rm -rf "$clone/build"
 
 # a fresh environment holding the wheel and what pip resolves for it (pip's own configuration: index, find-links)
 "$python" -m venv "$work/venv"
@@ -45,4 +47,4 @@ esac
 if grep -n "Error importing\|Traceback\|ModuleNotFoundError" "$work"/{train,eval,predict}.out; then
   echo "the base install's runs printed an import failure (above): an extra imported where every run goes" >&2; exit 1
 fi
-echo "base install: train, eval and predict ran"
+echo "base install: train, eval and predict ran (${SECONDS} s in all)"

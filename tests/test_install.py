@@ -11,6 +11,7 @@ import ast
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +52,9 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
     # the user's project: written, installed (non-editable), found from its folder with nothing typed
     run(["litforge", "new", "demo"], cwd=tmp_path, env=env)
     demo = tmp_path / "demo"
-    run(["pip", "install", "-q", "--no-deps", str(demo)], cwd=tmp_path, env=env)
+    line = tomllib.loads((demo / "pyproject.toml").read_text())["project"]["dependencies"][0]
+    assert line == f"litforge[deploy] @ {wheel.as_uri()}", line  # the wheel this environment was installed from
+    run(["pip", "install", "-q", str(demo)], cwd=tmp_path, env=env)  # offline: its requirement resolves here
     help_text = run(["litforge", "train", "--help"], cwd=demo, env=env).stdout
     data_line = next(line for line in help_text.splitlines() if line.strip().startswith("data "))
     assert "stripes*" in data_line and "digits" in data_line, data_line  # the project's options beside litforge's
@@ -78,6 +81,34 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-4000:]
     assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-2000:]
+
+
+def test_a_new_projects_litforge_requirement_names_what_exists_here(tmp_path: Path):
+    """The package index has no litforge: a new project's dependency names the wheel or folder litforge was installed
+    from (a direct reference that resolves here), or for an editable clone the version, with the clone in the note."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    from packaging.requirements import Requirement
+
+    import litforge
+    from litforge.scaffold import litforge_requirement, new_project
+
+    wheel = tmp_path / "litforge-0.2.0-py3-none-any.whl"
+    requirement = Requirement(litforge_requirement(json.dumps({"archive_info": {}, "url": wheel.as_uri()}))[0])
+    assert requirement.name == "litforge" and requirement.extras == {"deploy"} and requirement.url == wheel.as_uri()
+    line, origin = litforge_requirement(json.dumps({"dir_info": {"editable": True}, "url": ROOT.as_uri()}))
+    assert Requirement(line).specifier.contains(litforge.__version__) and f"pip install -e {ROOT}" in origin
+
+    new_project(tmp_path / "mine")  # as this environment has litforge: the line parses, and what it names is here
+    text = (tmp_path / "mine" / "pyproject.toml").read_text()
+    (requirement,) = map(Requirement, tomllib.loads(text)["project"]["dependencies"])
+    assert requirement.name == "litforge", requirement
+    if requirement.url:
+        assert Path(unquote(urlparse(requirement.url).path)).exists(), requirement
+    else:
+        assert requirement.specifier.contains(litforge.__version__) and "pip install -e " in text, text
+        assert Path(text.split("pip install -e ", 1)[1].split()[0]).joinpath("pyproject.toml").is_file(), text
 
 
 # ---- the `litforge` command itself (fast, in-process) ---------------------------------------------------------------
@@ -155,7 +186,6 @@ def test_every_third_party_import_is_a_declared_dependency_or_a_guarded_extra():
     module only such places (or a feature that NEEDED_BY guards) import. (Hydra imports every hydra_plugins module
     on every start: an unguarded extra there warned on each run of the base install.)"""
     import importlib.metadata
-    import tomllib
 
     from litforge.runtime.extras import EXTRA_OF, NEEDED_BY
 

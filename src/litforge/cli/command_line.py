@@ -61,6 +61,7 @@ def compose(
         return None
     finally:
         GlobalHydra.instance().clear()
+        USER_FIRST.clear()  # this composition's: the next one (or the run) names its own
 
 
 def put_users_first(args: list[str]) -> None:
