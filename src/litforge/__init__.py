@@ -172,15 +172,14 @@ MOVED_FROM: dict[str, str] = {
 
 
 def moved_attribute(module: str, name: str, rest: str | None = None) -> object:
-    """`module.name` from its new module (MOVED_FROM), with a DeprecationWarning naming where to import it from, else
-    from `rest` (the module of the others): the `__getattr__` of a module some of whose names moved out."""
-    new = MOVED_FROM.get(f"{module}.{name}")
-    if new is not None:
-        home = f"from litforge import {name}" if name in HOMES else f"from {new} import {name}"
-        warnings.warn(f"{module}.{name} has moved: {home}", DeprecationWarning, stacklevel=3)  # 3: the importing line
-    elif rest is None:
+    """`module.name` from its new module (MOVED_FROM; else `rest`, the module of the others), with a DeprecationWarning
+    naming where to import it from: the `__getattr__` of a module some of whose names moved out."""
+    new = MOVED_FROM.get(f"{module}.{name}", rest)
+    if new is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    return _imported(new or str(rest), name)
+    home = f"from litforge import {name}" if name in HOMES else f"from {new} import {name}"
+    warnings.warn(f"{module}.{name} has moved: {home}", DeprecationWarning, stacklevel=3)  # 3: the importing line
+    return _imported(new, name)
 
 
 def _imported(module: str, name: str) -> Any:
@@ -191,6 +190,8 @@ class _OldModule(ModuleType):
     """A module of MOVED_MODULES some of whose names moved elsewhere (MOVED_FROM): each name from its own new home."""
 
     def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):  # the import system's probes (`__path__`): not a name a user imports
+            raise AttributeError(name)
         return moved_attribute(self.__name__, name, MOVED_MODULES[self.__name__])
 
 
@@ -208,14 +209,14 @@ class _MovedModule(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        if any(old.startswith(f"{spec.name}.") for old in MOVED_FROM):
+            return _OldModule(spec.name)  # split between homes: each name warns with its own
         new = MOVED_MODULES[spec.name]
         warnings.warn(
             f"{spec.name} has moved: import its names from litforge (the public API); the module is now {new}",
             DeprecationWarning,
             stacklevel=2,  # warnings skips the import machinery's frames: 2 is the importing line
         )
-        if any(old.startswith(f"{spec.name}.") for old in MOVED_FROM):
-            return _OldModule(spec.name)
         return importlib.import_module(new)
 
     def exec_module(self, module: ModuleType) -> None:
