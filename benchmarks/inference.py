@@ -35,7 +35,7 @@ def build_net(args: argparse.Namespace):  # noqa: ANN201
         x = datamodule.normalize(images).float()
         return net, x, calibration_batches(datamodule, 256, 64, 0)
 
-    from litforge.models.factory import build_net as build
+    from litforge.models.nets import build_net as build
 
     channels, height, width = (int(v) for v in args.shape.split(","))
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"))

@@ -1,4 +1,4 @@
-"""litforge's wheel installed alone into a fresh environment: what a user who runs `pip install litforge` has.
+"""litforge's wheel installed alone into a fresh environment: what a user who installs the built wheel has.
 
 The environment reuses the installed dependencies without copying 6 GB: a venv without pip whose one `.pth` file
 names the site-packages folders of this interpreter. Python does not run the `.pth` files of a folder added that way

@@ -135,7 +135,7 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
 
 
 def package_of(module: str) -> str | None:
-    """`litforge.tasks.base` -> `tasks`; None above the packages (`litforge`, `litforge.__main__`) and outside."""
+    """`litforge.tasks.task` -> `tasks`; None above the packages (`litforge`, `litforge.__main__`) and outside."""
     parts = module.split(".")
     return parts[1] if parts[0] == "litforge" and len(parts) > 1 and parts[1] in ALLOWED_IMPORTS else None
 
@@ -178,14 +178,14 @@ def test_no_import_runs_up_or_sideways_between_packages():
 
 def test_the_floor_check_names_an_import_from_above_or_beside():
     graph = {
-        "litforge.models.cnn": {"litforge.core.errors", "litforge.tasks.base"},  # up
+        "litforge.models.cnn": {"litforge.core.errors", "litforge.tasks.task"},  # up
         "litforge.data.base": {"litforge.models.cnn"},  # beside, on the same floor
-        "litforge.tasks.base": {"litforge.models.cnn", "litforge.checkpointing.load"},  # down: allowed
+        "litforge.tasks.task": {"litforge.models.cnn", "litforge.checkpointing.load"},  # down: allowed
         "litforge": {"litforge.jobs.train"},  # the public API, above every package
     }
     assert imports_off_their_floor(graph) == [
         ("litforge.data.base", "litforge.models.cnn"),
-        ("litforge.models.cnn", "litforge.tasks.base"),
+        ("litforge.models.cnn", "litforge.tasks.task"),
     ]
     assert "checkpointing" in ALLOWED_IMPORTS["parallel"] and "parallel" not in ALLOWED_IMPORTS["checkpointing"]
 

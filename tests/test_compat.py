@@ -73,7 +73,7 @@ def test_the_public_trainer_property_answers_none_when_detached():
     """tasks.base.attached_trainer relies on Lightning's `trainer` property raising RuntimeError when detached."""
     from pytorch_lightning import LightningModule
 
-    from litforge.tasks.base import attached_trainer
+    from litforge.tasks.task import attached_trainer
 
     assert attached_trainer(LightningModule()) is None
 

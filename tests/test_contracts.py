@@ -253,7 +253,7 @@ def test_every_task_keeps_the_task_contract(option: str, compose_cfg, tmp_path: 
     from litforge.core.instantiate import instantiate_group
     from litforge.jobs.build import build_task, task_class
     from litforge.loops import steps_per_call
-    from litforge.tasks.base import LitforgeTask
+    from litforge.tasks.task import LitforgeTask
 
     kinds = trains_on(get_class(OmegaConf.load(CONF / "task" / f"{option}.yaml").task._target_))
     cfg = compose_cfg(*partner(compose_cfg, kinds), f"task={option}", "print_config=false")
@@ -355,8 +355,8 @@ def test_a_net_configs_own_shape_keys_win_over_the_datas(compose_cfg) -> None:
     """A preset's vocab_size and block_size are kept (the factory fills only the shape keys a config lacks), and each
     preset picks the text task and data a GPT trains on."""
     from litforge.core.instantiate import to_plain
-    from litforge.models.factory import build_net
     from litforge.models.meta import meta_nets
+    from litforge.models.nets import build_net
 
     for option in GPT_PRESETS:
         cfg = compose_cfg(f"model={option}")
@@ -369,7 +369,7 @@ def test_a_net_configs_own_shape_keys_win_over_the_datas(compose_cfg) -> None:
 @pytest.mark.parametrize("option", options("model"))
 def test_every_net_keeps_the_model_contract(option: str, compose_cfg) -> None:
     from litforge.core.instantiate import to_plain
-    from litforge.models.factory import build_net
+    from litforge.models.nets import build_net
     from litforge.parallel.plans import sharding_units, tensor_parallel_plan
 
     # the sized GPT presets (conf/model/gpt_7b.yaml, ...) are model=gpt at real sizes: checked here at a tiny one,

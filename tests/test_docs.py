@@ -120,7 +120,15 @@ def _locate(parts: list[str]) -> tuple[object | None, int]:
 
 
 def resolve(name: str) -> str | None:
-    """None if `name` is a module or an attribute (class, function, constant, method) of one; else why not."""
+    """None if `name` is a module or an attribute (class, function, constant, method) of one; else why not. A moved
+    path (litforge.MOVED_FROM, MOVED_MODULES: it still imports, with a warning) is looked up in its new home."""
+    import litforge
+
+    if name in litforge.MOVED_FROM:
+        return resolve(f"{litforge.MOVED_FROM[name]}.{name.rsplit('.', 1)[1]}")
+    old = next((m for m in litforge.MOVED_MODULES if name == m or name.startswith(f"{m}.")), None)
+    if old is not None:
+        return resolve(litforge.MOVED_MODULES[old] + name[len(old) :])
     parts = name.split(".")
     spec, depth = _locate(parts)
     if spec is None:

@@ -182,7 +182,7 @@ class RegressionTask:  # stands for a task of the user's own, outside litforge.t
 
 def test_a_checkpoint_of_a_task_outside_litforge_resumes_into_the_same_class():
     from litforge.checkpointing.training import check_resumable
-    from litforge.tasks.base import CHECKPOINT_KEY
+    from litforge.tasks.task import CHECKPOINT_KEY
 
     net = {"_target_": "myproject.nets.TabularMLP", "_partial_": True, "hidden": 64}
     name = f"{RegressionTask.__module__}.{RegressionTask.__qualname__}"

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from litforge.core.errors import ConfigError, DataError
 from litforge.data.image_folder import ImageFolderDataModule
 from litforge.data.images import find_images, image_extensions, load_image_tensor
-from litforge.data.loader import InMemoryLoader
+from litforge.data.memory import InMemoryLoader
 
 CLASSES = ["cat", "dog", "emu"]
 

@@ -7,8 +7,13 @@ and run the project's own pytest.
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
+import sys
+import tomllib
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,7 +52,9 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
     # the user's project: written, installed (non-editable), found from its folder with nothing typed
     run(["litforge", "new", "demo"], cwd=tmp_path, env=env)
     demo = tmp_path / "demo"
-    run(["pip", "install", "-q", "--no-deps", str(demo)], cwd=tmp_path, env=env)
+    line = tomllib.loads((demo / "pyproject.toml").read_text())["project"]["dependencies"][0]
+    assert line == f"litforge[deploy] @ {wheel.as_uri()}", line  # the wheel this environment was installed from
+    run(["pip", "install", "-q", str(demo)], cwd=tmp_path, env=env)  # offline: its requirement resolves here
     help_text = run(["litforge", "train", "--help"], cwd=demo, env=env).stdout
     data_line = next(line for line in help_text.splitlines() if line.strip().startswith("data "))
     assert "stripes*" in data_line and "digits" in data_line, data_line  # the project's options beside litforge's
@@ -74,6 +81,34 @@ def test_the_wheel_installed_alone_makes_trains_and_tests_a_new_project(tmp_path
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-4000:]
     assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-2000:]
+
+
+def test_a_new_projects_litforge_requirement_names_what_exists_here(tmp_path: Path):
+    """The package index has no litforge: a new project's dependency names the wheel or folder litforge was installed
+    from (a direct reference that resolves here), or for an editable clone the version, with the clone in the note."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    from packaging.requirements import Requirement
+
+    import litforge
+    from litforge.scaffold import litforge_requirement, new_project
+
+    wheel = tmp_path / "litforge-0.2.0-py3-none-any.whl"
+    requirement = Requirement(litforge_requirement(json.dumps({"archive_info": {}, "url": wheel.as_uri()}))[0])
+    assert requirement.name == "litforge" and requirement.extras == {"deploy"} and requirement.url == wheel.as_uri()
+    line, origin = litforge_requirement(json.dumps({"dir_info": {"editable": True}, "url": ROOT.as_uri()}))
+    assert Requirement(line).specifier.contains(litforge.__version__) and f"pip install -e {ROOT}" in origin
+
+    new_project(tmp_path / "mine")  # as this environment has litforge: the line parses, and what it names is here
+    text = (tmp_path / "mine" / "pyproject.toml").read_text()
+    (requirement,) = map(Requirement, tomllib.loads(text)["project"]["dependencies"])
+    assert requirement.name == "litforge", requirement
+    if requirement.url:
+        assert Path(unquote(urlparse(requirement.url).path)).exists(), requirement
+    else:
+        assert requirement.specifier.contains(litforge.__version__) and "pip install -e " in text, text
+        assert Path(text.split("pip install -e ", 1)[1].split()[0]).joinpath("pyproject.toml").is_file(), text
 
 
 # ---- the `litforge` command itself (fast, in-process) ---------------------------------------------------------------
@@ -117,16 +152,42 @@ def test_completion_completes_the_job_word(capsys, monkeypatch):
 OPTIONAL_WITH_FALLBACK = {"dotenv": "cli/habits.py reads .env with python-dotenv where installed, else a plain reader"}
 
 
-def test_every_third_party_import_is_a_declared_dependency_or_an_extra():
+def _imports_with_their_place(tree: ast.Module) -> Iterator[tuple[str, str]]:
+    """(imported module, where: "top", "function", "type-checking" or "try") for each absolute import."""
+
+    def walk(node: ast.AST, place: str) -> Iterator[tuple[str, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                yield from ((alias.name, place) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                yield child.module, place
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from walk(child, "function")
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from walk(child, "type-checking" if place == "top" else place)
+            elif isinstance(child, ast.Try) and any(
+                h.type is not None and re.search(r"\b(ImportError|ModuleNotFoundError)\b", ast.unparse(h.type))
+                for h in child.handlers
+            ):
+                yield from walk(child, "try")
+            else:
+                yield from walk(child, place)
+
+    yield from walk(tree, "top")
+
+
+def test_every_third_party_import_is_a_declared_dependency_or_a_guarded_extra():
     """A module the code imports but pyproject does not declare works here (the dev environment has everything) and
     fails on a stranger's base install: pydantic was such a module (the config check imports it on every run, and
     only extras pulled it in). Every import in src/, function-local ones too, must map through the installed
-    distributions to a base dependency or an extra."""
-    import ast
+    distributions to a base dependency or an extra; an extra's module must be the one litforge.runtime.extras names
+    with that extra, and be imported where a run without it never goes: inside a function (the job refuses the
+    feature first, naming the extra), under TYPE_CHECKING, in a try that catches its ImportError, or at the top of a
+    module only such places (or a feature that NEEDED_BY guards) import. (Hydra imports every hydra_plugins module
+    on every start: an unguarded extra there warned on each run of the base install.)"""
     import importlib.metadata
-    import re
-    import sys
-    import tomllib
+
+    from litforge.runtime.extras import EXTRA_OF, NEEDED_BY
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
@@ -134,27 +195,48 @@ def test_every_third_party_import_is_a_declared_dependency_or_an_extra():
         return re.split(r"[<>=!~\[ ;]", requirement)[0].lower().replace("_", "-")
 
     base = {name(r) for r in project["dependencies"]}
-    extras = {
-        name(r) for group, rs in project["optional-dependencies"].items() if group not in ("dev", "all") for r in rs
-    }
+    extras = {g: {name(r) for r in rs} for g, rs in project["optional-dependencies"].items() if g not in ("dev", "all")}
     assert "pydantic" in base, "the config check imports pydantic on every run: it is a base dependency"
     distributions = importlib.metadata.packages_distributions()
-    undeclared: dict[str, set[str]] = {}
+
+    def distribution(module: str) -> set[str]:
+        parts = module.split(".")
+        if parts[0] == "hydra_plugins":  # a namespace package: the distribution is named by the plugin's module
+            return {parts[1].replace("_", "-")}
+        return {d.lower().replace("_", "-") for d in distributions.get(parts[0], [])}
+
+    found: list[tuple[str, str, str]] = []  # (importing module, imported module, place)
     for path in (ROOT / "src").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            for module in modules:
-                top = module.split(".")[0]
-                if top in sys.stdlib_module_names or top in ("litforge", "hydra_plugins", "__main__", "__future__"):
-                    continue
-                if top in OPTIONAL_WITH_FALLBACK:
-                    continue
-                provided = {d.lower().replace("_", "-") for d in distributions.get(top, [])}
-                if not provided & (base | extras):
-                    undeclared.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+        importer = ".".join(path.relative_to(ROOT / "src").with_suffix("").parts).removesuffix(".__init__")
+        found += [(importer, m, place) for m, place in _imports_with_their_place(ast.parse(path.read_text()))]
+    guarded_features = {target.rsplit(".", 1)[0] for target in NEEDED_BY if "." in target}
+    undeclared, wrong_extra, unguarded = {}, {}, {}
+    for importer, module, place in found:
+        top = module.split(".")[0]
+        if (
+            top in sys.stdlib_module_names
+            or top in ("__future__", "__main__", "litforge")
+            or module.startswith("hydra_plugins.lit")
+        ):
+            continue
+        if top in OPTIONAL_WITH_FALLBACK:
+            assert place == "try", f"{importer} imports {module} outside a try that falls back"
+            continue
+        provided = distribution(module)
+        if provided & base:
+            continue
+        key = next((k for k in EXTRA_OF if module == k or module.startswith(f"{k}.")), None)
+        in_extras = {g for g, names in extras.items() if provided & names}
+        if not in_extras:
+            undeclared.setdefault(module, set()).add(importer)
+        elif key is None or EXTRA_OF[key] not in in_extras:
+            wrong_extra[module] = (
+                f"litforge.runtime.extras.EXTRA_OF names {key and EXTRA_OF[key]}, pyproject {in_extras}"
+            )
+        elif place == "top" and importer not in guarded_features:
+            importers = [(i, p) for i, m, p in found if m == importer]
+            if not importers or any(p == "top" and i not in guarded_features for i, p in importers):
+                unguarded.setdefault(module, set()).add(importer)
     assert not undeclared, f"imported but neither a base dependency nor an extra in pyproject.toml: {undeclared}"
+    assert not wrong_extra, wrong_extra
+    assert not unguarded, f"an extra imported where a run without it goes (a base install fails): {unguarded}"

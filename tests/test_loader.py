@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from litforge.data.loader import InMemoryLoader
+from litforge.data.memory import InMemoryLoader
 
 
 def _loader(n: int = 50, batch: int = 8, **kwargs) -> InMemoryLoader:

@@ -203,8 +203,8 @@ def test_a_module_without_reset_parameters_is_refused() -> None:
 def test_sharding_strategies_build_on_meta_unless_switched_off(compose_cfg: Any) -> None:
     """strategy=fsdp/tp/fsdp_tp/hsdp/pipeline build the net on meta; strategy.meta_init=false, ddp and the default
     do not."""
-    from litforge.models.factory import build_net
     from litforge.models.meta import is_meta, meta_nets
+    from litforge.models.nets import build_net
     from litforge.parallel.meta_init import wants_meta_init
 
     for strategy in ("fsdp", "tp", "fsdp_tp", "hsdp", "pipeline"):

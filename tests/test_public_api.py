@@ -137,5 +137,40 @@ def test_every_moved_module_imports_as_its_new_home():
             old
             for old, new in litforge.MOVED_MODULES.items()
             if importlib.import_module(old) is not importlib.import_module(new)
+            and not any(path.startswith(f"{old}.") for path in litforge.MOVED_FROM)  # split: names from their homes
         ]
     assert not moved and len(litforge.MOVED_MODULES) >= 20, moved
+
+
+# what the released docs/extending.md (and the reliability page) taught a project to import, and where each lives now
+TAUGHT = {
+    "litforge.data.base.split_indices": "from litforge import split_indices",
+    "litforge.data.loader.InMemoryLoader": "import its names from litforge",
+    "litforge.models.factory.build_net": "import its names from litforge",
+    "litforge.tasks.base.LitforgeTask": "import its names from litforge",
+    "litforge.tasks.base.build_loss": "import its names from litforge",
+    "litforge.builders.build_trainer": "from litforge.runtime.devices import build_trainer",
+    "litforge.builders.build_strategy": "from litforge.parallel.fit_trainer import build_strategy",
+}
+
+
+def test_every_path_a_released_guide_taught_imports_with_a_warning_naming_its_home(monkeypatch):
+    """A project written from last month's guide keeps importing: the same object, and a DeprecationWarning that
+    names where to import it from now (an import that would break without notice is one that never warned)."""
+    import sys
+
+    import pytest
+
+    from litforge.parallel.fit_trainer import build_strategy
+    from litforge.runtime.devices import build_trainer
+
+    homes = {"build_trainer": build_trainer, "build_strategy": build_strategy}
+    for path, home in TAUGHT.items():
+        module, name = path.rsplit(".", 1)
+        monkeypatch.delitem(sys.modules, module, raising=False)  # a moved module warns on its first import
+        found: dict[str, object] = {}
+        with pytest.warns(DeprecationWarning, match=home) as warned:  # the statement as the guide wrote it
+            exec(compile(f"from {module} import {name}", __file__, "exec"), found)
+        value = found[name]
+        assert value is (homes[name] if name in homes else getattr(litforge, name)), path
+        assert all(w.filename == __file__ for w in warned), [(w.filename, str(w.message)) for w in warned]

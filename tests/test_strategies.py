@@ -40,7 +40,7 @@ def _free_port() -> int:
 # ---- fast: no extra processes -------------------------------------------------------------------------------------
 def test_lr_scaling_by_data_parallel_replicas():
     from litforge.core.errors import ConfigError
-    from litforge.tasks.base import scale_learning_rate
+    from litforge.tasks.task import scale_learning_rate
 
     for scaling, expected in (("none", 0.1), ("linear", 0.4), ("sqrt", 0.2)):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)

@@ -21,8 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurmLauncher
 from litforge.runtime.requeue import forget_requeue, requeued_job
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurmLauncher
+except ModuleNotFoundError:  # the `cluster` extra is absent: Hydra's plugin scan, on every start, must still import
+    # this module; `hydra/launcher=slurm` itself is refused in one line naming the extra (litforge.runtime.extras)
+    from hydra.plugins.launcher import Launcher as HydraSlurmLauncher
 
 EXIT_CODE = 143  # as after SIGTERM (litforge.callbacks.training.fit_or_stop): the job was stopped, and comes back
 

@@ -36,7 +36,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from litforge.callbacks.selection import restart_selection
 from litforge.core.bounds import NonNegativeInt
 from litforge.core.errors import CheckpointError, ConfigError
-from litforge.models.factory import build_net, input_keywords
+from litforge.models.nets import build_net, input_keywords
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from litforge.core.errors import CheckpointError
 
 # jobs that rebuild a checkpoint's task (and, but for generate, its data) from the checkpoint alone
 INFERENCE_JOBS = ("eval", "predict", "export", "generate")
-LITFORGE_TASK = "litforge.tasks.base.LitforgeTask"  # whose default rows read `predicted`
+LITFORGE_TASK = "litforge.tasks.task.LitforgeTask"  # whose default rows read `predicted`
 
 # torch.load(weights_only=True) refuses these modules even when a program allowlists names in them
 _BLOCKED_MODULES = ("sys", "os", "posix", "nt")

@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
 from omegaconf import DictConfig
 
+from hydra_plugins.litforge_searchpath import USER_FIRST
 from litforge.core.errors import ConfigError
 from litforge.runtime.override_text import override_text
 from litforge.runtime.ranks import register_resolvers
@@ -48,6 +49,7 @@ def compose(
     (`--config-dir`), the project's top config is found there and litforge's conf/ joins the search path, as Hydra's
     own `--config-dir` does."""
     register_resolvers()  # the ${uid:} resolver used by hydra.run.dir
+    put_users_first([*(["--config-dir", str(top_dir)] if top_dir else []), *overrides])
     if top_dir is not None:
         given = [o for o in overrides if o.startswith("hydra.searchpath=")]
         folders = ",".join([f"file://{conf_dir.resolve()}", *(g.split("=", 1)[1].strip("[]") for g in given)])
@@ -59,6 +61,17 @@ def compose(
         return None
     finally:
         GlobalHydra.instance().clear()
+        USER_FIRST.clear()  # this composition's: the next one (or the run) names its own
+
+
+def put_users_first(args: list[str]) -> None:
+    """Search the user's config folders that `args` name (`--config-dir`, then `hydra.searchpath`) before litforge's
+    own (hydra_plugins.litforge_searchpath.USER_FIRST): their option named like one of litforge's is the one used."""
+    _, config_dir, _, rest = split_config_flags(args)
+    USER_FIRST[:] = [f"file://{Path(config_dir).resolve()}"] if config_dir else []
+    for override in parse([a for a in rest if a.startswith("hydra.searchpath=")]) or []:
+        value = override.value()
+        USER_FIRST.extend(str(v) for v in (value if isinstance(value, list) else [value]))
 
 
 def parse(overrides: list[str]) -> list[Override] | None:

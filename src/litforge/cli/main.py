@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from litforge.checkpointing.folders import undo_noted_folder
-from litforge.cli.command_line import null_groups_removed
+from litforge.cli.command_line import null_groups_removed, put_users_first
 from litforge.cli.habits import load_env_file
 from litforge.cli.help import answer_help
 from litforge.cli.project import find_project
@@ -78,6 +78,7 @@ def main(job_name: str, command: str | None = None) -> None:
     load_env_file()  # .env: secrets such as WANDB_API_KEY, never over the environment (docs/migrating.md)
     sys.argv[1:] = null_groups_removed(CONF_DIR, sys.argv[1:])  # logger=null: no logger (Hydra's ~logger)
     prepare_command_line(CONF_DIR, job_name)  # early checks (value types and ranges, log folder), resume=
+    put_users_first(sys.argv[1:])  # the user's config folders before litforge's: their options win
 
     def task_function(cfg: DictConfig) -> float | Exception | None:
         result = run_job(job_function(job_name), cfg, job_name)
@@ -166,6 +167,12 @@ def print_start(job_name: str, dry_run: bool, threads: str) -> None:
     groups = sorted(chosen, key=lambda g: order.index(g) if g in order else len(order))
     where = "dry run: no run folder" if dry_run else f"run folder:\n{hydra_cfg.runtime.output_dir}"
     print(f"{job_name}: {' '.join(f'{g}={chosen[g]}' for g in groups)}\n{threads}\n{where}", flush=True)
+    for group in groups:  # an option of the user's named like one of litforge's: theirs is used, and said once
+        file = f"{group}/{chosen[group]}.yaml"
+        users = [Path(s.path) / file for s in hydra_cfg.runtime.config_sources if s.provider == "litforge-user"]
+        if (CONF_DIR / file).is_file() and (mine := next((p for p in users if p.is_file()), None)):
+            mine = mine.relative_to(Path.cwd()) if mine.is_relative_to(Path.cwd()) else mine
+            print(f"{group}={chosen[group]}: your {mine} (shadows litforge's)", flush=True)
 
 
 def print_config(cfg: DictConfig) -> None:

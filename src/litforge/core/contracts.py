@@ -63,7 +63,7 @@ class DataModule(Protocol):
 
 @runtime_checkable
 class StatefulLoader(Protocol):
-    """A training loader whose position travels in checkpoints (litforge.data.loader.InMemoryLoader).
+    """A training loader whose position travels in checkpoints (litforge.data.memory.InMemoryLoader).
 
     Lightning saves `state_dict()` of a stateful training loader in every checkpoint and hands it back through
     `load_state_dict()` on resume, so a run resumed mid-epoch sees exactly the batches the interrupted one had not
@@ -78,15 +78,15 @@ class StatefulLoader(Protocol):
 
 @runtime_checkable
 class Task(Protocol):
-    """A `LightningModule` (usually a subclass of `litforge.tasks.base.LitforgeTask`) that builds everything it
+    """A `LightningModule` (usually a subclass of `litforge.tasks.task.LitforgeTask`) that builds everything it
     trains from plain-data configs.
 
     Its constructor takes the configs (`net`, `optimizer`, `scheduler`, `loss`, the `task.*` keys) and the data's
     shape facts as keyword arguments, and stores them with `save_hyperparameters()`. Hyperparameters are plain data
     (dicts of `_target_` configs, numbers, strings, lists), never modules or partials, because checkpoints load under
     torch's `weights_only=True`; eval, predict and export then rebuild the task as `cls(**hparams)` from the checkpoint
-    alone. The net is made with `litforge.models.factory.build_net(net, **shape keywords)` (its errors name the
-    config) and the loss from the `loss=` config (`litforge.tasks.base.build_loss`).
+    alone. The net is made with `litforge.models.nets.build_net(net, **shape keywords)` (its errors name the
+    config) and the loss from the `loss=` config (`litforge.tasks.task.build_loss`).
     """
 
     #: The `DataModule.kind`s it trains on (one, or a tuple: classification takes `image` and `features`); a class
@@ -670,7 +670,7 @@ def check_trainable(task_cls: type, datamodule: object) -> None:
     if not kinds:
         raise ConfigError(
             f"task `{task_cls.__name__}` does not say which data it trains on: give it a class "
-            "attribute `data_kind` (e.g. 'image', or a tuple of kinds), as litforge.tasks.base.LitforgeTask does"
+            "attribute `data_kind` (e.g. 'image', or a tuple of kinds), as litforge.tasks.task.LitforgeTask does"
         )
     if datamodule.kind not in kinds:
         raise ConfigError(

@@ -17,22 +17,14 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+import litforge  # the table of moved names (the package's top: already imported)
 from litforge.core.bounds import Count, HeldOut, NonNegativeInt, Seed, fold_refusal
 from litforge.core.errors import ConfigError
 from litforge.core.hparams import HparamsAtFitStart
+from litforge.data import memory
 from litforge.data.augment import Augment, build_augment, resolve_augment
-from litforge.data.loader import InMemoryLoader
+from litforge.data.memory import InMemoryLoader
 from litforge.data.placement import dataset_bytes, hold_on_device
-
-
-def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
-    """A seeded random train/val/test partition of range(n); the same seed always gives the same split."""
-    if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
-        raise ValueError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave training data")
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    n_test = round(n * test_fraction)
-    n_val = round(n * val_fraction)
-    return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
 
 
 def check_folds(num_folds: int | None, fold: int) -> None:
@@ -226,7 +218,7 @@ class ImageDataModule(InMemorySplits):
         """(train, val) indices into the train+val pool: fold `fold` of `num_folds`, or the seeded `val_fraction`."""
         if self.num_folds is not None:
             return fold_indices(labels, self.num_folds, self.fold, self.split_seed)
-        train_idx, val_idx, _ = split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
+        train_idx, val_idx, _ = memory.split_indices(len(labels), self.val_fraction, 0.0, self.split_seed)
         return train_idx, val_idx
 
     def _check_shapes(self, splits: dict[str, tuple[Tensor, Tensor]]) -> None:
@@ -323,3 +315,9 @@ def channel_stats(images: Tensor) -> tuple[list[float], list[float]]:
     mean = x.mean(dim=(0, 2, 3))
     std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
     return [round(v, 6) for v in mean.tolist()], [round(v, 6) for v in std.tolist()]
+
+
+def __getattr__(name: str) -> object:
+    """`split_indices` lived here (the guide taught `from litforge.data.base import split_indices`): it still imports,
+    with a DeprecationWarning naming its public home (litforge.MOVED_FROM)."""
+    return litforge.moved_attribute(__name__, name)

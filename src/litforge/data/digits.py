@@ -16,7 +16,8 @@ from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut
 from litforge.core.errors import ConfigError
-from litforge.data.base import ImageDataModule, split_indices
+from litforge.data.base import ImageDataModule
+from litforge.data.memory import split_indices
 
 DIGITS = "a non-empty list of distinct digits in [0, 9]"
 

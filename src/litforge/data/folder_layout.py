@@ -24,8 +24,9 @@ from torch import Tensor
 from torchvision.datasets.folder import find_classes, make_dataset
 
 from litforge.core.errors import DataError
-from litforge.data.base import fold_indices, split_indices
+from litforge.data.base import fold_indices
 from litforge.data.images import image_extensions
+from litforge.data.memory import split_indices
 
 SPLIT_FOLDERS = ("train", "val", "test")
 

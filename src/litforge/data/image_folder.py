@@ -8,7 +8,7 @@ The shape is known right after construction, from the folder names and ONE image
 net before any pixel is decoded. `setup` then decides how to serve the data: a dataset that fits in
 `max_in_memory_mb` (auto: a quarter of the available host memory, the rule benchmarks/loader_throughput.py supports)
 as uint8 is decoded once into tensors and served by the base class's fast
-:class:`~litforge.data.loader.InMemoryLoader`; a bigger one is streamed from disk by a `torch.utils.data.DataLoader`
+:class:`~litforge.data.memory.InMemoryLoader`; a bigger one is streamed from disk by a `torch.utils.data.DataLoader`
 with `num_workers` processes. Both paths produce the same uint8 (C, H, W) images through
 :func:`~litforge.data.images.image_to_tensor`.
 """
@@ -41,7 +41,7 @@ from litforge.data.images import (
     read_header,
     resize_tensor,
 )
-from litforge.data.loader import InMemoryLoader
+from litforge.data.memory import InMemoryLoader
 from litforge.data.pinned import pin_memory_for
 from litforge.data.placement import check_in_memory_limit, hold_in_memory
 from litforge.data.stateful import stateful_train_loader

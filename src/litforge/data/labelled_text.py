@@ -41,7 +41,8 @@ from torch.utils.data import DataLoader
 from litforge.core.bounds import Count, HeldOut, Seed
 from litforge.core.contracts import ExampleInput
 from litforge.core.errors import ConfigError
-from litforge.data.base import SplitDataModule, split_indices
+from litforge.data.base import SplitDataModule
+from litforge.data.memory import split_indices
 from litforge.data.stateful import stateful_train_loader
 from litforge.data.tables import Encoding, decode, sniff_delimiter
 

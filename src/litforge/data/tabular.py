@@ -28,7 +28,8 @@ from torch import Tensor
 
 from litforge.core.bounds import Count, HeldOut, Seed
 from litforge.core.errors import ConfigError
-from litforge.data.base import InMemorySplits, split_indices
+from litforge.data.base import InMemorySplits
+from litforge.data.memory import split_indices
 from litforge.data.tables import (
     BUNDLED,
     Delimiter,

@@ -18,7 +18,7 @@ from torch.export import Dim
 from litforge.core.contracts import ComparesOutputs, ExampleInput
 from litforge.core.errors import ConfigError
 from litforge.deploy.net import batched
-from litforge.tasks.base import compare_by_argmax
+from litforge.tasks.task import compare_by_argmax
 
 if TYPE_CHECKING:
     from torch import Tensor, nn

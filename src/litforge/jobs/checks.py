@@ -31,7 +31,7 @@ from litforge.jobs.build import task_class
 
 @runtime_checkable
 class SetsLearningRate(Protocol):
-    """A task that takes the lr a finder found (`tune=lr_find` with `tune.apply=true`; litforge.tasks.base has it)."""
+    """A task that takes the lr a finder found (`tune=lr_find` with `tune.apply=true`; litforge.tasks.task has it)."""
 
     def set_learning_rate(self, lr: float) -> None: ...
 
@@ -120,7 +120,7 @@ def check_tuning(cfg: DictConfig) -> None:
     if name == "lr_find" and tune.apply and missing_members(task_cls, SetsLearningRate):
         raise ConfigError(
             f"tune=lr_find with tune.apply=true needs a task that takes the lr it found "
-            f"(`set_learning_rate`, as litforge.tasks.base.LitforgeTask has); {task_cls.__name__} has "
+            f"(`set_learning_rate`, as litforge.tasks.task.LitforgeTask has); {task_cls.__name__} has "
             "none: pass tune.apply=false"
         )
     strategy = cfg.strategy

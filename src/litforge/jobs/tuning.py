@@ -35,7 +35,7 @@ from litforge.jobs.checks import ONE_DEVICE, SetsLearningRate
 from litforge.runtime.devices import build_trainer
 from litforge.runtime.host_reads import KeepsLosses, StepLosses
 from litforge.runtime.ranks import is_rank_zero
-from litforge.tasks.base import LitforgeTask
+from litforge.tasks.task import LitforgeTask
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

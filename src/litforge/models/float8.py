@@ -51,7 +51,7 @@ def float8_refusal(recipe: str, accelerator: object = None) -> str | None:
         return f"{needs}; this {name} has {capability[0]}.{capability[1]}: {fix}"
 
     if not installed("torchao"):
-        return f"float8={recipe} converts the net with torchao, which is not installed: pip install torchao, or {fix}"
+        return f"float8={recipe} needs torchao, not installed: it comes with litforge's `deploy` extra; or {fix}"
     return None
 
 

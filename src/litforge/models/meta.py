@@ -1,7 +1,7 @@
 """Building a net on the meta device (shapes, no storage): the model side of meta-device init under sharding.
 
 The training job opens :func:`meta_nets` around building the task when the strategy shards the net;
-litforge.models.factory.build_net then builds under `torch.device("meta")`, and litforge.parallel.meta_init fills
+litforge.models.nets.build_net then builds under `torch.device("meta")`, and litforge.parallel.meta_init fills
 each rank's shards after sharding (its docstring has the seed semantics). Kept here, below litforge.parallel, so the
 net factory needs nothing from the layers above it.
 """
@@ -23,7 +23,7 @@ RNG_ATTR = "_litforge_init_rng"  # the RNG state a net built on meta started fro
 
 @contextlib.contextmanager
 def meta_nets(enabled: bool = True) -> Iterator[None]:
-    """Within this block litforge.models.factory.build_net builds nets on the meta device (the train job opens
+    """Within this block litforge.models.nets.build_net builds nets on the meta device (the train job opens
     it around `build_task` when the strategy shards): only the net, not the task's metrics or losses."""
     token = _ON_META.set(enabled)
     try:

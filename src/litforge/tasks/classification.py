@@ -15,10 +15,10 @@ from litforge.checkpointing.load import load_checkpoint
 from litforge.core.bounds import Positive, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.models import transfer
-from litforge.models.factory import build_net, input_keywords
+from litforge.models.nets import build_net, input_keywords
 from litforge.parallel.meta_init import is_meta, shard_like
-from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
 from litforge.tasks.mixing import build_mixer
+from litforge.tasks.task import LitforgeTask, attached_trainer, build_loss
 
 log = logging.getLogger(__name__)
 

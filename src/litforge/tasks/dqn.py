@@ -24,9 +24,9 @@ from torch import Tensor, nn
 from litforge.core.bounds import Count, NonNegativeInt, UnitInterval
 from litforge.core.errors import ConfigError
 from litforge.data.gym import env_state, load_env_state
-from litforge.models.factory import build_net
+from litforge.models.nets import build_net
 from litforge.runtime.host_reads import host_scalar
-from litforge.tasks.base import LitforgeTask, build_loss
+from litforge.tasks.task import LitforgeTask, build_loss
 
 REGRESSION_LOSSES = ("HuberLoss", "SmoothL1Loss", "MSELoss", "L1Loss")
 ACTING_KEY = "litforge_dqn_acting"  # extra checkpoint entry: the training env mid-episode and the exploration RNG
@@ -73,7 +73,7 @@ class DQNTask(LitforgeTask):
         self.episode_return = 0.0
         self.env_steps = 0
         # exploration's own generator (seeded from data.seed at fit start, saved in checkpoints): the global RNG is
-        # saved too (tasks/base.py), but other code draws from it between a checkpoint and the step after it (the
+        # saved too (tasks/task.py), but other code draws from it between a checkpoint and the step after it (the
         # DataLoader's iterator takes a seed from it when a resumed epoch restarts), so it would not resume exactly
         self.explore = torch.Generator()
         self._resumed_acting: dict[str, Any] | None = None

@@ -14,9 +14,9 @@ from torch import Tensor, nn
 from torchmetrics.text import Perplexity
 
 from litforge.core.errors import ConfigError
-from litforge.models.factory import build_net
+from litforge.models.nets import build_net
 from litforge.runtime.host_reads import host_scalar
-from litforge.tasks.base import LitforgeTask, build_loss
+from litforge.tasks.task import LitforgeTask, build_loss
 
 Batch = tuple[Tensor, Tensor, Tensor]  # inputs, next-token targets, document ids (all B x T)
 

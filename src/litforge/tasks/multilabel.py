@@ -28,8 +28,8 @@ from torchmetrics.functional.classification import (
 
 from litforge.core.bounds import UnitInterval
 from litforge.core.errors import ConfigError
-from litforge.models.factory import build_net
-from litforge.tasks.base import LitforgeTask, attached_trainer, build_loss
+from litforge.models.nets import build_net
+from litforge.tasks.task import LitforgeTask, attached_trainer, build_loss
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, MetricCollection, R2Score
 
-from litforge.models.factory import build_net, input_keywords
-from litforge.tasks.base import LitforgeTask, build_loss
+from litforge.models.nets import build_net, input_keywords
+from litforge.tasks.task import LitforgeTask, build_loss
 
 
 class RegressionTask(LitforgeTask):

@@ -26,7 +26,7 @@ from litforge.checkpointing.load import (
 from litforge.core.contracts import DataModule
 from litforge.core.errors import CheckpointError, ConfigError
 from litforge.core.instantiate import instantiate_group, to_plain
-from litforge.tasks.base import LitforgeTask
+from litforge.tasks.task import LitforgeTask
 
 
 def task_class_from_checkpoint(

@@ -1,4 +1,4 @@
-"""A batch loader for datasets that fit in memory.
+"""Datasets that fit in memory: a batch loader, and the seeded split of their rows.
 
 `torch.utils.data.DataLoader` collates every batch sample by sample in Python; for small datasets (digits, MNIST,
 CIFAR-10 as uint8) that costs more than the training step itself. This loader slices whole batches out of tensors
@@ -128,3 +128,13 @@ class InMemoryLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._resume = (int(state["epoch"]), int(state["batches_done"]))
         self.seed = int(state.get("seed", self.seed))
+
+
+def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A seeded random train/val/test partition of range(n); the same seed always gives the same split."""
+    if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
+        raise ValueError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave training data")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_test = round(n * test_fraction)
+    n_val = round(n * val_fraction)
+    return order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]
