@@ -62,9 +62,7 @@ def fsdp_options(rank: int, world: int, port: int, out: str, variants: dict[str,
     local = idx.chunk(world)[rank]
     for name, (kwargs, ac_mode) in variants.items():
         net = copy.deepcopy(base)
-        holder = torch.nn.Module()
-        holder.net = net
-        apply_activation_checkpointing(holder, ac_mode)
+        apply_activation_checkpointing(net, ac_mode)
         if kwargs.get("tensor_parallel"):  # every rank sees the whole batch; heads and MLP width split in two
             apply_tensor_parallel(net, mesh)
             batch = idx

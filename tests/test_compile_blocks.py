@@ -19,12 +19,6 @@ from litforge.parallel.activation_checkpointing import apply_activation_checkpoi
 from litforge.runtime.flops import count_step_flops
 
 
-def as_task(net: nn.Module) -> nn.Module:
-    task = nn.Module()
-    task.net = net
-    return task
-
-
 @pytest.mark.parametrize(
     "make",
     [
@@ -41,7 +35,7 @@ def test_blocks_compiles_each_unit_in_place_and_not_the_net(monkeypatch, make):
     monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: compiled.append(self) or real(self, **kw))
     net = make()
     names = list(net.state_dict())
-    apply_speed_options(as_task(net), compile="blocks")
+    apply_speed_options(net, compile="blocks")
     assert compiled == net.fsdp_units() and len(compiled) >= 2
     assert net not in compiled
     assert list(net.state_dict()) == names  # checkpoints keep plain names: no `_orig_mod.`
@@ -51,13 +45,13 @@ def test_blocks_passes_compile_options_to_every_block(monkeypatch):
     seen: list[dict] = []
     monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: seen.append(kw))
     net = GPT(vocab_size=32, block_size=8, dim=16, depth=2, heads=2)
-    apply_speed_options(as_task(net), compile={"blocks": True, "backend": "eager"})
+    apply_speed_options(net, compile={"blocks": True, "backend": "eager"})
     assert seen == [{"backend": "eager"}, {"backend": "eager"}]
 
 
 def test_blocks_on_a_net_without_units_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"compile=blocks .* Sequential declares none: set compile=true"):
-        apply_speed_options(as_task(nn.Sequential(nn.Linear(2, 2))), compile="blocks")
+        apply_speed_options(nn.Sequential(nn.Linear(2, 2)), compile="blocks")
 
 
 def test_blocks_compile_once_per_shape_and_grad_mode_and_never_fall_back_to_eager():
@@ -69,7 +63,7 @@ def test_blocks_compile_once_per_shape_and_grad_mode_and_never_fall_back_to_eage
     torch._dynamo.reset()
     with torch._dynamo.config.patch(recompile_limit=8):
         net, counter = MLP(1, (8, 8), 10, hidden_dims=(16, 32)), CompileCounter()
-        apply_speed_options(as_task(net), compile={"blocks": True, "backend": counter})
+        apply_speed_options(net, compile={"blocks": True, "backend": counter})
         x = torch.randn(2, 1, 8, 8)
         for _ in range(2):  # the second round compiles nothing
             net(x).sum().backward()
@@ -108,9 +102,10 @@ def test_gpt_blocks_under_activation_checkpointing_train_like_eager():
 
     batches = [(torch.randint(0, 32, (2, 16)), torch.randint(0, 32, (2, 16))) for _ in range(2)]
     eager = train_losses(make(), batches, gpt_loss)
-    task = as_task(make())
-    assert apply_activation_checkpointing(task, "full") == 2
-    apply_speed_options(task, compile="blocks")
+    task = nn.Module()
+    task.net = make()
+    assert apply_activation_checkpointing(task.net, "full") == 2
+    apply_speed_options(task.net, compile="blocks")
     blocks = train_losses(task.net, batches, gpt_loss)
     assert blocks == pytest.approx(eager, rel=1e-5)
     # the FLOP count runs the compiled blocks eagerly: same count as an uncompiled net, nothing recompiled
@@ -136,8 +131,9 @@ def test_mlp_and_resnet_blocks_train_like_eager(make, shape, backend):
     torch.manual_seed(1)
     batches = [(torch.randn(4, *shape), torch.randint(0, 10, (4,))) for _ in range(2)]
     eager = train_losses(fresh(), batches, image_loss)
-    task = as_task(fresh())
-    apply_speed_options(task, compile={"blocks": True, "backend": backend})
+    task = nn.Module()
+    task.net = fresh()
+    apply_speed_options(task.net, compile={"blocks": True, "backend": backend})
     assert train_losses(task.net, batches, image_loss) == pytest.approx(eager, rel=1e-4)
 
 

@@ -36,7 +36,7 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(mode: str, r
     torch.manual_seed(0)
     plain = GPT(vocab_size=17, block_size=16, dim=32, depth=4, heads=2, dropout=0.1)  # dropout: the RNG is replayed
     checkpointed = copy.deepcopy(plain)
-    assert apply_activation_checkpointing(_Task(checkpointed), mode) == recomputed
+    assert apply_activation_checkpointing(checkpointed, mode) == recomputed
     assert [is_checkpointed(b) for b in checkpointed.blocks] == [mode == "full" or i % 2 == 0 for i in range(4)]
     assert checkpointed.state_dict().keys() == plain.state_dict().keys()  # checkpoints stay interchangeable
 
@@ -56,8 +56,8 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(mode: str, r
 
 def test_activation_checkpointing_refuses_what_it_cannot_apply():
     with pytest.raises(ConfigError, match="activation_checkpointing='some' is not one of none, full, selective"):
-        apply_activation_checkpointing(_Task(GPT(vocab_size=5, block_size=4, dim=8, depth=1, heads=1)), "some")
-    with pytest.raises(ConfigError, match="has none: set activation_checkpointing=none"):
+        apply_activation_checkpointing(GPT(vocab_size=5, block_size=4, dim=8, depth=1, heads=1), "some")
+    with pytest.raises(ConfigError, match="Linear declares none: set activation_checkpointing=none"):
         apply_activation_checkpointing(torch.nn.Linear(2, 2), "full")
     assert apply_activation_checkpointing(torch.nn.Linear(2, 2), "none") == 0
 
@@ -66,7 +66,7 @@ def test_checkpointed_units_survive_pickling_as_ddp_spawn_sends_the_task():
     import pickle
 
     task = _Task(GPT(vocab_size=5, block_size=4, dim=8, depth=2, heads=1))
-    apply_activation_checkpointing(task, "full")
+    apply_activation_checkpointing(task.net, "full")
     copy_ = pickle.loads(pickle.dumps(task.net))
     assert all(
         is_checkpointed(b) and b.forward.args[0] is b for b in copy_.blocks

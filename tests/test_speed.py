@@ -179,7 +179,7 @@ def test_compile_compiles_the_net_in_place():
     task = torch.nn.Module()
     task.net = MLP(1, (8, 8), 10)
     names = list(task.state_dict())
-    apply_speed_options(task, compile={"backend": "eager"})
+    apply_speed_options(task.net, compile={"backend": "eager"})
     assert task.net._compiled_call_impl is not None  # nn.Module.compile's in-place compiled forward
     assert list(task.state_dict()) == names
     assert task.net(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
@@ -196,7 +196,7 @@ def test_channels_last_converts_weights_and_inputs():
         lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
     )
     reference = {k: v.clone() for k, v in task.state_dict().items()}
-    apply_speed_options(task, channels_last=True)
+    apply_speed_options(task.net, channels_last=True)
     conv = task.net.features[0][0].weight
     assert conv.is_contiguous(memory_format=torch.channels_last)
     assert all(torch.equal(reference[k], v) for k, v in task.state_dict().items())  # same values, other layout
@@ -268,15 +268,33 @@ def test_ema_callback_saves_averaged_weights(compose_cfg):
 
 
 @pytest.mark.parametrize("compile_value", [False, {"backend": "eager"}])
-def test_speed_options_need_a_net(compile_value):
+def test_net_options_need_a_net(compile_value):
     from litforge.core.errors import ConfigError
-    from litforge.models.speed import apply_speed_options
+    from litforge.parallel.net_options import NetOptions, prepare_net
 
     if compile_value:
-        with pytest.raises(ConfigError, match="compile=false"):
-            apply_speed_options(torch.nn.Module(), compile=compile_value)
+        with pytest.raises(ConfigError, match="compile act on the task's `net`, and Mine has none: set compile=false"):
+            prepare_net(None, NetOptions(compile=compile_value), "Mine")
     else:
-        apply_speed_options(torch.nn.Module())  # nothing configured: nothing to do, no error
+        prepare_net(None, NetOptions(), "Mine")  # nothing configured: nothing to do, no error
+
+
+def test_the_task_prepares_its_net_once_in_lightnings_configure_model(monkeypatch):
+    """The net options the training job sets are applied by the task's own `configure_model`, once, although
+    Lightning calls the hook at fit, validate and test."""
+    from litforge.models.mlp import MLP
+    from litforge.parallel import net_options
+    from litforge.tasks.classification import ClassificationTask
+
+    net, optimizer = {"_target_": "litforge.models.mlp.MLP"}, {"_target_": "torch.optim.SGD", "lr": 0.1}
+    task = ClassificationTask(net=net, optimizer=optimizer, input_shape=[1, 4, 4], num_classes=3)
+    assert isinstance(task.net, MLP)
+    prepared: list[object] = []
+    monkeypatch.setattr(net_options, "apply_speed_options", lambda net, **kw: prepared.append((net, kw)))
+    task.net_options = net_options.NetOptions(compile={"backend": "eager"})
+    task.configure_model()
+    task.configure_model()
+    assert prepared == [(task.net, {"compile": {"backend": "eager"}, "channels_last": False})]
 
 
 # ---- host syncs -----------------------------------------------------------------------------------

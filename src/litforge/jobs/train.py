@@ -12,32 +12,30 @@ from typing import Any
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
 from litforge.callbacks.training import fit_or_stop, training_callbacks
 from litforge.checkpointing import resume
 from litforge.checkpointing.folders import check_folder, hold_run_folder, release_run_folder
 from litforge.checkpointing.training import run_notes, starting_checkpoint, test_best_checkpoint
 from litforge.config.settings import Train, job_settings
-from litforge.core.contracts import check_trainable, net_of
+from litforge.core.contracts import check_trainable
 from litforge.core.errors import ConfigError, TrainingStopped
 from litforge.core.instantiate import instantiate_group, instantiate_named, to_plain
 from litforge.jobs.build import build_task, task_class
 from litforge.jobs.checks import check_at_start
 from litforge.jobs.tuning import tune_before_fit
-from litforge.models.float8 import convert_to_float8
-from litforge.models.speed import apply_speed_options
 from litforge.parallel import launch
-from litforge.parallel.activation_checkpointing import apply_activation_checkpointing
 from litforge.parallel.dry_run import dry_run
 from litforge.parallel.fit_trainer import build_fit_trainer, build_strategy, shards_data
 from litforge.parallel.meta_init import meta_nets, wants_meta_init
+from litforge.parallel.net_options import NetOptions
 from litforge.records import provenance
 from litforge.records.metrics import write_metrics
 from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 from litforge.runtime.devices import apply_matmul_precision
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 from litforge.runtime.requeue import catch_early, ignore_from_now
+from litforge.tasks.task import LitforgeTask
 
 log = logging.getLogger(__name__)
 
@@ -109,18 +107,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def build_training_task(cfg: DictConfig, shape: Mapping[str, Any], settings: Train) -> pl.LightningModule:
-    """The task as training needs it: its net on the meta device where a sharded strategy fills it later, converted
-    to float8 (`float8=tensorwise|rowwise`, litforge.models.float8; refused where it cannot run by train's checks;
-    float8 all-gather under FSDP2), activation checkpointing wrapped in before any sharding (FSDP2's hooks then see
-    the wrapped blocks), then compile and channels_last (litforge.models.speed), as the run's typed `settings` ask."""
-    meta, all_gather = wants_meta_init(cfg.strategy), shards_data(cfg.strategy)
-    with meta_nets(meta):
+    """The task as training needs it: its net on the meta device where a sharded strategy fills it later, and the
+    run's net options (float8, activation checkpointing, compile, channels_last; litforge.parallel.net_options),
+    which the task applies in Lightning's `configure_model`, before the strategy shards or wraps the net."""
+    with meta_nets(wants_meta_init(cfg.strategy)):
         task = build_task(cfg, shape)
-    if settings.float8 != "none":
-        net = net_of(task)
-        if not isinstance(net, nn.Module):
-            raise ConfigError(f"float8 converts the task's `net`, and {type(task).__name__} has none: pass float8=none")
-        convert_to_float8(net, settings.float8, fsdp_all_gather=all_gather)
-    apply_activation_checkpointing(task, settings.activation_checkpointing)
-    apply_speed_options(task, compile=settings.compile, channels_last=settings.channels_last)
+    options = NetOptions(
+        float8=settings.float8,
+        float8_all_gather=shards_data(cfg.strategy),
+        activation_checkpointing=settings.activation_checkpointing,
+        compile=settings.compile,
+        channels_last=settings.channels_last,
+    )
+    if isinstance(task, LitforgeTask):
+        task.net_options = options
+    elif asked := options.asked():
+        raise ConfigError(
+            f"{', '.join(asked)}: applied by LitforgeTask.configure_model, and {type(task).__name__} does not subclass "
+            "LitforgeTask: subclass it, or call litforge.parallel.net_options.prepare_net(self.net, options, ...) "
+            "from your task's configure_model"
+        )
     return task

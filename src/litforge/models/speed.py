@@ -21,27 +21,20 @@ Other speed switches are one config key elsewhere: `steps_per_call=N` (litforge.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from litforge.core.contracts import Model, net_of
+from litforge.core.contracts import Model
 from litforge.core.errors import ConfigError
 
 
 def apply_speed_options(
-    task: nn.Module, compile: bool | str | dict[str, Any] = False, channels_last: bool = False
+    net: nn.Module, compile: bool | str | Mapping[str, object] = False, channels_last: bool = False
 ) -> None:
-    """Apply the configured switches to `task.net` (the plain nn.Module a litforge task trains)."""
-    net = net_of(task)
-    if not isinstance(net, nn.Module):
-        if compile or channels_last:
-            raise ConfigError(
-                f"compile/channels_last act on the task's `net`, and {type(task).__name__} has none: "
-                "set compile=false channels_last=false"
-            )
-        return
+    """Apply the configured switches to `net` (the plain nn.Module a litforge task trains)."""
     if channels_last:
         net.to(memory_format=torch.channels_last)
         net.register_forward_pre_hook(_to_channels_last)

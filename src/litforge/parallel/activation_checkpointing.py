@@ -14,7 +14,7 @@ How: :func:`litforge.runtime.compat.recompute_in_backward` makes each chosen uni
 `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` on that instance (its docstring says why neither of
 torch's `checkpoint_wrapper` nor its composable `checkpoint` is used yet). Parameter names, state dicts and
 checkpoints are exactly those of an unwrapped net, so a run may switch the mode on resume. Apply it before sharding
-(litforge.jobs.train does, before Lightning calls `configure_model`): FSDP2's hooks then sit outside the recomputed
+(litforge.parallel.net_options does, from the task's `configure_model`): FSDP2's hooks then sit outside the recomputed
 region, as in torchtitan.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from litforge.core.contracts import net_of
 from litforge.core.errors import ConfigError
 from litforge.parallel.plans import sharding_units
 from litforge.runtime.compat import recompute_in_backward
@@ -47,16 +46,8 @@ def checkpoint_units(net: nn.Module, mode: str) -> list[nn.Module]:
     return units if mode == "full" else units[::2]
 
 
-def apply_activation_checkpointing(task: object, mode: str) -> int:
-    """Make the chosen units of `task.net` recompute their activations in the backward pass; returns how many."""
-    if mode == "none":
-        return 0
-    net = net_of(task)
-    if net is None:
-        raise ConfigError(
-            f"activation_checkpointing acts on the task's `net`, and {type(task).__name__} has none: "
-            "set activation_checkpointing=none"
-        )
+def apply_activation_checkpointing(net: nn.Module, mode: str) -> int:
+    """Make the chosen units of `net` recompute their activations in the backward pass; returns how many."""
     units = checkpoint_units(net, mode)
     for unit in units:
         recompute_in_backward(unit)  # this instance only; names unchanged

@@ -666,8 +666,9 @@ def dry_run(
         def build() -> PlannedTask:
             with meta_nets(True):
                 task = build_task(cfg, shape)
-            apply_activation_checkpointing(task, mode)
-            return _planned(task)
+            planned = _planned(task)
+            apply_activation_checkpointing(planned.net, mode)
+            return planned
 
         return plan(build, setup, batch_size, block_size)
 

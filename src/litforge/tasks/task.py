@@ -27,6 +27,7 @@ from litforge.core.instantiate import call_partial
 from litforge.loops.steps_per_call import optimizer_steps_in_run
 from litforge.parallel.clipping import clip_grad_norm, has_dtensor_grads
 from litforge.parallel.meta_init import is_meta, materialize
+from litforge.parallel.net_options import NetOptions, prepare_net
 from litforge.parallel.plans import shard
 from litforge.runtime.host_reads import StepLosses, Where, host_scalar, writes_step_metrics
 
@@ -92,6 +93,9 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
     target_names: list[str] | None = None
     feature_names: list[str] | None = None  # the encoded input columns of features data (export's metadata)
     run_config: dict[str, Any] | None  # the composed run config (set in __init__; tune=batch_size updates it)
+    #: what the training job asks of the net, applied by :meth:`configure_model` (none for eval, predict, export)
+    net_options: NetOptions = NetOptions()
+    net_prepared: bool = False
 
     def __init__(
         self,
@@ -233,10 +237,16 @@ class LitforgeTask(HparamsAtFitStart, pl.LightningModule):
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_model(self) -> None:
-        """Shard the net over the device mesh (only under ModelParallelStrategy: strategy=fsdp, tp, fsdp_tp).
+        """Prepare the net as the run asks (:attr:`net_options`: float8, activation checkpointing, compile,
+        channels_last; litforge.parallel.net_options), then shard it over the device mesh (only under
+        ModelParallelStrategy: strategy=fsdp, tp, fsdp_tp).
 
-        Lightning calls this hook before building optimizers, and also from `load_from_checkpoint` with no mesh.
+        Lightning calls this hook before it wraps the module and builds the optimizers, at each of fit, validate, test
+        and predict (the net is prepared once), and also from `load_from_checkpoint` with no mesh.
         """
+        if not self.net_prepared:
+            prepare_net(net_of(self), self.net_options, type(self).__name__)
+            self.net_prepared = True
         if self.device_mesh is None:
             return
         net = net_of(self)
