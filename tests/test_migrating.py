@@ -76,7 +76,9 @@ def check(job: str, overrides: list[str], multirun: bool, log_dir: Path, monkeyp
     """What `python <job>.py [-m] overrides` meets before it starts; raises the refusal. The config must compose (the
     check hands a command line Hydra cannot compose to Hydra, unjudged)."""
     from litforge.cli import preflight
+    from litforge.jobs import checks
 
+    monkeypatch.setattr(checks, "gpus_here", lambda asked: (8, ""))  # judged as on a machine with 8 GPUs (trainer=gpu)
     judged = []
     job_check = preflight.check_job  # the job's declared checks (litforge.jobs.checks): reached once it composes
     monkeypatch.setattr(preflight, "check_job", lambda cfg, *a: (judged.append(cfg), job_check(cfg, *a)))
