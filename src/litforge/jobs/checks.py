@@ -106,9 +106,9 @@ def accelerator(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.devices={count}: torch finds {found} GPU(s) here: pass trainer.devices={found}")
 
 
-def start_checkpoint(cfg: DictConfig) -> None:
+def ckpt_path(cfg: DictConfig) -> None:
     """ckpt_path=<file> (a new run from it): a readable litforge checkpoint of this run's task and net, torch-free."""
-    if cfg.ckpt_path not in (None, "last") and not cfg.resume:
+    if cfg.ckpt_path not in (None, "", "last") and not cfg.resume:  # empty: the config check's line says so
         check_early(cfg, str(cfg.ckpt_path))
 
 
@@ -190,24 +190,11 @@ def check_tuning(cfg: DictConfig) -> None:
         )
 
 
-# job -> its checks, in order; check_config (every key's type and range, the relations) is every job's; a torch-free
-# check before it: a refusal there spares the config check its imports of the targets (torch, 4-6 s)
+# job -> its checks, in order; check_config (every key's type and range, the relations) is every job's; a refusal by a
+# torch-free check before it spares the config check its imports of the targets (torch, 4-6 s)
 JOB_CHECKS: dict[str, tuple[Callable[[Any], object], ...]] = {
-    "train": (
-        start_checkpoint,
-        accelerator,
-        check_config,
-        tabular_data,
-        streaming_data,
-        image_folder,
-        float8,
-        check_tuning,
-    ),
-    "eval": (
-        partial(check_checkpoint_early, job="eval"),
-        accelerator,
-        check_config,
-    ),  # the checkpoint first: torch-free
+    "train": (ckpt_path, accelerator, check_config, tabular_data, streaming_data, image_folder, float8, check_tuning),
+    "eval": (partial(check_checkpoint_early, job="eval"), accelerator, check_config),  # the checkpoint: torch-free
     "predict": (partial(check_checkpoint_early, job="predict"), check_config),
     "export": (partial(check_checkpoint_early, job="export"), check_config, export_options),
     "generate": (partial(check_checkpoint_early, job="generate"), check_config),
