@@ -80,17 +80,14 @@ def test_best_checkpoint(
         trainer.test(task, datamodule=datamodule, ckpt_path=best if best else None, verbose=False)
         metrics.update(scalar_metrics(trainer.callback_metrics))
         monitor = picker.monitor if picker else None
-        if best:
-            tested = (
-                f"the best checkpoint by {monitor}" if monitor else "the last checkpoint (none is picked by a metric)"
-            )
-        elif monitor in metrics:  # validated, yet no checkpoint was written
-            tested = "the last weights, in memory (no checkpoint was written: trainer.fast_dev_run writes none)"
-        else:
-            tested = (
-                f"the last weights (no {monitor or 'monitored metric'} was logged before training ended, so there "
-                "is no best checkpoint: validate sooner, e.g. trainer.val_check_interval=<steps>)"
-            )
+        tested = (
+            (f"the best checkpoint by {monitor}" if monitor else "the last checkpoint (none is picked by a metric)")
+            if best
+            else "the last weights, in memory (no checkpoint was written: trainer.fast_dev_run writes none)"
+            if monitor in metrics  # validated, yet nothing written
+            else f"the last weights (no {monitor or 'monitored metric'} was logged before training ended, so there "
+            "is no best checkpoint: validate sooner, e.g. trainer.val_check_interval=<steps>)"
+        )
     return {
         "metrics": metrics,
         "best_checkpoint": best,
