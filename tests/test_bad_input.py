@@ -457,6 +457,21 @@ def test_refused_before_torch_is_imported(override: str, tmp_path: Path):
     assert imported == [] and not (tmp_path / "logs").exists()
 
 
+def test_a_slurm_sweep_is_not_judged_by_this_machines_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Its jobs run on the cluster's GPU nodes, submitted from a login node without one (hydra/launcher/slurm.yaml);
+    a local sweep's jobs are judged here, before the first starts."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from litforge.cli.preflight import check_sweep
+    from litforge.core.errors import ConfigError
+    from litforge.jobs import checks
+
+    monkeypatch.setattr(checks, "gpus_here", lambda asked: (0, "no GPU device in /dev"))
+    sweep = ["trainer=gpu", "seed=1,2", f"paths.log_dir={tmp_path}"]
+    check_sweep(CONF, "train", ["hydra/launcher=slurm", *sweep])
+    with pytest.raises(ConfigError, match="trainer.accelerator=gpu: this machine has no GPU"):
+        check_sweep(CONF, "train", sweep)
+
+
 def test_the_whole_table_left_the_earlier_runs_as_they_were(earlier_runs):
     """After every row above (run before this test in the same worker, in file order): the earlier runs' manifest is
     the one taken when they were made, and no run folder was added beside them."""

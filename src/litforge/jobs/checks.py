@@ -202,12 +202,14 @@ JOB_CHECKS: dict[str, tuple[Callable[[Any], object], ...]] = {
 }
 
 
-def check_job(cfg: DictConfig, job: str, found: list[LitforgeError] | None = None) -> None:
+def check_job(cfg: DictConfig, job: str, found: list[LitforgeError] | None = None, here: bool = True) -> None:
     """Run `job`'s checks on `cfg`, after the refusals in `found` (the command line's own); raise one error carrying
-    every line. The config check imports targets (torch, 4-6 s) only when nothing was refused before it."""
+    every line. The config check imports targets (torch, 4-6 s) only when nothing was refused before it. `here`:
+    the job runs on this machine (a SLURM launcher's does not: this machine's GPUs are not judged)."""
     found = [] if found is None else found
     values = lambda: check_config(cfg, imports=not found)  # noqa: E731  judges `found` when it runs
-    refuse_each(found, *(values if check is check_config else partial(check, cfg) for check in JOB_CHECKS[job]))
+    checks = [check for check in JOB_CHECKS[job] if here or check is not accelerator]
+    refuse_each(found, *(values if check is check_config else partial(check, cfg) for check in checks))
     raise_found(found)
     _CHECKED.add(_digest(cfg))
 
