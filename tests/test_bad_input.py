@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -156,6 +157,10 @@ def _fixed(*overrides: str) -> Args:
     return lambda tmp, ckpt: [o.format(tmp=tmp, ckpt=ckpt) for o in overrides]
 
 
+class Absent(str):
+    """A needle the output must not hold (library noise before litforge's line, a folder that is not there)."""
+
+
 CASES = [
     # config mistakes (caught by Hydra or before torch is imported)
     (
@@ -240,7 +245,12 @@ CASES = [
         ["litforge: error", "trainer.devices=100000", "CPU cores"],
         "more-devices-than-the-machine",
     ),
-    ("train.py", _fixed("trainer=gpu"), ["litforge: error", "trainer=cpu"], "gpu-without-a-gpu"),
+    (  # took 7.6 s (Lightning refused it inside the job), printed it twice, named a run folder it then removed
+        "train.py",
+        _fixed("trainer=gpu"),
+        ["litforge: error: trainer.accelerator=gpu: this machine has no GPU", "trainer=cpu", Absent("run folder:")],
+        "gpu-without-a-gpu",
+    ),
     (
         "train.py",
         _fixed("trainer.accelerator=tpu"),
@@ -419,6 +429,25 @@ CASES = [
         ["litforge: error: data.target=y: data.categorical lists it", "task=regression", "data.target_kind=value"],
         "table-target-in-categorical",  # trained a regression, data.categorical silently ignored
     ),
+    # ---- #51 every failure one line ----
+    (
+        "train.py",
+        _table("data.parquet", _ROWS),
+        ["litforge: error: data.path=", "data.parquet: not a Parquet file", "a CSV file's name must end in .csv"],
+        "a-csv-file-named-parquet",  # a pyarrow traceback
+    ),
+    (
+        "train.py",
+        _fixed("model._target_=mypkg.nope.Net"),
+        ["model._target_=mypkg.nope.Net does not import: ModuleNotFoundError", Absent("Error getting object")],
+        "a-target-that-does-not-import",  # Hydra's three "Error getting object" lines first
+    ),
+    (
+        "train.py",
+        lambda tmp, ckpt: [f"ckpt_path={ckpt.parents[2] / 'nope.ckpt'}"],
+        ["litforge: error: checkpoint", "nope.ckpt does not exist. Pass ckpt_path=", Absent("The newest")],
+        "a-missing-checkpoint-names-no-other-runs-checkpoints",
+    ),
     # ---- #39 will it fit ----
     (
         "train.py",
@@ -452,15 +481,45 @@ def test_bad_input_fails_with_one_clear_message(
     result = run_cli(script, *overrides, "print_config=false", log_dir=log_dir)
     assert result.returncode != 0, result.output[-2000:]
     assert "Traceback" not in result.output, result.output[-4000:]
-    assert len([line for line in result.output.splitlines() if "litforge: error:" in line]) == 1, result.output[-4000:]
+    errors = [line.split("litforge: error: ")[1] for line in result.output.splitlines() if "litforge: error:" in line]
+    assert len(errors) == 1 and result.output.count(errors[0]) == 1, result.output[-4000:]  # one line, printed once
     for needle in needles:
-        assert needle in result.output, f"{needle!r} not in:\n{result.output[-2000:]}"
+        assert (needle not in result.output) == isinstance(needle, Absent), f"{needle!r}:\n{result.output[-2000:]}"
     assert "Epoch 0" not in result.output, "the mistake must be caught before training starts"
     assert not (tmp_path / "pwned").exists(), "loading a checkpoint ran code from it"
     after = manifest(log_dir)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"the refused command wrote (or removed) in the log folder: {changed}"
     assert manifest(tmp_path) == given, "the refused command changed a file it was given"
+
+
+@pytest.mark.parametrize("override", ["trainer=gpu", "ckpt_path=nope.ckpt"])
+def test_refused_before_torch_is_imported(override: str, tmp_path: Path):
+    """These took 7-8 s: the config check imported every target (torch, Lightning) before the refusal (a
+    checkpoint of another model, `model=cnn ckpt_path=<mlp's>`, goes the same way as a missing one)."""
+    from conftest import run_fresh_probe
+    from litforge.jobs.checks import GPU_DEVICE_FILES
+
+    if override == "trainer=gpu" and any(map(os.path.exists, GPU_DEVICE_FILES)):
+        pytest.skip("a machine with a GPU device asks torch whether it can use it")
+    result, imported = run_fresh_probe("train.py", override, log_dir=tmp_path / "logs", hash_seed=0)
+    assert result.returncode == 1 and result.output.count("litforge: error:") == 1, result.output[-3000:]
+    assert imported == [] and not (tmp_path / "logs").exists()
+
+
+def test_a_slurm_sweep_is_not_judged_by_this_machines_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Its jobs run on the cluster's GPU nodes, submitted from a login node without one (hydra/launcher/slurm.yaml);
+    a local sweep's jobs are judged here, before the first starts."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from litforge.cli.preflight import check_sweep
+    from litforge.core.errors import ConfigError
+    from litforge.jobs import checks
+
+    monkeypatch.setattr(checks, "gpus_here", lambda asked: (0, "no GPU device in /dev"))
+    sweep = ["trainer=gpu", "seed=1,2", f"paths.log_dir={tmp_path}"]
+    check_sweep(CONF, "train", ["hydra/launcher=slurm", *sweep])
+    with pytest.raises(ConfigError, match="trainer.accelerator=gpu: this machine has no GPU"):
+        check_sweep(CONF, "train", sweep)
 
 
 def test_the_whole_table_left_the_earlier_runs_as_they_were(earlier_runs):

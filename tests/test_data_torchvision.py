@@ -238,15 +238,16 @@ def test_offline_download_fails_with_the_folder_to_fill(
     a_file: str,
     call_prepare_data: bool,
 ) -> None:
-    dm = cls(data_dir=str(tmp_path), download=True)
+    dm = cls(data_dir=str(tmp_path / "data"), download=True)
     with pytest.raises(DataError) as info:
         if call_prepare_data:
             dm.prepare_data()
         dm.setup()
     message = str(info.value)
     assert no_network, "torchvision should have tried to download"
-    assert str(tmp_path / folder) in message and a_file in message
+    assert str(tmp_path / "data" / folder) in message and a_file in message
     assert "internet" in message and "data.download=true" in message
+    assert not (tmp_path / "data").exists(), "the failed download left its empty folders behind"
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,9 @@ def check(job: str, overrides: list[str], multirun: bool, log_dir: Path, monkeyp
     """What `python <job>.py [-m] overrides` meets before it starts; raises the refusal. The config must compose (the
     check hands a command line Hydra cannot compose to Hydra, unjudged)."""
     from litforge.cli import preflight
+    from litforge.jobs import checks
 
+    monkeypatch.setattr(checks, "gpus_here", lambda asked: (8, ""))  # judged as on a machine with 8 GPUs (trainer=gpu)
     judged = []
     job_check = preflight.check_job  # the job's declared checks (litforge.jobs.checks): reached once it composes
     monkeypatch.setattr(preflight, "check_job", lambda cfg, *a: (judged.append(cfg), job_check(cfg, *a)))
@@ -202,6 +204,6 @@ def test_trainer_ddp_composes_as_theirs_did(tmp_path: Path):
     result = run_cli("train.py", "trainer=ddp", "trainer.num_nodes=2", log_dir=tmp_path, extra_args=("--cfg", "job"))
     assert result.returncode == 0, result.output[-2000:]
     trainer = result.stdout.split("\ntrainer:\n", 1)[1]
-    for line in ("accelerator: gpu", "devices: 4", "num_nodes: 2", "sync_batchnorm: true"):
+    for line in ("accelerator: auto", "devices: 4", "num_nodes: 2", "sync_batchnorm: auto"):  # GPUs, else gloo on CPU
         assert f"  {line}\n" in trainer, trainer[:1500]
     assert "strategy:\n  name: auto" in result.stdout  # DDP when trainer.devices > 1

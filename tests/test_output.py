@@ -51,6 +51,7 @@ def test_a_run_that_writes_no_checkpoint_claims_none(tmp_path: Path):
         for path in _paths_after(result.stdout, label):
             assert Path(path.split()[-3] if label == "view it" else path).exists(), (label, path)
     assert not _paths_after(result.stdout, "last checkpoint"), "fast_dev_run writes no checkpoint"
+    assert "tested: the last weights, in memory (no checkpoint was written: trainer.fast_dev_run" in result.stdout
 
 
 def test_a_run_that_never_validated_says_which_weights_it_tested(tmp_path: Path):
@@ -97,18 +98,29 @@ def test_export_names_every_file_it_wrote(tmp_path: Path):
     assert re.search(r"│ predictions +│ +359 │", predicted.stdout), predicted.stdout  # a count, not 359.0000
 
 
-def test_a_missing_checkpoint_names_the_newest_ones_under_its_folder(tmp_path: Path):
+def test_a_missing_checkpoint_names_the_newest_of_its_own_run_only(tmp_path: Path):
+    """Beside it, or in the checkpoints/ of the run folder it names; never those of other runs deeper down (a path
+    in the clone's root named every run's under logs/, whatever the task)."""
     from litforge.checkpointing.load import load_checkpoint
     from litforge.core.errors import CheckpointError
 
-    older, newer = tmp_path / "train/runs/a/checkpoints/last.ckpt", tmp_path / "train/runs/b/checkpoints/last.ckpt"
-    for path in (older, newer):
-        path.parent.mkdir(parents=True)
+    run = tmp_path / "train/runs/a"
+    older, newer, other = (
+        run / "checkpoints/epoch1.ckpt",
+        run / "checkpoints/last.ckpt",
+        tmp_path / "train/runs/b/x.ckpt",
+    )
+    for path in (older, newer, other):
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
     os.utime(older, (1, 1))
+    for missing in (run / "last.ckpt", run / "checkpoints/epoch9.ckpt"):
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(missing)
+        assert f"does not exist. The newest beside it: {newer}, {older}. Pass" in str(info.value), str(info.value)
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(tmp_path / "nope.ckpt")
-    assert f"The newest under {tmp_path}: {newer}, {older}." in str(info.value), str(info.value)
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="holds no .ckpt files, at any depth"):
-        load_checkpoint(tmp_path / "empty" / "nope.ckpt")
+    assert (
+        str(info.value)
+        == f"checkpoint {tmp_path / 'nope.ckpt'} does not exist. Pass ckpt_path=<run>/checkpoints/last.ckpt."
+    )

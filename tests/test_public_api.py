@@ -81,7 +81,7 @@ def test_the_public_names_are_pinned_and_each_resolves():
     assert litforge.__all__ == PUBLIC, "the public API changed: update PUBLIC and docs/api.md together"
     for name in PUBLIC:
         assert getattr(litforge, name) is not None, name
-    assert set(PUBLIC) <= set(dir(litforge))
+    assert dir(litforge) == sorted([*PUBLIC, "__version__"])  # not its own imports (sys, warnings, Any)
 
 
 def test_the_contract_kit_is_the_public_testing_module():

@@ -125,6 +125,36 @@ def test_sync_batchnorm_on_cpu_fails_with_a_clear_message():
         build_trainer({"accelerator": "cpu", "devices": 2, "sync_batchnorm": True}, strategy="ddp", logger=False)
 
 
+def test_trainer_ddp_on_a_cpu_machine_is_gloo_ddp_without_synced_batchnorm(compose_cfg, monkeypatch):
+    """lightning-hydra-template's `trainer=ddp trainer.devices=2` was refused on CPU ("No supported gpu backend
+    found"); it builds the Trainer `strategy=ddp` builds there (2 gloo processes; the run: test_reliability's
+    `strategy.name=ddp`), and on a GPU machine keeps its synced BatchNorm."""
+    from types import SimpleNamespace
+
+    import torch
+    from pytorch_lightning.accelerators import CPUAccelerator
+    from pytorch_lightning.strategies import DDPStrategy
+
+    from litforge.config.check import check_config
+    from litforge.core.instantiate import instantiate_group
+    from litforge.parallel.fit_trainer import build_strategy
+    from litforge.runtime import devices
+
+    cfg = compose_cfg("trainer=ddp", "trainer.devices=2")
+    check_config(cfg)
+    trainer = devices.build_trainer(
+        instantiate_group("trainer", cfg.trainer), strategy=build_strategy(cfg.strategy), logger=False
+    )
+    assert isinstance(trainer.strategy, DDPStrategy) and isinstance(trainer.accelerator, CPUAccelerator)
+    assert trainer.num_devices == 2 and trainer.strategy._get_process_group_backend() == "gloo"
+    assert trainer.strategy._layer_sync is None  # no SyncBatchNorm conversion (torch refuses it on CPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    synced = {}
+    monkeypatch.setattr(devices.pl, "Trainer", lambda **kwargs: synced.update(kwargs) or SimpleNamespace(accelerator=0))
+    devices.build_trainer({"accelerator": "auto", "devices": 2, "sync_batchnorm": "auto"}, logger=False)
+    assert synced["sync_batchnorm"] is True
+
+
 def test_slurm_trainer_requeues_and_launcher_configs_compose(compose_cfg):
     from hydra.utils import instantiate
     from lightning_fabric.plugins.environments import SLURMEnvironment
@@ -155,6 +185,7 @@ def test_ddp_two_ranks_equal_one_process_on_the_same_global_batch(tmp_path: Path
         timeout=300,
     )
     assert ddp.returncode == 0, ddp.output[-3000:]
+    assert "sync_dist=True" not in ddp.output, "Lightning's warning: a litforge epoch-level value not reduced"
 
     run = single_run(tmp_path / "ddp")  # exactly one run folder
     files = sorted(p.name for p in run.iterdir() if p.name != "provenance.diff")  # that one: dirty trees only

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -97,11 +101,33 @@ def test_init_from_and_backbone_finetuning(compose_cfg, tmp_path: Path, schedule
     # head weight + bias, and the backbone's 4 BatchNorm layers (weight + bias): BackboneFinetuning keeps BN trainable
     assert len(state["optimizer_states"][0]["param_groups"][0]["params"]) == 2 + 4 * 2
 
-    unfrozen = _train(compose_cfg, tmp_path / "unfrozen", *common, "trainer.max_epochs=3")
+    with warnings.catch_warnings(record=True) as caught, _records("litforge.callbacks.finetuning") as said:
+        warnings.simplefilter("always")
+        unfrozen = _train(compose_cfg, tmp_path / "unfrozen", *common, "trainer.max_epochs=3")
     state = torch.load(unfrozen["last_checkpoint"], weights_only=True)
     assert not torch.equal(state["state_dict"][conv], pre_state[conv])
     groups = state["optimizer_states"][0]["param_groups"]
     assert len(groups) == 2  # the backbone joined as its own param group
+    assert len(groups[1]["params"]) == 2 * 2  # its 2 convolutions (weight + bias); BatchNorm was in the head's group
+    assert not [w for w in caught if "already exist within another group" in str(w.message)]  # Lightning's, per run
+    assert len(said) == 1 and said[0].startswith("epoch 1: the backbone is unfrozen: 4 of its tensors join the"), said
+
+
+@contextmanager
+def _records(name: str) -> Iterator[list[str]]:
+    """The messages logged to `name` inside the block (whatever handlers and levels earlier tests left)."""
+    said: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(name)
+    disabled, level, logger.disabled = logger.disabled, logger.level, False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.disabled, logger.level = disabled, level
 
 
 def test_init_from_a_different_net_is_a_clear_error(compose_cfg, tmp_path: Path):

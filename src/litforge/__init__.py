@@ -114,8 +114,8 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+def __dir__() -> list[str]:  # the public names, not this module's own imports (sys, warnings, Any)
+    return [*__all__, "__version__"]
 
 
 # ---- modules that moved: the old import keeps working for a release, with a DeprecationWarning --------------------

@@ -157,14 +157,14 @@ class Pruning(ModelPruning):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stats = self.sparsity(pl_module)
-        pl_module.log_dict({f"sparsity/{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=False)
+        pl_module.log_dict({f"sparsity/{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True)
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         pass  # ModelPruning may prune here; this class prunes at epoch start only
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the sparsity of the weights actually tested (the best checkpoint may predate the end of the schedule)
-        pl_module.log("test/sparsity", self.sparsity(pl_module)["overall"])
+        pl_module.log("test/sparsity", self.sparsity(pl_module)["overall"], sync_dist=True)
 
     # ---- measuring -------------------------------------------------------------------------------------------------
     def sparsity(self, pl_module: pl.LightningModule) -> dict[str, float]:

@@ -169,7 +169,7 @@ class QuantizationAwareTraining(pl.Callback):
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._acc is not None and self._acc.update_count:
-            pl_module.log("test/acc_int8", self._acc.compute())
+            pl_module.log("test/acc_int8", self._acc.compute(), sync_dist=True)
         if self.save and self._int8 is not None and trainer.is_global_zero:
             folder = _checkpoint_dir(trainer)
             if folder is not None:

@@ -76,11 +76,9 @@ class Throughput(pl.Callback):
         train_time = self._last_batch_end - self._start
         if not self._samples:
             return
-        pl_module.log("time/epoch_s", now - self._start, rank_zero_only=True)
+        pl_module.log("time/epoch_s", now - self._start, sync_dist=True, reduce_fx="max")  # the slowest rank's
         if train_time > 0:
-            pl_module.log(
-                "time/train_samples_per_s", self._samples * trainer.world_size / train_time, rank_zero_only=True
-            )
+            pl_module.log("time/train_samples_per_s", self._samples * trainer.world_size / train_time, sync_dist=True)
             if self._flops_per_sample:
                 self._log_perf(trainer, self._perf(self._samples, train_time, trainer.world_size))
 

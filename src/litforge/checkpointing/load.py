@@ -51,16 +51,10 @@ def checkpoint_file(path: str | Path) -> Path:
     """The file `path` names, or a sharded checkpoint's folder, after what a path alone tells (no torch needed):
     a CheckpointError for a missing file (naming the newest checkpoints nearby), another folder, an empty file."""
     file = Path(path).expanduser()
-    if not file.exists():
-        hint = ""
-        parent = file.parent
-        if parent.is_dir():  # the newest checkpoints under that folder, at any depth (logs/ holds run folders)
-            found = sorted(parent.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)[:3]
-            hint = (
-                f" The newest under {parent}: {', '.join(map(str, found))}."
-                if found
-                else f" {parent} holds no .ckpt files, at any depth."
-            )
+    if not file.exists():  # the newest checkpoints of the same run (its folder, or its checkpoints/), none of others
+        near = [*file.parent.glob("*.ckpt"), *file.parent.glob("checkpoints/*.ckpt")]
+        near = sorted(near, key=lambda p: p.stat().st_mtime, reverse=True)[:3]
+        hint = f" The newest beside it: {', '.join(map(str, near))}." if near else ""
         raise CheckpointError(f"checkpoint {file} does not exist.{hint} Pass ckpt_path=<run>/checkpoints/last.ckpt.")
     if file.is_dir():
         if is_distributed_checkpoint(file):

@@ -264,9 +264,7 @@ def resume_command_line(
     a refused resume never reaches the run's folder, so its recorded overrides change only when it continues."""
     log_dir, task_name = str(cfg.paths.log_dir), str(cfg.task_name)
     decided = decide(cfg.resume, cfg.ckpt_path, log_dir, task_name)
-    if decided.asked is None:
-        if decided.checkpoint is not None and cfg.ckpt_path is not None:  # a new run from that file
-            check_early(cfg, decided.checkpoint)
+    if decided.asked is None:  # a new run (from ckpt_path=<file>: checked with the job's checks, litforge.jobs.checks)
         return overrides
     mine = [o for o in parsed if o.key_or_group not in ("resume", "ckpt_path")]
     if decided.run_dir is None or decided.checkpoint is None:

@@ -83,6 +83,8 @@ def test_best_checkpoint(
         tested = (
             (f"the best checkpoint by {monitor}" if monitor else "the last checkpoint (none is picked by a metric)")
             if best
+            else "the last weights, in memory (no checkpoint was written: trainer.fast_dev_run writes none)"
+            if monitor in metrics  # validated, yet nothing written
             else f"the last weights (no {monitor or 'monitored metric'} was logged before training ended, so there "
             "is no best checkpoint: validate sooner, e.g. trainer.val_check_interval=<steps>)"
         )

@@ -43,8 +43,6 @@ from litforge.parallel.launch import launched_ranks_cleaned_up
 from litforge.records.sweeps import job_sweep_values
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 
-log = logging.getLogger("litforge")
-
 # litforge's configs: the package `litforge.conf` (in a clone, src/litforge/conf is a symlink to the top-level conf/;
 # a wheel carries the files). Hydra composes them through the search-path plugin (hydra_plugins.litforge_searchpath,
 # `pkg://litforge.conf`); this folder is what the fast `--help` and the checks before Hydra read.
@@ -125,10 +123,11 @@ def run_job(job: Callable[[DictConfig], Any], cfg: DictConfig, job_name: str = "
             which = f"sweep job {HydraConfig.get().job.num} ({swept})"
             print(f"litforge: error: {which}: {'; '.join(lines)}", file=sys.stderr) if is_rank_zero() else None
             return exc
-        log.error("%s", "\n".join(lines))
+        said = "\n".join(f"litforge: error: {line}" for line in lines)
+        to_run_log(said)  # once on the console: the log file keeps it (a refused run's folder goes back as it was)
         if is_rank_zero() and not isinstance(exc, TrainingStopped):  # a refusal writes nothing (checkpointing.folders)
             undo_noted_folder()
-        print("\n" + "\n".join(f"litforge: error: {line}" for line in lines), file=sys.stderr)
+        print("\n" + said, file=sys.stderr)
         sys.exit(exc.exit_code if isinstance(exc, TrainingStopped) else 1)
 
 
@@ -222,7 +221,12 @@ def print_summary(job_name: str, result: dict[str, Any]) -> None:
     if view and next(run_dir.rglob("events.out.tfevents.*"), None):
         lines.append(f"view it:\ntensorboard --logdir {run_dir} --host 127.0.0.1")
     print("\n".join(lines))
-    for handler in logging.getLogger().handlers:  # Hydra's file handler: the run's log keeps the summary
+    to_run_log("\n".join([*(f"{n}: {v}" for n, v in metrics.items()), *lines]))  # the run's log keeps the summary
+
+
+def to_run_log(text: str) -> None:
+    """`text` into the run's log file (Hydra's file handler) only: it is on the console already."""
+    for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and handler.stream is not None:
-            handler.stream.write("\n".join([*(f"{n}: {v}" for n, v in metrics.items()), *lines]) + "\n")
+            handler.stream.write(text + "\n")
             handler.flush()

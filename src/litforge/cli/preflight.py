@@ -67,10 +67,11 @@ def checked_overrides(
     job: str | None = None,
     top_dir: Path | None = None,
     multirun: bool = False,
+    here: bool = True,
 ) -> list[str]:
     """The overrides to hand to Hydra, after the checks above; raises ConfigError for a mistake. `config_name`: the
     top config composed (the job's, or a project's own in `top_dir` that starts from it); `job`: the job (default:
-    the same); `multirun`: one job of a sweep (:func:`check_sweep`)."""
+    the same); `multirun`: one job of a sweep (:func:`check_sweep`); `here`: it runs on this machine."""
     job = job or config_name
     parsed = parse(overrides)
     if parsed is None:  # one override Hydra's grammar cannot read: named in one line (else Hydra's message)
@@ -112,7 +113,9 @@ def checked_overrides(
         lambda: check_paths(cfg, parsed, dry_run),
         lambda: check_run_dir(cfg, parsed, job),
     )
-    check_job(cfg, job, found)  # the job's declared checks (litforge.jobs.checks), after these: one line a mistake
+    check_job(
+        cfg, job, found, here
+    )  # the job's declared checks (litforge.jobs.checks), after these: one line a mistake
     if dry_run:
         return [*overrides, *DRY_RUN_HYDRA]
     recompose = lambda merged: compose(conf_dir, config_name, merged, top_dir)  # noqa: E731  resume= checks these
@@ -168,10 +171,11 @@ def check_sweep(
     sweeper = hydra.get("sweeper") or {}  # its params: the search space (Optuna's), or the grid in the config
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
     check_launcher(hydra)
+    launcher = str((hydra.get("launcher") or {}).get("_target_", ""))  # SLURM's runs its jobs on other machines
     check_search_space(sweeper, overrides)
     grid = str(sweeper.get("_target_", "BasicSweeper")).endswith("BasicSweeper")  # Hydra's: no interval()
     for lines in sweep_jobs(every := parse([*params, *overrides]) or [], grid):
-        checked_overrides(conf_dir, config_name, lines, job, top_dir, multirun=True)
+        checked_overrides(conf_dir, config_name, lines, job, top_dir, True, "slurm" not in launcher.lower())
         note_download(compose(conf_dir, config_name, lines, top_dir), lines, every)
 
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
-from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -26,7 +25,7 @@ from litforge.config.relations import MOVED_KEYS, RELATIONS, Relation, moved_key
 from litforge.config.settings import JobSettings
 from litforge.config.source import read_signature
 from litforge.core.errors import ConfigError
-from litforge.core.instantiate import import_failure
+from litforge.core.instantiate import import_failure, locate
 from litforge.runtime.extras import require
 
 BUILT_GROUPS = ("data", "model", "task", "optimizer", "scheduler", "loss", "callbacks", "logger", "trainer", "strategy")
@@ -101,7 +100,7 @@ def _bind_target(key: str, node: DictConfig, imports: bool, found: dict[str, str
         bind(key, node, params, open_ended, name, found)
         return read is not None
     try:
-        params, open_ended = signature(get_object(name))
+        params, open_ended = signature(locate(name))
     except Exception as exc:  # the target does not import: say why, before anything runs
         found[key] = str(import_failure(key, name, exc))
         return True

@@ -65,6 +65,7 @@ STAND_INS: dict[str, dict[str, Any]] = {
         "gradient_clip_val": NonNegative | None,
         "gradient_clip_algorithm": Literal["norm", "value"] | None,
         "accumulate_grad_batches": Count,
+        "sync_batchnorm": bool | Literal["auto"],  # auto: on CUDA, off on CPU (litforge.runtime.devices.build_trainer)
         "fast_dev_run": bool | NonNegativeInt,
         "overfit_batches": BatchesOrNone,
         "profiler": Literal["simple", "advanced", "pytorch"] | dict[str, Any] | None,

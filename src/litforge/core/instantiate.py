@@ -9,6 +9,7 @@ value only the target can judge never reaches the user as a traceback from insid
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -97,6 +98,17 @@ def unexpected_argument(exc: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
+def locate(path: str) -> Any:
+    """What a dotted path names, as `hydra.utils.get_object` finds it, without the ERROR record Hydra logs on a
+    failure (three lines before litforge's own, which names the cause: :func:`import_failure`)."""
+    hydra_log = logging.getLogger("hydra.utils")
+    was, hydra_log.disabled = hydra_log.disabled, True
+    try:
+        return get_object(path)
+    finally:
+        hydra_log.disabled = was
+
+
 def unknown_argument(group: str, key: str, target: str) -> ConfigError:
     """`group.key` names no argument of `target`: say which arguments it has."""
     takes = ", ".join(accepted_arguments(target))
@@ -110,7 +122,7 @@ def unknown_argument(group: str, key: str, target: str) -> ConfigError:
 def accepted_arguments(target: str | Callable[..., object]) -> list[str]:
     """The keyword arguments a class or function takes, following `**kwargs` up the base classes."""
     try:
-        found = get_object(target) if isinstance(target, str) else target
+        found = locate(target) if isinstance(target, str) else target
         functions = (
             [vars(c)["__init__"] for c in found.__mro__ if "__init__" in vars(c)] if inspect.isclass(found) else [found]
         )

@@ -92,8 +92,14 @@ def read_table(
                 f"{key}={path} needs pyarrow, which is not installed: it comes with litforge's `tabular` extra: "
                 "pip install -e '.[tabular]' (or '.[all]' for every integration)"
             ) from None
-
-        columns = pq.read_table(file).to_pydict()
+        try:
+            columns = pq.read_table(file).to_pydict()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, or damaged
+            why = str(exc).splitlines()[0].rsplit("': ", 1)[-1].split(". ")[0]  # pyarrow's first sentence
+            raise ConfigError(
+                f"{key}={path}: not a Parquet file, or a damaged one ({why}): a CSV file's name must end in .csv; "
+                "else write the file again (pandas.DataFrame.to_parquet)"
+            ) from None
         return {str(k): [_plain(v) for v in values] for k, values in columns.items()}
     stat = os.stat(file)
     ahead = (str(file.resolve()), stat.st_mtime_ns, stat.st_size, encoding, delimiter)

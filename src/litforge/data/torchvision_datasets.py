@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 from urllib.error import URLError
 
@@ -87,10 +88,15 @@ class TorchvisionImageDataModule(ImageDataModule):
         """Download (and unpack) the files if they are not there yet; does nothing when `download=False`."""
         if not self.download:
             return
+        root = Path(self.root)  # the outermost folder the download makes (None: root is there), removed if it fails
+        made = next((p for p in [*reversed(root.parents), root] if not p.exists()), None)
         try:
             # one construction downloads both splits: torchvision fetches every file of the dataset at once
             self.dataset_class(root=self.root, train=True, download=True)
         except (RuntimeError, URLError, OSError) as err:
+            for folder in sorted(made.glob("**/"), key=lambda p: -len(p.parts)) if made and made.is_dir() else []:
+                if not any(folder.iterdir()):  # only empty folders: nothing a user (or a partial download) put there
+                    folder.rmdir()
             raise DataError(self._download_failed_message(err)) from err
         self._prepared = True
 

@@ -10,11 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from litforge.core.errors import ConfigError
-from litforge.core.instantiate import to_plain, unexpected_argument, unknown_argument
+from litforge.core.instantiate import locate, to_plain, unexpected_argument, unknown_argument
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -24,7 +23,7 @@ def task_class(cfg: DictConfig) -> type:
     """The LightningModule class `task._target_` names (before building it: its `data_kind` is checked first)."""
     target = cfg.task._target_
     try:
-        return get_class(target)
+        return locate(target)
     except Exception:
         raise ConfigError(f"task._target_={target!r} cannot be imported; see conf/task/ for the options") from None
 

@@ -8,10 +8,12 @@ is reported, one line each (litforge.core.errors.refuse_each): each check judges
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from hydra.core.override_parser.types import Override
@@ -19,6 +21,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from litforge.checkpointing.metadata import check_checkpoint_early
+from litforge.checkpointing.resume import check_early
 from litforge.config.check import check_config
 from litforge.config.relations import PREDICTS
 from litforge.config.settings import QUANTIZATIONS, Tune
@@ -70,6 +73,47 @@ def image_folder(cfg: DictConfig) -> None:
         )
 
 
+def devices_module() -> ModuleType:
+    """litforge.runtime.devices, imported where a check must ask torch about the hardware."""
+    import litforge.runtime.devices as devices  # torch (~2 s): only for a check that asks torch
+
+    return devices
+
+
+# where a Linux machine has a GPU torch could use, its driver made one of these (NVIDIA, AMD ROCm, WSL 2)
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpus_here(asked: str) -> tuple[int, str]:
+    """The GPUs torch can use as trainer.accelerator=`asked`, and why there are none; without importing torch on a
+    Linux machine that has no GPU device file at all."""
+    if sys.platform.startswith("linux") and not any(map(os.path.exists, GPU_DEVICE_FILES)):
+        return 0, "no GPU device in /dev"
+    return devices_module().gpu_count(asked), "torch finds none"
+
+
+def accelerator(cfg: DictConfig) -> None:
+    """trainer.accelerator=gpu|cuda|mps where torch has no such device (or fewer than trainer.devices): refused before
+    Hydra makes a run folder (Lightning refused it inside the job). A dry run plans for GPUs it does not use."""
+    asked, count = OmegaConf.select(cfg, "trainer.accelerator"), OmegaConf.select(cfg, "trainer.devices")
+    if asked not in ("gpu", "cuda", "mps") or OmegaConf.select(cfg, "dry_run", default=False):
+        return
+    found, why = gpus_here(asked)
+    if not found:
+        raise ConfigError(
+            f"trainer.accelerator={asked}: this machine has no GPU that torch can use ({why}): use trainer=cpu, or "
+            "trainer.accelerator=auto (a GPU where there is one)"
+        )
+    if isinstance(count, int) and count > found:
+        raise ConfigError(f"trainer.devices={count}: torch finds {found} GPU(s) here: pass trainer.devices={found}")
+
+
+def ckpt_path(cfg: DictConfig) -> None:
+    """ckpt_path=<file> (a new run from it): a readable litforge checkpoint of this run's task and net, torch-free."""
+    if cfg.ckpt_path not in (None, "", "last") and not cfg.resume:  # empty: the config check's line says so
+        check_early(cfg, str(cfg.ckpt_path))
+
+
 def float8(cfg: DictConfig) -> None:
     """float8=tensorwise|rowwise where float8 matmuls can run (litforge.models.float8)."""
     if cfg.float8 != "none":
@@ -109,8 +153,7 @@ def check_tuning(cfg: DictConfig) -> None:
     name = tune.finder
     if name == "none":
         return
-    from litforge.runtime.devices import process_count, runs_on_cuda  # torch (~2 s): asked only for a finder
-
+    hardware = devices_module()
     task_cls = task_class(cfg)
     if "step_loss" in missing_members(task_cls, SteppableTask):  # the class, before any task is built
         raise ConfigError(
@@ -137,22 +180,23 @@ def check_tuning(cfg: DictConfig) -> None:
         )
     trainer = cfg.trainer
     devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
-    if process_count(trainer) > 1:  # devices=auto on a machine with several GPUs: all of them
+    if hardware.process_count(trainer) > 1:  # devices=auto on a machine with several GPUs: all of them
         raise ConfigError(
             f"tune={name} runs on one device, not trainer.devices={devices} trainer.num_nodes={nodes}: "
             f"{ONE_DEVICE[1]}; tune with trainer.devices=1, then pass what it found to this run"
         )
-    if name == "batch_size" and not runs_on_cuda(trainer.get("accelerator", "auto")):
+    if name == "batch_size" and not hardware.runs_on_cuda(trainer.get("accelerator", "auto")):
         raise ConfigError(
             "tune=batch_size finds the largest batch that fits GPU memory; this run is on CPU, where "
             "memory is not what limits the batch: set data.batch_size yourself, or run on a GPU"
         )
 
 
-# job -> its checks, in order; check_config (every key's type and range, the relations) is every job's
+# job -> its checks, in order; check_config (every key's type and range, the relations) is every job's; a refusal by a
+# torch-free check before it spares the config check its imports of the targets (torch, 4-6 s)
 JOB_CHECKS: dict[str, tuple[Callable[[Any], object], ...]] = {
-    "train": (check_config, tabular_data, streaming_data, image_folder, float8, check_tuning),
-    "eval": (partial(check_checkpoint_early, job="eval"), check_config),  # the checkpoint first: torch-free
+    "train": (ckpt_path, accelerator, check_config, tabular_data, streaming_data, image_folder, float8, check_tuning),
+    "eval": (partial(check_checkpoint_early, job="eval"), accelerator, check_config),  # the checkpoint: torch-free
     "predict": (partial(check_checkpoint_early, job="predict"), check_config),
     "export": (partial(check_checkpoint_early, job="export"), check_config, export_options),
     "generate": (partial(check_checkpoint_early, job="generate"), check_config),
@@ -160,12 +204,14 @@ JOB_CHECKS: dict[str, tuple[Callable[[Any], object], ...]] = {
 }
 
 
-def check_job(cfg: DictConfig, job: str, found: list[LitforgeError] | None = None) -> None:
+def check_job(cfg: DictConfig, job: str, found: list[LitforgeError] | None = None, here: bool = True) -> None:
     """Run `job`'s checks on `cfg`, after the refusals in `found` (the command line's own); raise one error carrying
-    every line. The config check imports targets (torch, 4-6 s) only when nothing was refused before it."""
+    every line. The config check imports targets (torch, 4-6 s) only when nothing was refused before it. `here`:
+    the job runs on this machine (a SLURM launcher's does not: this machine's GPUs are not judged)."""
     found = [] if found is None else found
     values = lambda: check_config(cfg, imports=not found)  # noqa: E731  judges `found` when it runs
-    refuse_each(found, *(values if check is check_config else partial(check, cfg) for check in JOB_CHECKS[job]))
+    checks = [check for check in JOB_CHECKS[job] if here or check is not accelerator]
+    refuse_each(found, *(values if check is check_config else partial(check, cfg) for check in checks))
     raise_found(found)
     _CHECKED.add(_digest(cfg))
 

@@ -36,6 +36,13 @@ def runs_on_cuda(accelerator: object) -> bool:
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
 
 
+def gpu_count(accelerator: str) -> int:
+    """The GPUs torch can use as `trainer.accelerator` (gpu: CUDA's, else Apple's MPS as one; cuda; mps)."""
+    if accelerator != "mps" and torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return int(accelerator != "cuda" and torch.backends.mps.is_available())
+
+
 def process_count(trainer_kwargs: Mapping[str, Any]) -> int:
     """The processes a Trainer built from `trainer_kwargs` runs (devices per node x nodes), as Lightning counts
     them: `devices=auto` (or -1) is every GPU where the accelerator may be one and CUDA is there, else 1."""
@@ -180,12 +187,10 @@ def build_trainer(
     """`pl.Trainer(...)` from the `trainer` group's keyword arguments and the job's own (Lightning's defaults where
     left out), with hardware and argument mistakes reported as one actionable line."""
     check_cpu_processes(trainer_kwargs)
-    if "deterministic" in trainer_kwargs:
-        accelerator = trainer_kwargs.get("accelerator", "auto")
-        trainer_kwargs = {
-            **trainer_kwargs,
-            "deterministic": deterministic_mode(trainer_kwargs["deterministic"], accelerator),
-        }
+    accelerator, deterministic = trainer_kwargs.get("accelerator", "auto"), trainer_kwargs.get("deterministic")
+    trainer_kwargs = {**trainer_kwargs, "deterministic": deterministic_mode(deterministic, accelerator)}
+    if trainer_kwargs.get("sync_batchnorm") == "auto":  # trainer=ddp: synced on CUDA, off on CPU (gloo processes)
+        trainer_kwargs["sync_batchnorm"] = runs_on_cuda(accelerator)
     try:
         trainer = pl.Trainer(**trainer_kwargs, strategy=strategy, callbacks=callbacks, logger=logger)
     except MisconfigurationException as exc:

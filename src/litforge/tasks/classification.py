@@ -155,7 +155,7 @@ class ClassificationTask(LitforgeTask):
         # the epoch's accuracy, logged once per epoch (what logging the metric object with on_epoch=True did per step)
         self.flush_train_predictions()
         if self.train_acc.update_called:
-            self.log("train/acc", self.train_acc.compute(), prog_bar=True)
+            self.log("train/acc", self.train_acc.compute(), prog_bar=True, sync_dist=True)
             self.train_acc.reset()
         super().on_train_epoch_end()
 

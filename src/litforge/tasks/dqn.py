@@ -228,9 +228,9 @@ class DQNTask(LitforgeTask):
         return total
 
     def validation_step(self, seed: Tensor, batch_idx: int) -> None:
-        self.log("val/return", self.play_episode(int(seed)), on_epoch=True, prog_bar=True, batch_size=1)
+        self.log("val/return", self.play_episode(int(seed)), on_epoch=True, prog_bar=True, batch_size=1, sync_dist=True)
 
     def test_step(self, seed: Tensor, batch_idx: int) -> None:
         ret = self.play_episode(int(seed))
-        self.log("test/return", ret, on_epoch=True, batch_size=1)
-        self.log("test/solved_fraction", float(ret >= 475.0), on_epoch=True, batch_size=1)
+        self.log("test/return", ret, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("test/solved_fraction", float(ret >= 475.0), on_epoch=True, batch_size=1, sync_dist=True)

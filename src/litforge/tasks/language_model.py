@@ -15,7 +15,6 @@ from torchmetrics.text import Perplexity
 
 from litforge.core.errors import ConfigError
 from litforge.models.nets import build_net
-from litforge.runtime.host_reads import host_scalar
 from litforge.tasks.task import LitforgeTask, build_loss
 
 Batch = tuple[Tensor, Tensor, Tensor]  # inputs, next-token targets, document ids (all B x T)
@@ -65,16 +64,17 @@ class LanguageModelTask(LitforgeTask):
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, logits, targets = self._shared_step(batch)
         self.val_ppl.update(logits.float(), targets)
-        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(targets))
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(targets), sync_dist=True)
         self.log("val/ppl", self.val_ppl, on_epoch=True)
-        if self.unigram_loss is not None:
-            # a host tensor: a Python float would be copied to the device on every batch (litforge.runtime.host_reads)
-            self.log("val/unigram_loss", host_scalar(self.unigram_loss), on_epoch=True, batch_size=len(targets))
+
+    def on_validation_epoch_end(self) -> None:
+        if self.unigram_loss is not None:  # a constant of the data: once an epoch (one copy to the device), every rank
+            self.log("val/unigram_loss", self.unigram_loss, sync_dist=True)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         loss, logits, targets = self._shared_step(batch)
         self.test_ppl.update(logits.float(), targets)
-        self.log("test/loss", loss, on_epoch=True, batch_size=len(targets))
+        self.log("test/loss", loss, on_epoch=True, batch_size=len(targets), sync_dist=True)
         self.log("test/ppl", self.test_ppl, on_epoch=True)
 
     # ---- text in, text out ----------------------------------------------------------------------------------------
