@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
@@ -277,6 +278,29 @@ def test_net_options_need_a_net(compile_value):
             prepare_net(None, NetOptions(compile=compile_value), "Mine")
     else:
         prepare_net(None, NetOptions(), "Mine")  # nothing configured: nothing to do, no error
+
+
+class TaskWithoutNetOptions(pl.LightningModule):
+    """A user's own LightningModule that keeps a net but takes no net options (not a LitforgeTask)."""
+
+    data_kind = ("image",)
+
+    def __init__(self, **configs: object) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(2, 2)
+
+
+def test_net_options_for_a_task_that_takes_none_are_refused_in_one_line(compose_cfg):
+    from litforge.config.settings import Train, job_settings
+    from litforge.core.errors import ConfigError
+    from litforge.jobs.train import build_training_task
+
+    cfg = compose_cfg("task._target_=test_speed.TaskWithoutNetOptions", "compile=true", "channels_last=true")
+    shape = {"input_shape": [1, 8, 8], "num_classes": 10}
+    with pytest.raises(ConfigError, match=r"^compile, channels_last: applied by the task's configure_model, and "):
+        build_training_task(cfg, shape, job_settings(cfg, Train))
+    plain = compose_cfg("task._target_=test_speed.TaskWithoutNetOptions")  # nothing asked: it trains as it is
+    assert isinstance(build_training_task(plain, shape, job_settings(plain, Train)), TaskWithoutNetOptions)
 
 
 def test_the_task_prepares_its_net_once_in_lightnings_configure_model(monkeypatch):

@@ -28,14 +28,13 @@ from litforge.parallel import launch
 from litforge.parallel.dry_run import dry_run
 from litforge.parallel.fit_trainer import build_fit_trainer, build_strategy, shards_data
 from litforge.parallel.meta_init import meta_nets, wants_meta_init
-from litforge.parallel.net_options import NetOptions
+from litforge.parallel.net_options import NetOptions, PreparesNet
 from litforge.records import provenance
 from litforge.records.metrics import write_metrics
 from litforge.records.tracking import continue_runs, give_run_config, log_run_files
 from litforge.runtime.devices import apply_matmul_precision
 from litforge.runtime.ranks import in_multirun, is_rank_zero
 from litforge.runtime.requeue import catch_early, ignore_from_now
-from litforge.tasks.task import LitforgeTask
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +118,12 @@ def build_training_task(cfg: DictConfig, shape: Mapping[str, Any], settings: Tra
         compile=settings.compile,
         channels_last=settings.channels_last,
     )
-    if isinstance(task, LitforgeTask):
+    if isinstance(task, PreparesNet):
         task.net_options = options
     elif asked := options.asked():
         raise ConfigError(
-            f"{', '.join(asked)}: applied by LitforgeTask.configure_model, and {type(task).__name__} does not subclass "
-            "LitforgeTask: subclass it, or call litforge.parallel.net_options.prepare_net(self.net, options, ...) "
-            "from your task's configure_model"
+            f"{', '.join(asked)}: applied by the task's configure_model, and {type(task).__name__} declares no "
+            "`net_options`: subclass LitforgeTask, or declare `net_options: NetOptions = NetOptions()` and call "
+            "litforge.parallel.net_options.prepare_net(self.net, self.net_options, ...) in its configure_model"
         )
     return task

@@ -5,13 +5,15 @@ torchtitan's order (float8, then activation checkpointing, then compile; shardin
 They are applied from Lightning's own hook for this, `configure_model` (called under the strategy, before it wraps
 the module and before the optimizers exist): `LitforgeTask.configure_model` calls :func:`prepare_net` with the
 :class:`NetOptions` the training job sets on the task, so reading the task tells what runs. A task of one's own that
-does not subclass LitforgeTask calls `prepare_net(self.net, self.net_options, ...)` from its own `configure_model`.
+does not subclass LitforgeTask declares `net_options: NetOptions = NetOptions()` (:class:`PreparesNet`) and calls
+`prepare_net(self.net, self.net_options, ...)` from its own `configure_model`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from torch import nn
 
@@ -40,6 +42,13 @@ class NetOptions:
             "channels_last": (self.channels_last, "false"),
         }
         return {key: off for key, (on, off) in switched.items() if on}
+
+
+@runtime_checkable
+class PreparesNet(Protocol):
+    """A task that takes the run's net options and applies them in its `configure_model` (LitforgeTask does)."""
+
+    net_options: NetOptions
 
 
 def prepare_net(net: nn.Module | None, options: NetOptions, owner: str) -> None:
