@@ -37,9 +37,9 @@ def one(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     task = nn.Module()
     task.net = GPT(vocab_size=256, block_size=args.seq, dim=args.dim, depth=args.depth, heads=4)
-    apply_activation_checkpointing(task, args.ac)
+    apply_activation_checkpointing(task.net, args.ac)
     compile_value: bool | str = {"eager": False, "true": True, "blocks": "blocks"}[args.mode]
-    apply_speed_options(task, compile=compile_value)
+    apply_speed_options(task.net, compile=compile_value)
     opt = torch.optim.AdamW(task.net.parameters(), lr=1e-3)
     idx = torch.randint(0, 256, (args.batch, args.seq))
     tgt = torch.randint(0, 256, (args.batch, args.seq))

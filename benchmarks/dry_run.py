@@ -119,7 +119,7 @@ def dry_arm(arm: str, world: int, local_batch: int, sizes: dict[str, int]) -> li
                 block_size=sizes["block"],
                 packed=False,
             )
-        apply_activation_checkpointing(task, "full" if arm == "fsdp_ac_full" else "none")
+        apply_activation_checkpointing(task.net, "full" if arm == "fsdp_ac_full" else "none")
         return task
 
     return plan(build, setups[arm], local_batch, sizes["block"])

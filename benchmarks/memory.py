@@ -69,9 +69,7 @@ def worker(mode: str, args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     net = GPT(vocab_size=args.vocab, block_size=args.block, dim=args.dim, depth=args.depth, heads=args.heads)
-    holder = torch.nn.Module()
-    holder.net = net
-    apply_activation_checkpointing(holder, mode)
+    apply_activation_checkpointing(net, mode)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     idx = torch.randint(0, args.vocab, (args.batch, args.block + 1), generator=torch.Generator().manual_seed(1))
 
@@ -241,9 +239,7 @@ def measure_rank(arm: str, rank: int, args: argparse.Namespace) -> dict[str, Any
             replicas, replica = world // tp, rank // tp
             model = net
         else:
-            holder = torch.nn.Module()
-            holder.net = net
-            apply_activation_checkpointing(holder, "full" if arm == "fsdp_ac_full" else "none")
+            apply_activation_checkpointing(net, "full" if arm == "fsdp_ac_full" else "none")
             kwargs: dict[str, Any] = {"reshard_after_forward": True}  # litforge's strategy=fsdp defaults
             if arm == "fsdp_bf16":  # what strategy.mixed_precision=bf16 passes (ModelParallel.fsdp_kwargs)
                 kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -46,7 +46,7 @@ def test_blocks_passes_compile_options_to_every_block(monkeypatch):
     monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: seen.append(kw))
     net = GPT(vocab_size=32, block_size=8, dim=16, depth=2, heads=2)
     apply_speed_options(net, compile={"blocks": True, "backend": "eager"})
-    assert seen == [{"backend": "eager"}, {"backend": "eager"}]
+    assert seen == [{"recompile_limit": 8, "backend": "eager"}] * 2  # limit: one shape x grad modes, at least 8
 
 
 def test_blocks_on_a_net_without_units_is_refused_in_one_line():

@@ -434,23 +434,27 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_a_failed_sweep_job_keeps_the_others_results_and_the_sweep_says_so(tmp_path):
-    missing = tmp_path / "missing.ckpt"
+    """Job 1 asks for a fraction of the validation data that is no batch: only its loaders know their length, so it
+    fails inside the job (a missing checkpoint would be refused before the sweep starts)."""
+    tiny = [o for o in TINY if not o.startswith("trainer.limit_val_batches=")]
     result = run_cli(
-        "train.py", *TINY, "trainer.max_epochs=1", f"ckpt_path=null,{missing}", log_dir=tmp_path, extra_args=("-m",)
-    )
+        "train.py", *tiny, "trainer.max_epochs=1", "trainer.limit_val_batches=2,0.0001", log_dir=tmp_path,
+        extra_args=("-m",),
+    )  # fmt: skip
     assert result.returncode == 1, result.output[-3000:]
     # the failed job's own error: one line naming the job and its swept value, no Hydra "Error executing job" traceback
     errors = [line for line in result.output.splitlines() if line.startswith("litforge: error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"litforge: error: sweep job 1 (ckpt_path={missing}): "), errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("litforge: error: sweep job 1 (trainer.limit_val_batches=0.0001): "), errors
     assert "Traceback" not in result.output and "Error executing job" not in result.output, result.output[-3000:]
-    assert f"failed: job 1: CheckpointError: checkpoint {missing} does not exist" in result.stdout  # the closing lines
+    assert "failed: job 1: ConfigError: trainer.limit_val_batches=0.0001" in result.stdout  # the closing lines
     sweep = next((tmp_path / "train" / "multiruns").iterdir())
     records = {r["job"]: r for r in (json.loads(p.read_text()) for p in sweep.rglob("result.json"))}
     assert records["0"]["status"] == "COMPLETED" and records["0"]["metrics"]["test/acc"] > 0
-    assert records["1"]["status"] == "FAILED" and "missing.ckpt" in records["1"]["error"]
+    assert records["1"]["status"] == "FAILED" and "limit_val_batches=0.0001" in records["1"]["error"]
     summary = (sweep / "summary.csv").read_text().splitlines()
-    assert len(summary) == 4 and summary[2].startswith("0,COMPLETED,null,") and summary[3].startswith("1,FAILED,")
-    assert "CheckpointError: checkpoint" in summary[3] and "does not exist" in summary[3], summary[3]  # why it failed
+    assert len(summary) == 4 and summary[2].startswith("0,COMPLETED,2,") and summary[3].startswith("1,FAILED,")
+    assert "ConfigError: trainer.limit_val_batches=0.0001" in summary[3], summary[3]  # why it failed
 
 
 def test_unwritable_log_dir_fails_before_training(tmp_path):

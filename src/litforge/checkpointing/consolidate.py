@@ -36,19 +36,17 @@ def consolidate(path: str | Path, output: str | Path | None = None) -> Path:
     The result holds full tensors under the same keys as a single-process checkpoint (`state_dict`, `litforge`,
     `hyper_parameters`, ...), so `torch.load(weights_only=True)` and `restore_task` read it like any other.
     """
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # torch-free refusals
-
     if not is_distributed_checkpoint(path):
         raise CheckpointError(
             f"{path} is not a sharded checkpoint folder (no {METADATA} inside); "
             "pass the checkpoint folder a strategy=fsdp/tp run wrote, e.g. <run>/checkpoints/last.ckpt"
         )
-    import torch  # torch-free refusals
+    import torch.distributed.checkpoint.format_utils  # torch-free refusals; binds `torch` too
 
     out = Path(output) if output else consolidated_path(path)
     # write then rename: several ranks (or runs) may consolidate the same folder at once, none reads a partial file
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    dcp_to_torch_save(str(path), str(partial))
+    torch.distributed.checkpoint.format_utils.dcp_to_torch_save(str(path), str(partial))
     shards = torch.load(partial, weights_only=True, map_location="cpu")
     # Lightning keeps everything but weights and optimizer state (loops, callbacks, hparams, litforge's entry) in
     # meta.pt; the optimizer shards are dropped: the merged file is for inference, resume from the folder itself.

@@ -63,16 +63,14 @@ def compile_blocks(net: nn.Module, **options: object) -> int:
             f"compile=blocks compiles the units a net declares in fsdp_units(), and {type(net).__name__} declares "
             "none: set compile=true (the whole net)"
         )
+    # every in-place compiled module enters dynamo through one shared frame, whose cache then holds a graph per unit
+    # shape and grad mode (training, evaluation's inference mode, the test after the best checkpoint is restored):
+    # past torch's default of 8 a 3-shape MLP fell back to eager at its test, so each compile call allows them all
+    shapes = {(type(u), tuple((n, p.shape, p.dtype) for n, p in u.named_parameters())) for u in units}
+    options = {"recompile_limit": max(8, 4 * len(shapes)), **options}
     for unit in units:
         unit.compile(**options)
         setattr(unit, "litforge_compiled", True)  # noqa: B010  (see above)
-    # Every in-place compiled module enters dynamo through one shared frame (`Module._call_impl`, or dynamo's `inner`
-    # wrapper for torch's own layers), whose cache holds a graph per unit shape and grad mode (training, evaluation's
-    # inference mode, the test after the best checkpoint is restored). torch's limit of 8 graphs per frame sent a
-    # 3-shape MLP back to eager at its test, with a warning: allow each shape its graphs (documented in torch's
-    # recompilation guide: `torch._dynamo.config.recompile_limit`).
-    shapes = {(type(u), tuple((n, p.shape, p.dtype) for n, p in u.named_parameters())) for u in units}
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(shapes))
     return len(units)
 
 

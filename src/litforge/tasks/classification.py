@@ -154,9 +154,10 @@ class ClassificationTask(LitforgeTask):
     def on_train_epoch_end(self) -> None:
         # the epoch's accuracy, logged once per epoch (what logging the metric object with on_epoch=True did per step)
         self.flush_train_predictions()
-        if self.train_acc.update_called:
-            self.log("train/acc", self.train_acc.compute(), prog_bar=True, sync_dist=True)
-            self.train_acc.reset()
+        if self.train_acc.update_called:  # the metric object: torchmetrics syncs its state across ranks in compute(),
+            # and Lightning resets it; a `sync_dist` all-reduce of the computed value would wait forever under
+            # strategy=pipeline, where only the last stage's ranks have predictions
+            self.log("train/acc", self.train_acc, prog_bar=True)
         super().on_train_epoch_end()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
