@@ -1,4 +1,5 @@
-"""Multi-label text: litforge's `data=text task=multilabel` run against a linear model on word counts, same split.
+"""Multi-label text: litforge's `data=text task=multilabel` (every default) and `experiment=text_multilabel` against
+a linear model on word counts, same split.
 
 The baseline is scikit-learn's one-vs-rest logistic regression on word counts (the same words litforge's tokenizer
 reads: lowercased `\\b\\w+\\b`), trained on litforge's training split and scored on its test split at 0.5; litforge
@@ -45,9 +46,15 @@ def linear_baseline(path: str | None) -> float:
     return float(f1_score(hot(test), predicted, average="macro", zero_division=0))
 
 
-def litforge_run(path: str | None, overrides: list[str]) -> tuple[float, float]:
+RUNS = {  # the command with every default (model=mlp on the mean word embedding), and the shipped recipe
+    "data=text task=multilabel": ["data=text", "task=multilabel"],
+    "experiment=text_multilabel": ["experiment=text_multilabel"],
+}
+
+
+def litforge_run(path: str | None, run: list[str], overrides: list[str]) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as logs:
-        command = [sys.executable, str(ROOT / "train.py"), "experiment=text_multilabel", f"paths.log_dir={logs}"]
+        command = [sys.executable, str(ROOT / "train.py"), *run, f"paths.log_dir={logs}"]
         command += [*([f"data.path={path}"] if path else []), "callbacks.progress_bar=null", *overrides]
         began = time.perf_counter()
         subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
@@ -62,11 +69,12 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more overrides for litforge's run, after --")
     args = parser.parse_args()
     baseline = linear_baseline(args.path)
-    ours, seconds = litforge_run(args.path, args.overrides)
-    print("| model | test macro-F1 |\n|---|---|")
-    print(f"| linear (one-vs-rest logistic regression on word counts) | {baseline:.4f} |")
-    print(f"| litforge `experiment=text_multilabel` {' '.join(args.overrides)} ({seconds:.0f} s wall) | {ours:.4f} |")
-    print(f"difference: {ours - baseline:+.4f} (goal: >= -0.02)")
+    print("| model | test macro-F1 | difference (goal: >= -0.02) |\n|---|---|---|")
+    print(f"| linear (one-vs-rest logistic regression on word counts) | {baseline:.4f} | |")
+    for name, run in RUNS.items():
+        ours, seconds = litforge_run(args.path, run, args.overrides)
+        label = f"litforge `{name}` {' '.join(args.overrides)} ({seconds:.0f} s wall)"
+        print(f"| {label} | {ours:.4f} | {ours - baseline:+.4f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,26 @@ def check_the_jobs_after_training(ckpt: Path, names: list[str], tmp_path: Path) 
         assert got.shape == (2, len(names)), f"length {length}"
 
 
+def test_the_default_mlp_reads_a_texts_mean_word_embedding_whatever_its_padding() -> None:
+    from litforge.models.mlp import MLP
+
+    torch.manual_seed(0)
+    net = MLP(vocab_size=20, num_classes=3, hidden_dims=(8,), dropout=0.0).eval()
+    ids = torch.tensor([[4, 5, 6, 0], [7, 0, 0, 0]])
+    padded = torch.cat([ids, torch.zeros(2, 5, dtype=torch.long)], dim=1)
+    assert net(ids).shape == (2, 3)
+    torch.testing.assert_close(net(padded), net(ids))  # the mean leaves the padding out
+    assert len(net.pipeline_stages(2)) == 2  # the embedding joins the first layer's stage
+
+
+def test_a_users_jsonl_trains_multilabel_with_every_default_net_and_setting(tmp_path: Path) -> None:
+    """The issue's command as a user types it, `data=text data.path=<file> task=multilabel`: no model= (the MLP)."""
+    path = write(tmp_path, ".jsonl")
+    result = run_cli("train.py", "data=text", f"data.path={path}", "task=multilabel", *TINY, log_dir=tmp_path)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "model=mlp" in result.output and "test/f1_billing" in read_metrics(single_run(tmp_path))["metrics"]
+
+
 @pytest.mark.slow
 def test_single_label_text_trains_with_task_classification_and_a_transformer(tmp_path: Path) -> None:
     path = tmp_path / "one.jsonl"

@@ -80,7 +80,7 @@ def build_error(
                 f"`{group}` {target} cannot be built from {sorted(supplied or {})} ({cause}): it "
                 "belongs to another task and data kind; pick a matching set, e.g. an experiment= recipe"
                 + (
-                    "; for labelled texts model=text_pool or text_transformer"
+                    "; for labelled texts model=mlp, text_pool or text_transformer"
                     if "max_length" in (supplied or {})
                     else ""
                 )

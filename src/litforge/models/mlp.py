@@ -1,4 +1,5 @@
-"""A multilayer perceptron on flattened pixels or on rows of features: the fastest baseline, and the net for tables."""
+"""A multilayer perceptron on flattened pixels, rows of features or a text's mean word embedding: the fastest
+baseline, the net for tables, and a fastText-like net for labelled texts."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from litforge.models.layers import split_runs
+from litforge.models.text_nets import masked_pool
 
 
 class MLP(nn.Module):
     """Linear → ReLU → Dropout blocks on the flattened image (or the feature vector), then a linear head.
 
     On images it ignores spatial structure on purpose: if it cannot beat chance, the bug is in the data, not the
-    architecture. It takes either an image's shape (`in_channels`, `image_size`) or `num_features` (`data=csv`), and
-    `num_classes` outputs, or `num_targets` values for regression.
+    architecture. It takes either an image's shape (`in_channels`, `image_size`), `num_features` (`data=csv`) or
+    `vocab_size` (`data=text`: padded token ids in, the mean of their `embed_dim` embeddings, padding left out, is
+    the first layer's input), and `num_classes` outputs, or `num_targets` values for regression.
     """
 
     def __init__(
@@ -29,13 +32,19 @@ class MLP(nn.Module):
         dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1,
         num_features: int | None = None,
         num_targets: int | None = None,
+        vocab_size: int | None = None,
+        max_length: int | None = None,  # unused: the mean takes any length
+        embed_dim: Annotated[int, Field(ge=1)] = 64,
     ) -> None:
         super().__init__()
         outputs = num_classes if num_classes is not None else num_targets
-        if outputs is None or (num_features is None and (in_channels is None or image_size is None)):
-            raise TypeError("MLP needs in_channels and image_size, or num_features; and num_classes or num_targets")
-        layers: list[nn.Module] = [nn.Flatten()]
-        width = num_features if num_features is not None else in_channels * math.prod(image_size)  # type: ignore[arg-type, operator]
+        given = num_features is not None or vocab_size is not None or None not in (in_channels, image_size)
+        if outputs is None or not given:
+            raise TypeError(
+                "MLP needs in_channels and image_size, num_features or vocab_size; and num_classes or num_targets"
+            )
+        layers: list[nn.Module] = [nn.Flatten() if vocab_size is None else MeanEmbedding(vocab_size, embed_dim)]
+        width = num_features or (embed_dim if vocab_size else in_channels * math.prod(image_size))  # type: ignore[arg-type, operator]
         for hidden in hidden_dims:
             layers += [nn.Linear(width, hidden), nn.ReLU(inplace=True)]
             if dropout > 0:
@@ -56,7 +65,7 @@ class MLP(nn.Module):
             if isinstance(layer, nn.Linear) or not layers:
                 layers.append([])
             layers[-1].append(layer)
-        if isinstance(self.net[0], nn.Flatten):  # Flatten opened a layer of its own: join it to the first Linear
+        if not isinstance(self.net[0], nn.Linear):  # Flatten (or the embedding) opened a layer: join it to the next
             layers[1:2] = [layers[0] + layers[1]]
             del layers[0]
         runs = split_runs(layers, num_stages, "model.hidden_dims (its layers)")
@@ -64,3 +73,14 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+
+class MeanEmbedding(nn.Module):
+    """Token ids [B, L] (0 pads) -> the mean of their embeddings [B, dim], padding left out."""
+
+    def __init__(self, vocab_size: int, dim: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        return masked_pool(self.embed(token_ids), token_ids != 0, "mean")
