@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Annotated
 
+import torch
 from pydantic import Field
 from torch import Tensor, nn
 
@@ -81,6 +82,11 @@ class MeanEmbedding(nn.Module):
     def __init__(self, vocab_size: int, dim: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        # N(0, 1/dim) instead of torch's N(0, 1): at optimizer.lr's 1e-3 an embedding moves a tenth of its scale in
+        # ~100 steps, not ~1000 (measured: test macro-F1 0.94 -> 0.98-0.99 on the shipped messages, default run)
+        nn.init.normal_(self.embed.weight, std=dim**-0.5)
+        with torch.no_grad():
+            self.embed.weight[0].zero_()  # the padding id stays zero
 
     def forward(self, token_ids: Tensor) -> Tensor:
         return masked_pool(self.embed(token_ids), token_ids != 0, "mean")
