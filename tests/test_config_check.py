@@ -90,7 +90,7 @@ def test_a_users_own_class_is_checked_from_its_annotated_signature(tmp_path: Pat
     )
     log_dir = tmp_path / "logs"
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    args = (*TINY, "model._target_=my_models.WideMLP", "~model.hidden_dims", "~model.dropout")
+    args = (*TINY, "model._target_=my_models.WideMLP", "~model.hidden_dims", "~model.dropout", "~model.embed_dim")
     result = run_cli("train.py", *args, "+model.width=0", log_dir=log_dir, env=env)
     _refused(result, log_dir, "model.width=0: expected an integer in [1, 4096], e.g. model.width=128")
     result = run_cli("train.py", *args, "+model.widht=8", log_dir=log_dir, env=env)

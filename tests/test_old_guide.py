@@ -50,9 +50,13 @@ def test_the_previous_guides_imports_still_work_and_warn_with_the_public_home(mo
     monkeypatch.syspath_prepend(str(PROJECT))
     for name in [m for m in sys.modules if m.startswith("myproject")] + [p for p in TAUGHT if p.count(".") < 3]:
         monkeypatch.delitem(sys.modules, name, raising=False)  # first imports: a moved module warns on its first
-    with pytest.warns(DeprecationWarning) as warned:
-        import myproject.data  # noqa: F401
-        import myproject.tasks  # noqa: F401
+    try:
+        with pytest.warns(DeprecationWarning) as warned:
+            import myproject.data  # noqa: F401
+            import myproject.tasks  # noqa: F401
+    finally:  # another test's `myproject` (tests/test_extending.py writes one) must import its own package
+        for name in [m for m in sys.modules if m == "myproject" or m.startswith("myproject.")]:
+            del sys.modules[name]
     messages = [str(w.message) for w in warned]
     for path, home in TAUGHT.items():
         assert any(m.startswith(f"{path}") and home in m for m in messages), (path, messages)
